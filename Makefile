@@ -1,0 +1,32 @@
+# Quick start:  make demo   (pre-train the tiny packed BERT on the bundled corpus)
+#               make test   (the whole test suite)
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: venv test test-fast lint demo bench clean
+
+$(VENV)/.installed: setup.py
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[test]"
+	touch $@
+
+venv: $(VENV)/.installed
+
+test: venv
+	$(PY) -m pytest -n 2 $(PYTEST_ARGS) tests
+
+test-fast: venv
+	$(PY) -m pytest -n 2 -m "not slow" $(PYTEST_ARGS) tests
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+demo: venv
+	$(PY) -m bert_flax.demo --workdir=workdir/demo
+
+clean:
+	rm -rf $(VENV) workdir .pytest_cache
