@@ -1,10 +1,10 @@
 """Pluggable optimizers: a registry over optax, LAMB with BERT's recipe, and Shampoo.
 
-    import optim
-    tx = optim.create("lamb", learning_rate=1e-3)          # or optim.create(config.optimizer)
-    opt_state = tx.init(params)
-    ...                                                       # jitted: tx.update(grads, ...)
-    opt_state = optim.after_step(tx, opt_state, step)         # host work (Shampoo async roots)
+import optim
+tx = optim.create("lamb", learning_rate=1e-3)          # or optim.create(config.optimizer)
+opt_state = tx.init(params)
+...                                                       # jitted: tx.update(grads, ...)
+opt_state = optim.after_step(tx, opt_state, step)         # host work (Shampoo async roots)
 """
 
 from optim.first_order import adamw, adjust_betas_for_packing, lamb, sgd

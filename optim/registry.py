@@ -47,7 +47,9 @@ def create(name_or_config: Any, **hparams: Any) -> optax.GradientTransformation:
     else:
         settings = _as_dict(name_or_config)
         if "name" not in settings:
-            raise ValueError(f"Optimizer config {settings} has no `name` (one of {list(OPTIMIZERS)}).")
+            raise ValueError(
+                f"Optimizer config {settings} has no `name` (one of {list(OPTIMIZERS)})."
+            )
         name = settings.pop("name")
     settings.update(hparams)
     if name not in OPTIMIZERS:
@@ -62,7 +64,9 @@ def create(name_or_config: Any, **hparams: Any) -> optax.GradientTransformation:
             f"{sorted(accepted)} (plus grad_clip_norm)."
         )
     if "learning_rate" not in settings:
-        raise ValueError(f"Optimizer {name!r} needs a learning_rate (a float or an optax schedule).")
+        raise ValueError(
+            f"Optimizer {name!r} needs a learning_rate (a float or an optax schedule)."
+        )
     tx = builder(**settings)
     if clip_norm is None:
         return tx
