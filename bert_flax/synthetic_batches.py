@@ -1,0 +1,106 @@
+"""Random batches in the packed-batch format (docs/DESIGN: the packed-batch contract).
+
+For benchmarks, the profiler and tests: any per-row list of sequence lengths becomes a valid
+packed batch (random WordPiece ids, [CLS]/[SEP] markers, 15% masked positions, NSP labels). A
+padded batch is the same with one sequence per row (D = 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+CLS_ID, SEP_ID, MASK_ID = 101, 102, 103
+FIRST_WORD_ID = 999  # ids below are [PAD], [unused*], [UNK], [CLS], [SEP], [MASK]
+MASKED_LM_PROB = 0.15
+
+
+def batch_from_lengths(
+    row_lengths: Sequence[Sequence[int]],
+    *,
+    max_seq_length: int,
+    max_sequences_per_pack: int,
+    max_predictions: int,
+    vocab_size: int = 30522,
+    seed: int = 0,
+) -> dict[str, np.ndarray]:
+    """A batch whose row i packs sequences of lengths `row_lengths[i]` (each at least 2)."""
+    rng = np.random.default_rng(seed)
+    rows, L, D, P = len(row_lengths), max_seq_length, max_sequences_per_pack, max_predictions
+    batch = {
+        "input_ids": np.zeros((rows, L), np.int32),
+        "token_type_ids": np.zeros((rows, L), np.int32),
+        "segment_ids": np.zeros((rows, L), np.int32),
+        "positions": np.zeros((rows, L), np.int32),
+        "masked_lm_positions": np.zeros((rows, P), np.int32),
+        "masked_lm_ids": np.zeros((rows, P), np.int32),
+        "masked_lm_weights": np.zeros((rows, P), np.float32),
+        "nsp_positions": np.zeros((rows, D), np.int32),
+        "next_sentence_labels": np.zeros((rows, D), np.int32),
+        "sequence_mask": np.zeros((rows, D), np.float32),
+    }
+    for r, lengths in enumerate(row_lengths):
+        if len(lengths) > D or sum(lengths) > L or min(lengths, default=2) < 2:
+            raise ValueError(
+                f"Row {r} lengths {tuple(lengths)} do not fit max_seq_length={L}, "
+                f"max_sequences_per_pack={D} (each sequence needs at least 2 tokens)."
+            )
+        start, candidates = 0, []
+        for k, n in enumerate(lengths):
+            span = slice(start, start + n)
+            ids = rng.integers(FIRST_WORD_ID, vocab_size, n, dtype=np.int32)
+            ids[0], ids[-1] = CLS_ID, SEP_ID
+            batch["input_ids"][r, span] = ids
+            batch["token_type_ids"][r, start + n // 2 : start + n] = 1
+            batch["segment_ids"][r, span] = k + 1
+            batch["positions"][r, span] = np.arange(n)
+            batch["nsp_positions"][r, k] = start
+            batch["next_sentence_labels"][r, k] = rng.integers(0, 2)
+            batch["sequence_mask"][r, k] = 1.0
+            words = np.arange(start + 1, start + n - 1)
+            count = min(len(words), max(1, round(MASKED_LM_PROB * n)))
+            candidates.extend(rng.choice(words, count, replace=False).tolist() if count else [])
+            start += n
+        picked = np.sort(np.asarray(candidates[:P], np.int32))
+        m = len(picked)
+        batch["masked_lm_positions"][r, :m] = picked
+        batch["masked_lm_ids"][r, :m] = batch["input_ids"][r, picked]
+        batch["masked_lm_weights"][r, :m] = 1.0
+        batch["input_ids"][r, picked] = MASK_ID
+    return batch
+
+
+def random_row_lengths(
+    rows: int, max_seq_length: int, max_sequences_per_pack: int, seed: int = 0
+) -> list[list[int]]:
+    """Per row, 1..D sequences with random lengths that together fill most of the row."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(rows):
+        k = int(rng.integers(1, max_sequences_per_pack + 1))
+        budget = int(rng.integers(max(2 * k, max_seq_length // 2), max_seq_length + 1))
+        cuts = np.sort(rng.choice(np.arange(1, budget // 2), k - 1, replace=False)) * 2
+        out.append(np.diff(np.concatenate([[0], cuts, [budget]])).tolist())
+    return out
+
+
+def random_batch(
+    rows: int,
+    *,
+    max_seq_length: int,
+    max_sequences_per_pack: int,
+    max_predictions: int,
+    vocab_size: int = 30522,
+    seed: int = 0,
+) -> dict[str, np.ndarray]:
+    """A random packed batch (D = 1 gives a padded one)."""
+    lengths = random_row_lengths(rows, max_seq_length, max_sequences_per_pack, seed)
+    return batch_from_lengths(
+        lengths,
+        max_seq_length=max_seq_length,
+        max_sequences_per_pack=max_sequences_per_pack,
+        max_predictions=max_predictions,
+        vocab_size=vocab_size,
+        seed=seed + 1,
+    )

@@ -1,0 +1,16 @@
+r"""BERT-large without packing (one sequence per row), for comparison with configs/bert_large.py.
+
+  python -m bert_flax.main --config=configs/bert_large_padded.py:phase1 --workdir=$WORKDIR \
+      --config.data.data_dir=$DATA_128
+"""
+
+import ml_collections
+
+from configs import bert_large
+
+
+def get_config(phase: str = "phase1") -> ml_collections.ConfigDict:
+    config = bert_large.get_config(phase)
+    config.data.packed = False
+    config.train.packing_hparams = "none"
+    return config

@@ -1,0 +1,93 @@
+r"""The full config schema with defaults; every other config starts from it.
+
+  python -m bert_flax.main --config=configs/default.py --workdir=/tmp/bert_default \
+      --config.data.data_dir=/path/to/prepared
+
+Fields (see docs/training.md for the whole story):
+  model:      `preset` of `bert_flax.config.BertConfig.preset` and `overrides` for its fields.
+  data:       a directory prepared by `bert_flax.data.create_pretraining_data` (or `synthetic`).
+  optimizer:  `name` and hyper-parameters for `optim.create` (learning rate comes from `schedule`).
+  schedule:   linear warm-up then polynomial decay to `end_learning_rate`.
+  train:      global rows per optimizer step, steps, micro-batches, clipping, compute dtype, and
+              how to adapt hyper-parameters to packing.
+  mesh:       device mesh axes and shape (-1 = all remaining devices).
+  distributed: `jax.distributed.initialize()` for multi-host jobs.
+  checkpoint, eval, log: intervals.
+"""
+
+import ml_collections
+
+
+def get_config() -> ml_collections.ConfigDict:
+    config = ml_collections.ConfigDict()
+    config.seed = 0
+
+    config.model = ml_collections.ConfigDict()
+    config.model.preset = "tiny"
+    # Fields of BertConfig to override, e.g. {"num_layers": 2}; `dtype` comes from train.dtype.
+    config.model.overrides = ml_collections.ConfigDict()
+
+    config.data = ml_collections.ConfigDict()
+    config.data.data_dir = ""  # output_dir of create_pretraining_data
+    config.data.synthetic = False  # random packed batches (benchmarks, profiling); no data_dir
+    config.data.max_seq_length = 128
+    config.data.packed = True  # False: the padded baseline (one sequence per row)
+    config.data.max_sequences_per_pack = 3
+    config.data.algorithm = "nnlshp"  # packing algorithm for strategies.json if it is missing
+    config.data.max_predictions_per_seq = 20
+    config.data.train_split = "train"
+    config.data.eval_split = "validation"
+    config.data.shuffle = True
+
+    config.optimizer = ml_collections.ConfigDict()
+    config.optimizer.name = "lamb"
+    config.optimizer.b1 = 0.9
+    config.optimizer.b2 = 0.999
+    config.optimizer.eps = 1e-6
+    config.optimizer.weight_decay = 0.01
+
+    config.schedule = ml_collections.ConfigDict()
+    config.schedule.learning_rate = 1e-3  # peak
+    config.schedule.warmup_steps = 100
+    config.schedule.decay_power = 1.0  # 1.0 = linear decay (BERT)
+    config.schedule.end_learning_rate = 0.0
+    config.schedule.total_steps = 0  # steps the decay spans; 0 = train.steps - step_offset
+    config.schedule.step_offset = 0  # the schedule starts at this step (phase 2 restarts it)
+
+    config.train = ml_collections.ConfigDict()
+    config.train.batch_size = 32  # global rows per optimizer step (all micro-batches, all hosts)
+    config.train.steps = 1000
+    config.train.accumulation = 1  # micro-batches per optimizer step (lax.scan)
+    config.train.grad_clip_norm = 1.0  # 0 disables clipping
+    config.train.dtype = "float32"  # compute dtype: "float32" or "bfloat16" (params stay float32)
+    config.train.mlm_normalization = "per_sequence"
+    # How to adapt to the packing factor p of the strategies (Krell et al., 2021):
+    #   "none":                  keep everything;
+    #   "divide_accumulation":   accumulation /= p, so each step sees as many sequences as unpacked;
+    #   "raise_betas":           keep the batch (p times more sequences) and use b1**p, b2**p.
+    config.train.packing_hparams = "none"
+
+    config.mesh = ml_collections.ConfigDict()
+    config.mesh.axes = ("data", "fsdp", "model")
+    config.mesh.shape = (-1, 1, 1)
+
+    config.distributed = ml_collections.ConfigDict()
+    config.distributed.initialize = False  # call jax.distributed.initialize() at start
+    config.distributed.coordinator_address = ""  # "" = auto-detect (TPU pods, SLURM, ...)
+    config.distributed.num_processes = 0  # 0 = auto-detect
+    config.distributed.process_id = -1  # -1 = auto-detect
+
+    config.checkpoint = ml_collections.ConfigDict()
+    config.checkpoint.every_steps = 500
+    config.checkpoint.keep = 3
+    config.checkpoint.enabled = True
+
+    config.eval = ml_collections.ConfigDict()
+    config.eval.every_steps = 500
+    config.eval.num_batches = 20  # 0 = the whole split once
+    config.eval.batch_size = 32
+
+    config.log = ml_collections.ConfigDict()
+    config.log.every_steps = 20
+    config.log.plots = True
+    return config

@@ -1,0 +1,33 @@
+r"""The CPU demo: a tiny packed BERT on the bundled State of the Union corpus (`make demo`).
+
+  python -m bert_flax.data.create_pretraining_data --output_dir=workdir/sotu_128 \
+      --max_seq_length=128
+  python -m bert_flax.main --config=configs/tiny.py --workdir=workdir/tiny \
+      --config.data.data_dir=workdir/sotu_128
+"""
+
+import ml_collections
+
+from configs import default
+
+
+def get_config() -> ml_collections.ConfigDict:
+    config = default.get_config()
+    config.model.preset = "tiny"
+    config.data.max_seq_length = 128
+    config.data.packed = True
+    config.data.max_sequences_per_pack = 3
+    config.data.max_predictions_per_seq = 20
+
+    config.optimizer.name = "lamb"
+    config.schedule.learning_rate = 4e-3
+    config.schedule.warmup_steps = 40
+    config.train.batch_size = 32
+    config.train.steps = 600
+    config.train.packing_hparams = "none"
+
+    config.checkpoint.every_steps = 200
+    config.eval.every_steps = 100
+    config.eval.num_batches = 8
+    config.log.every_steps = 10
+    return config
