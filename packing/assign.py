@@ -1,0 +1,112 @@
+"""Assigning real sequences (by index) to packs that follow a strategy set."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+import numpy as np
+
+from packing import greedy
+from packing.strategy_set import StrategySet
+
+
+@dataclasses.dataclass
+class Assignment:
+    """Packs of sequence indices.
+
+    Attributes:
+      packs: one list of indices (into the ``lengths`` given) per pack, in a random order fixed by
+        the seed; within a pack, indices are ordered by length.
+      dropped: indices left out; empty unless ``drop_unassigned=True`` was asked for.
+      fallback_packs: packs made by SPFHP for sequences no strategy covered (the last ones built).
+    """
+
+    packs: list[list[int]]
+    dropped: list[int]
+    fallback_packs: int
+
+    @property
+    def strategy_packs(self) -> int:
+        return len(self.packs) - self.fallback_packs
+
+
+def assign_sequences(
+    lengths, strategy_set: StrategySet, *, drop_unassigned: bool = False, seed: int = 0
+) -> Assignment:
+    """Builds packs of example indices following ``strategy_set``.
+
+    The lengths may come from data other than the histogram the strategies were solved for (another
+    shard, another epoch): each strategy is used as often as the examples allow, up to its count.
+    Examples no strategy covers are packed by SPFHP on their own histogram, unless
+    ``drop_unassigned`` is set, in which case they are returned in ``Assignment.dropped``. Which
+    examples of equal length share a pack, and the order of the packs, are random with ``seed``.
+
+    Raises:
+      ValueError: if a length is not an integer in ``1..strategy_set.max_len``.
+    """
+    values = _check_lengths(lengths, strategy_set.max_len)
+    rng = np.random.default_rng(seed)
+    shuffled = rng.permutation(values.size)
+    order = shuffled[np.argsort(values[shuffled], kind="stable")]  # by length, random within length
+    starts = np.searchsorted(values[order], np.arange(strategy_set.max_len + 2))
+    taken = np.zeros(strategy_set.max_len + 1, np.int64)  # indices used so far, per length
+
+    def build(strategies) -> list[list[int]]:
+        built = []
+        for contents, count in strategies:
+            multiplicity = collections.Counter(contents)
+            available = min(
+                (starts[k + 1] - starts[k] - taken[k]) // m for k, m in multiplicity.items()
+            )
+            n = int(min(count, available))
+            if n <= 0:
+                continue
+            columns = []
+            for k, m in sorted(multiplicity.items()):
+                begin = starts[k] + taken[k]
+                columns.append(order[begin : begin + n * m].reshape(n, m))
+                taken[k] += n * m
+            built.extend(np.concatenate(columns, axis=1).tolist())
+        return built
+
+    packs = build(strategy_set.strategies)
+    leftover = np.bincount(values, minlength=strategy_set.max_len + 1) - taken
+    dropped: list[int] = []
+    fallback: list[list[int]] = []
+    if leftover.any():
+        if drop_unassigned:
+            dropped = sorted(
+                order[starts[k] + taken[k] : starts[k + 1]].tolist()
+                for k in np.flatnonzero(leftover)
+            )
+            dropped = sorted(i for chunk in dropped for i in chunk)
+        else:
+            extra = greedy.greedy_pack(
+                leftover, strategy_set.max_len, strategy_set.max_depth, "worst"
+            )
+            fallback = build(sorted(extra.items()))
+    packs.extend(fallback)
+    permutation = rng.permutation(len(packs))
+    return Assignment(
+        packs=[packs[i] for i in permutation], dropped=dropped, fallback_packs=len(fallback)
+    )
+
+
+def _check_lengths(lengths, max_len: int) -> np.ndarray:
+    values = np.asarray(lengths)
+    if values.ndim != 1:
+        raise ValueError(f"lengths must be 1-D, got shape {values.shape}")
+    if values.size == 0:
+        return values.astype(np.int64)
+    if not np.issubdtype(values.dtype, np.integer):
+        if not np.issubdtype(values.dtype, np.floating) or np.any(values != np.round(values)):
+            raise ValueError(f"lengths must be integers, got dtype {values.dtype}")
+    values = values.astype(np.int64)
+    bad = np.flatnonzero((values < 1) | (values > max_len))
+    if bad.size:
+        raise ValueError(
+            f"{bad.size} lengths are outside 1..max_len={max_len} (e.g. index {bad[0]} has length "
+            f"{values[bad[0]]}); truncate long examples before packing"
+        )
+    return values
