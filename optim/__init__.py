@@ -11,10 +11,14 @@ from optim.first_order import adamw, adjust_betas_for_packing, lamb, sgd
 from optim.host import HostTransformation, after_step, host_metrics
 from optim.masks import weight_decay_mask
 from optim.registry import OPTIMIZERS, create, register
+from optim.shampoo import shampoo
+from optim.shampoo_core import ShampooState, TensorState
 
 __all__ = [
     "OPTIMIZERS",
     "HostTransformation",
+    "ShampooState",
+    "TensorState",
     "adamw",
     "adjust_betas_for_packing",
     "after_step",
@@ -23,5 +27,6 @@ __all__ = [
     "lamb",
     "register",
     "sgd",
+    "shampoo",
     "weight_decay_mask",
 ]

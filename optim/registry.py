@@ -8,13 +8,14 @@ from typing import Any
 
 import optax
 
-from optim import first_order
+from optim import first_order, shampoo
 from optim.host import HostTransformation
 
 OPTIMIZERS: dict[str, Callable[..., optax.GradientTransformation]] = {
     "sgd": first_order.sgd,
     "adamw": first_order.adamw,
     "lamb": first_order.lamb,
+    "shampoo": shampoo.shampoo,
 }
 
 

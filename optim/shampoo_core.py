@@ -1,0 +1,352 @@
+"""Shampoo's state, configuration, update and root refresh (the builder is ``optim.shampoo``).
+
+Per parameter (see :mod:`optim.shampoo_blocks` for the blocking), the gradient ``G`` of each
+block updates one statistic per dimension, ``L_i <- beta2 L_i + (1 - beta2) G_(i) G_(i)^T``
+(``beta2 = 1`` sums), and the Shampoo direction is ``G x_1 L_1^(-1/p) ... x_k L_k^(-1/p)`` with
+``p = 2k`` (``exponent_override`` to change it). The inverse roots are recomputed every
+``preconditioning_compute_steps`` (N) steps, starting at ``start_preconditioning_step`` (S):
+the roots computed from the statistics after update number ``c`` (c = S, S + N, S + 2N, ...) are
+used from update ``c + 1`` on, in both modes:
+
+* synchronous (default): in the graph, under ``lax.cond``, inside the jitted update;
+* asynchronous: never in the graph. ``optim.after_step`` hands the statistics to a host thread
+  and swaps the finished roots into the state (see :mod:`optim.shampoo_host`). With
+  ``max_staleness=0`` it waits for each job at once and the trajectory equals the synchronous one.
+
+Grafting takes each block's step size from a first-order method (``graft``: sgd, adagrad,
+rmsprop, adam, or none) and the direction from Shampoo; before S the grafted update is used
+alone. Then momentum (an exponential moving average, heavy ball or Nesterov), decoupled weight
+decay and the learning rate.
+
+State (all arrays; checkpoint it like any optax state): ``count``, ``roots_step`` (the update
+whose statistics the roots in use were computed from), ``root_failures`` (roots that failed
+and kept the previous one), ``root_error`` (largest error estimate of the last refresh) and per
+parameter a :class:`TensorState` with the block-stacked statistics and roots.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax import lax
+
+from optim import matrix_roots
+from optim.shampoo_blocks import (
+    BlockPlan,
+    apply_diagonal,
+    apply_factor,
+    diagonal_statistic,
+    factor_statistic,
+)
+
+GRAFTS = ("sgd", "adagrad", "rmsprop", "adam", "none")
+ROOT_METHODS = ("newton", "eigh")
+
+
+class TensorState(NamedTuple):
+    """Shampoo's state for one parameter."""
+
+    factor_stats: tuple[jax.Array, ...]  # one [num_blocks, b, b] per full dimension
+    factor_roots: tuple[jax.Array, ...]  # their inverse roots in use (identity at first)
+    diagonal_stats: tuple[jax.Array, ...]  # [num_blocks, b] per diagonal dim, or param-shaped
+    graft: Any  # param-shaped second moment of the graft, or () for sgd/none
+    momentum: Any  # param-shaped, or () when beta1 == 0
+
+
+class ShampooState(NamedTuple):
+    count: jax.Array  # int32: updates applied
+    roots_step: jax.Array  # int32: the roots in use come from the statistics after this update
+    root_failures: jax.Array  # int32: roots that failed (kept the previous one), in total
+    root_error: jax.Array  # float32: largest error estimate of the last refresh
+    tensors: Any  # pytree like the params, of TensorState
+
+
+@dataclasses.dataclass(frozen=True)
+class ShampooConfig:
+    """Shampoo's static hyperparameters (see :func:`shampoo` for their meaning)."""
+
+    beta1: float = 0.9
+    nesterov: bool = False
+    beta2: float = 0.999
+    block_size: int = 128
+    max_preconditioner_dim: int = 4096
+    exponent_override: int | None = None
+    ridge_epsilon: float = 1e-6
+    root_method: str = "newton"
+    root_max_iterations: int = 100
+    root_tolerance: float = 1e-6
+    root_error_threshold: float = 1e-2
+    graft: str = "rmsprop"
+    graft_beta2: float = 0.999
+    graft_epsilon: float = 1e-8
+    start_preconditioning_step: int = 10
+    preconditioning_compute_steps: int = 10
+    asynchronous: bool = False
+    max_staleness: int | None = None
+    swap_when_done: bool = True
+    host_root_dtype: str = "float32"
+
+    def __post_init__(self):
+        def check(ok: bool, message: str):
+            if not ok:
+                raise ValueError(f"shampoo: {message}")
+
+        check(0.0 <= self.beta1 < 1.0, f"beta1={self.beta1} must lie in [0, 1).")
+        check(0.0 < self.beta2 <= 1.0, f"beta2={self.beta2} must lie in (0, 1] (1 = sum).")
+        check(self.block_size >= 1, f"block_size={self.block_size} must be >= 1.")
+        check(self.graft in GRAFTS, f"graft={self.graft!r} must be one of {GRAFTS}.")
+        check(self.root_method in ROOT_METHODS, f"root_method must be one of {ROOT_METHODS}.")
+        check(
+            self.exponent_override is None or self.exponent_override >= 1,
+            f"exponent_override={self.exponent_override} must be a positive integer or None.",
+        )
+        check(self.start_preconditioning_step >= 1, "start_preconditioning_step must be >= 1.")
+        check(
+            self.preconditioning_compute_steps >= 1, "preconditioning_compute_steps must be >= 1."
+        )
+        check(
+            self.host_root_dtype in ("float32", "float64"),
+            "host_root_dtype must be 'float32' or 'float64' (float64 needs asynchronous=True).",
+        )
+        check(
+            self.asynchronous or self.host_root_dtype == "float32",
+            "host_root_dtype='float64' needs asynchronous=True (roots in the graph are float32).",
+        )
+        check(
+            0 <= self.staleness_bound <= self.preconditioning_compute_steps,
+            f"max_staleness={self.max_staleness} must lie in [0, preconditioning_compute_steps="
+            f"{self.preconditioning_compute_steps}]: a job must be in before the next one starts.",
+        )
+
+    @property
+    def staleness_bound(self) -> int:
+        """Steps an asynchronous root job may stay in flight (default: until the next is due)."""
+        if self.max_staleness is None:
+            return self.preconditioning_compute_steps
+        return self.max_staleness
+
+    def refresh_due(self, count):
+        """Whether the statistics after update ``count`` are due for new roots (int or array)."""
+        start, every = self.start_preconditioning_step, self.preconditioning_compute_steps
+        return (count >= start) & ((count - start) % every == 0)
+
+    def plan(self, shape: Sequence[int]) -> BlockPlan:
+        return BlockPlan.create(tuple(shape), self.block_size, self.max_preconditioner_dim)
+
+    def exponent(self, tensor: TensorState) -> int:
+        """The root's p for a tensor: 2 x its preconditioned dimensions, or the override."""
+        dims = len(tensor.factor_stats) + len(tensor.diagonal_stats)
+        return self.exponent_override or 2 * max(dims, 1)
+
+
+def _is_tensor_state(x: Any) -> bool:
+    return isinstance(x, TensorState)
+
+
+def _init_tensor(param: jax.Array, config: ShampooConfig) -> TensorState:
+    plan = config.plan(param.shape)
+    f32 = jnp.float32
+    stats = tuple(jnp.zeros(s, f32) for s in plan.factor_shapes)
+    roots = tuple(jnp.broadcast_to(jnp.eye(s[-1], dtype=f32), s) for s in plan.factor_shapes)
+    diagonal = tuple(jnp.zeros(s, f32) for s in plan.diagonal_shapes)
+    graft = () if config.graft in ("sgd", "none") else jnp.zeros(param.shape, f32)
+    momentum = jnp.zeros(param.shape, f32) if config.beta1 else ()
+    return TensorState(stats, roots, diagonal, graft, momentum)
+
+
+def _accumulate(old: jax.Array, new: jax.Array, beta2: float) -> jax.Array:
+    return old + new if beta2 == 1.0 else beta2 * old + (1.0 - beta2) * new
+
+
+def _diagonal_root(stat: jax.Array, p: int, ridge_epsilon: float, axes) -> jax.Array:
+    """``(d + ridge_epsilon * max d)^(-1/p)``, zero where there is no statistic."""
+    ridged = stat + ridge_epsilon * jnp.max(stat, axis=axes, keepdims=True)
+    return jnp.where(ridged > 0, ridged ** (-1.0 / p), 0.0)
+
+
+def _graft_direction(g, graft_state, count, config: ShampooConfig):
+    """The first-order direction whose per-block norm sets the step size, and its new state."""
+    if config.graft in ("sgd", "none"):
+        return g, graft_state
+    if config.graft == "adagrad":
+        acc = graft_state + jnp.square(g)
+        denom = acc
+    else:
+        acc = _accumulate(graft_state, jnp.square(g), config.graft_beta2)
+        denom = acc
+        if config.graft == "adam":
+            denom = acc / (1.0 - config.graft_beta2 ** (count + 1).astype(jnp.float32))
+    return g / (jnp.sqrt(denom) + config.graft_epsilon), acc
+
+
+def _block_norms(blocks: jax.Array) -> jax.Array:
+    return jnp.sqrt(jnp.sum(jnp.square(blocks), axis=tuple(range(1, blocks.ndim)), keepdims=True))
+
+
+def _graft(direction: jax.Array, graft: jax.Array) -> jax.Array:
+    """Rescale each block of ``direction`` to the norm of the same block of ``graft``."""
+    norm = _block_norms(direction)
+    return direction * jnp.where(norm > 0, _block_norms(graft) / jnp.where(norm > 0, norm, 1), 0)
+
+
+def _tensor_direction(g, tensor: TensorState, count, config: ShampooConfig):
+    """One parameter's preconditioned (and grafted) direction and its new statistics."""
+    plan = config.plan(g.shape)
+    p = config.exponent(tensor)
+    graft_dir, graft_state = _graft_direction(g, tensor.graft, count, config)
+    if plan.elementwise:
+        (stat,) = tensor.diagonal_stats
+        stat = _accumulate(stat, jnp.square(g), config.beta2)
+        root = _diagonal_root(stat, 2, config.ridge_epsilon, axes=None)
+        # Treat the whole vector as one block.
+        shampoo_blocks, graft_blocks = (g * root)[None], graft_dir[None]
+        stats, diagonal = (), (stat,)
+    else:
+        blocks = plan.block(g)
+        stats, diagonal = [], []
+        shampoo_blocks = blocks
+        full_stats, full_roots = iter(tensor.factor_stats), iter(tensor.factor_roots)
+        diag_stats = iter(tensor.diagonal_stats)
+        for dim, is_diagonal in enumerate(plan.diagonal_dims):
+            if is_diagonal:
+                stat = _accumulate(next(diag_stats), diagonal_statistic(blocks, dim), config.beta2)
+                root = _diagonal_root(stat, p, config.ridge_epsilon, axes=1)
+                shampoo_blocks = apply_diagonal(shampoo_blocks, root, dim)
+                diagonal.append(stat)
+            else:
+                stat = _accumulate(next(full_stats), factor_statistic(blocks, dim), config.beta2)
+                shampoo_blocks = apply_factor(shampoo_blocks, next(full_roots), dim)
+                stats.append(stat)
+        graft_blocks = plan.block(graft_dir)
+    if config.graft != "none":
+        shampoo_blocks = _graft(shampoo_blocks, graft_blocks)
+    shampoo_dir = shampoo_blocks[0] if plan.elementwise else plan.unblock(shampoo_blocks)
+    direction = jnp.where(count >= config.start_preconditioning_step, shampoo_dir, graft_dir)
+    new_tensor = tensor._replace(
+        factor_stats=tuple(stats), diagonal_stats=tuple(diagonal), graft=graft_state
+    )
+    return direction, new_tensor
+
+
+def factor_lists(tensors: Any, config: ShampooConfig):
+    """All full factors of a state, flat: ``(stats, roots, exponents)`` in a fixed order."""
+    stats, roots, exponents = [], [], []
+    for tensor in jax.tree.leaves(tensors, is_leaf=_is_tensor_state):
+        stats.extend(tensor.factor_stats)
+        roots.extend(tensor.factor_roots)
+        exponents.extend([config.exponent(tensor)] * len(tensor.factor_stats))
+    return stats, roots, tuple(exponents)
+
+
+def with_factor_roots(tensors: Any, roots: Sequence[jax.Array]) -> Any:
+    """``tensors`` with their factor roots replaced, in :func:`factor_lists` order."""
+    flat, treedef = jax.tree.flatten(tensors, is_leaf=_is_tensor_state)
+    roots = iter(roots)
+    flat = [t._replace(factor_roots=tuple(next(roots) for _ in t.factor_roots)) for t in flat]
+    return jax.tree.unflatten(treedef, flat)
+
+
+def compute_roots(stats, old_roots, exponents: tuple[int, ...], config: ShampooConfig):
+    """New roots for flat lists of statistics (keeping the old root where one fails).
+
+    Matrices of equal size and exponent are stacked and solved in one vmapped call. Returns
+    ``(roots, failures, max_error)``, the error over the roots taken. The same function runs in
+    the graph and on the host.
+    """
+    if config.root_method == "newton":
+        solve = functools.partial(
+            matrix_roots.inverse_pth_root,
+            ridge_epsilon=config.ridge_epsilon,
+            max_iterations=config.root_max_iterations,
+            tolerance=config.root_tolerance,
+            error_threshold=config.root_error_threshold,
+        )
+    else:
+        solve = functools.partial(
+            matrix_roots.inverse_pth_root_eigh, ridge_epsilon=config.ridge_epsilon
+        )
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, (s, p) in enumerate(zip(stats, exponents)):
+        groups.setdefault((s.shape[-1], p), []).append(i)
+    roots = list(old_roots)
+    failures = jnp.zeros((), jnp.int32)
+    max_error = jnp.zeros((), jnp.float32)
+    for (_, p), members in groups.items():
+        stacked = jnp.concatenate([stats[i] for i in members])
+        result = jax.vmap(functools.partial(solve, p=p))(stacked)
+        take = result.ok & result.updated
+        failures += jnp.sum(result.updated & ~result.ok).astype(jnp.int32)
+        errors = jnp.where(take, result.error, 0.0).astype(jnp.float32)
+        max_error = jnp.maximum(max_error, jnp.max(errors))
+        offset = 0
+        for i in members:
+            n = stats[i].shape[0]
+            keep = take[offset : offset + n, None, None]
+            new = result.root[offset : offset + n].astype(old_roots[i].dtype)
+            roots[i] = jnp.where(keep, new, old_roots[i])
+            offset += n
+    return roots, failures, max_error
+
+
+def _refresh_in_graph(state: ShampooState, tensors: Any, config: ShampooConfig):
+    """The synchronous mode's refresh: new roots when the statistics after this update are due."""
+    stats, roots, exponents = factor_lists(tensors, config)
+    if not stats:
+        return tensors, state.roots_step, state.root_failures, state.root_error
+    count = state.count + 1
+
+    def refresh():
+        new_roots, failures, error = compute_roots(stats, roots, exponents, config)
+        return new_roots, count, state.root_failures + failures, error
+
+    def keep():
+        return roots, state.roots_step, state.root_failures, state.root_error
+
+    new_roots, roots_step, failures, error = lax.cond(config.refresh_due(count), refresh, keep)
+    return with_factor_roots(tensors, new_roots), roots_step, failures, error
+
+
+def scale_by_shampoo(config: ShampooConfig) -> optax.GradientTransformation:
+    """Shampoo's direction with grafting, momentum and (unmasked) bookkeeping, no lr/decay."""
+
+    def init_fn(params):
+        tensors = jax.tree.map(lambda p: _init_tensor(p, config), params)
+        zero = jnp.zeros((), jnp.int32)
+        return ShampooState(zero, zero, zero, jnp.zeros((), jnp.float32), tensors)
+
+    def update_fn(updates, state, params=None):
+        del params
+        count = state.count
+        grads = jax.tree.map(lambda g: g.astype(jnp.float32), updates)
+        treedef = jax.tree.structure(grads)
+        tensors = treedef.flatten_up_to(state.tensors)
+        results = [
+            _tensor_direction(g, t, count, config)
+            for g, t in zip(treedef.flatten_up_to(grads), tensors)
+        ]
+        new_tensors = []
+        directions = []
+        for (direction, tensor), g in zip(results, jax.tree.leaves(updates)):
+            if config.beta1:
+                momentum = config.beta1 * tensor.momentum + (1.0 - config.beta1) * direction
+                tensor = tensor._replace(momentum=momentum)
+                if config.nesterov:
+                    direction = config.beta1 * momentum + (1.0 - config.beta1) * direction
+                else:
+                    direction = momentum
+            new_tensors.append(tensor)
+            directions.append(direction.astype(g.dtype))
+        new_tensors = jax.tree.unflatten(treedef, new_tensors)
+        roots_step, failures, error = state.roots_step, state.root_failures, state.root_error
+        if not config.asynchronous:
+            new_tensors, roots_step, failures, error = _refresh_in_graph(state, new_tensors, config)
+        new_state = ShampooState(count + 1, roots_step, failures, error, new_tensors)
+        return jax.tree.unflatten(treedef, directions), new_state
+
+    return optax.GradientTransformation(init_fn, update_fn)
