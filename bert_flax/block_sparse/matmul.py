@@ -1,0 +1,94 @@
+"""`block_sparse_matmul`: x @ W for a weight stored as its nonzero blocks, with a custom VJP.
+
+Forward, input gradient and weight gradient all cost O(nnz * block_size^2 * rows); zero blocks are
+never stored, never multiplied and get no gradient. Two implementations sit behind the function:
+"xla" (batched matmuls over gathered blocks, any backend; the default on CPU) and "pallas" (a
+Pallas kernel, compiled through Triton on GPU and Mosaic on TPU, the default there; on CPU it can
+only run in interpret mode, for tests).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from bert_flax.block_sparse import pallas, xla
+from bert_flax.block_sparse.layout import BlockSparseLayout
+
+IMPLS = ("auto", "xla", "pallas", "pallas_interpret")
+# Triton's dot needs tiles of at least 16; smaller blocks stay on the XLA path under "auto".
+PALLAS_MIN_BLOCK = 16
+
+
+def resolve_impl(impl: str | None, block_size: int) -> str:
+    """'auto'/None -> 'pallas' on GPU and TPU (blocks >= PALLAS_MIN_BLOCK), else 'xla'."""
+    impl = impl or "auto"
+    if impl not in IMPLS:
+        raise ValueError(f"Unknown block-sparse impl {impl!r}; choose one of {IMPLS}.")
+    if impl == "auto":
+        accelerator = jax.default_backend() in ("gpu", "cuda", "rocm", "tpu")
+        return "pallas" if accelerator and block_size >= PALLAS_MIN_BLOCK else "xla"
+    return impl
+
+
+def block_sparse_matmul(
+    x: jax.Array, blocks: jax.Array, layout: BlockSparseLayout, *, impl: str | None = None
+) -> jax.Array:
+    """x [..., in_features] @ W -> [..., out_features], W given by `layout` and `blocks`.
+
+    Args:
+      x: activations; the last dim must be `layout.in_features`.
+      blocks: [nnz, block_size, block_size] nonzero blocks in the layout's canonical order
+        (block n is W[rows[n]*bs:(rows[n]+1)*bs, cols[n]*bs:(cols[n]+1)*bs]).
+      layout: the static block structure (hashable; part of the compiled program).
+      impl: "auto" (default), "xla", "pallas" or "pallas_interpret" (CPU tests).
+
+    The output dtype is that of `x` (accumulation in float32).
+    """
+    if x.shape[-1] != layout.in_features:
+        raise ValueError(
+            f"x has {x.shape[-1]} features, the layout expects in_features={layout.in_features}."
+        )
+    layout.check_blocks_shape(blocks.shape)
+    lead = x.shape[:-1]
+    impl = resolve_impl(impl, layout.block_size)
+    y = _matmul(x.reshape(-1, layout.in_features), blocks, layout, impl)
+    return y.reshape(*lead, layout.out_features)
+
+
+def _forward_impl(x2, blocks, layout, impl):
+    if impl == "xla":
+        return xla.forward(x2, blocks, layout, x2.dtype)[0]
+    return pallas.forward(x2, blocks, layout, interpret=impl == "pallas_interpret")
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def _matmul(x2, blocks, layout, impl):
+    return _forward_impl(x2, blocks, layout, impl)
+
+
+def _matmul_fwd(x2, blocks, layout, impl):
+    if impl == "xla":
+        y, x_t = xla.forward(x2, blocks, layout, x2.dtype)
+        return y, (x_t, blocks)
+    return _forward_impl(x2, blocks, layout, impl), (x2, blocks)
+
+
+def _matmul_bwd(layout, impl, residuals, g):
+    saved, blocks = residuals
+    if impl == "xla":
+        return xla.backward(saved, blocks, g.astype(saved.dtype), layout, saved.dtype)
+    return pallas.backward(saved, blocks, g, layout, interpret=impl == "pallas_interpret")
+
+
+_matmul.defvjp(_matmul_fwd, _matmul_bwd)
+
+
+def masked_dense_weight(blocks: jax.Array, layout: BlockSparseLayout) -> jax.Array:
+    """The dense [in, out] weight (zeros off the layout) as a traced jnp array (references)."""
+    bs = layout.block_size
+    dense = jnp.zeros((layout.in_blocks, layout.out_blocks, bs, bs), blocks.dtype)
+    dense = dense.at[layout.rows, layout.cols].set(blocks)
+    return dense.transpose(0, 2, 1, 3).reshape(layout.in_features, layout.out_features)
