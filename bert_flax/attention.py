@@ -1,0 +1,151 @@
+"""Multi-head attention kernels restricted to tokens of the same packed sequence.
+
+Every backend applies the same rule: query i may attend to key j iff
+`segment_ids[i] == segment_ids[j]`. Real tokens (ids 1..k) therefore see only their own sequence;
+padding (id 0) sees only padding, so no softmax row is ever empty (no NaN), and the outputs at
+padding positions are zeroed afterwards.
+
+Shapes: q, k, v are [batch, length, heads, head_dim]; segment_ids is [batch, length].
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+Array = jax.Array
+
+# Finite, so masked logits never produce inf - inf in the softmax.
+_MASK_VALUE = -1e10
+
+
+def segment_mask(segment_ids: Array) -> Array:
+    """Boolean [batch, 1, q_len, kv_len] mask: True where both tokens share a segment id."""
+    return (segment_ids[:, :, None] == segment_ids[:, None, :])[:, None]
+
+
+def _zero_padding(out: Array, segment_ids: Array) -> Array:
+    return jnp.where((segment_ids != 0)[:, :, None, None], out, jnp.zeros((), out.dtype))
+
+
+def xla_attention(
+    q: Array,
+    k: Array,
+    v: Array,
+    segment_ids: Array,
+    *,
+    dropout_rate: float = 0.0,
+    dropout_rng: Array | None = None,
+    deterministic: bool = True,
+) -> Array:
+    """Dense-mask attention as two einsums; logits and softmax in float32. Works everywhere."""
+    scale = q.shape[-1] ** -0.5
+    logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) * scale
+    logits = jnp.where(segment_mask(segment_ids), logits, _MASK_VALUE)
+    probs = jax.nn.softmax(logits, axis=-1)
+    if not deterministic and dropout_rate > 0.0:
+        if dropout_rng is None:
+            raise ValueError("Attention dropout needs a dropout_rng when deterministic=False.")
+        keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, probs.shape)
+        probs = jnp.where(keep, probs / (1.0 - dropout_rate), 0.0)
+    out = jnp.einsum("bhqk,bkhd->bqhd", probs.astype(v.dtype), v)
+    return _zero_padding(out, segment_ids)
+
+
+@functools.cache
+def _log_once(message: str) -> None:
+    logging.info(message)
+
+
+def jax_nn_attention(
+    q: Array, k: Array, v: Array, segment_ids: Array, *, implementation: str | None = None
+) -> Array:
+    """`jax.nn.dot_product_attention` with the segment mask.
+
+    `implementation=None` picks "cudnn" on GPU (which needs bfloat16/float16 inputs) and the
+    reference "xla" implementation of the same API elsewhere.
+    """
+    if implementation is None:
+        implementation = "cudnn" if jax.default_backend() == "gpu" else "xla"
+        if implementation == "xla":
+            _log_once(f"attention_impl='cudnn' on {jax.default_backend()}: using its XLA version.")
+    out = jax.nn.dot_product_attention(
+        q, k, v, mask=segment_mask(segment_ids), implementation=implementation
+    )
+    return _zero_padding(out, segment_ids)
+
+
+def splash_attention(
+    q: Array, k: Array, v: Array, segment_ids: Array, *, interpret: bool = False
+) -> Array:
+    """Pallas splash attention (TPU) with segment ids; `interpret=True` runs it on any backend.
+
+    The kernel is built for one batch element and vmapped. It needs `length` to be a multiple of
+    its block size (min(length, 128) is used). Under a multi-device mesh call it inside
+    `jax.shard_map` over the batch axis.
+    """
+    from jax.experimental.pallas.ops.tpu import splash_attention as splash
+
+    _, length, num_heads, head_dim = q.shape
+    block = min(length, 128)
+    if length % block:
+        raise ValueError(f"splash attention needs length % {block} == 0, got length={length}.")
+    block_sizes = splash.BlockSizes(
+        block_q=block,
+        block_kv=block,
+        block_kv_compute=block,
+        block_q_dkv=block,
+        block_kv_dkv=block,
+        block_kv_dkv_compute=block,
+        block_q_dq=block,
+        block_kv_dq=block,
+    )
+    mask = splash.MultiHeadMask([splash.FullMask((length, length))] * num_heads)
+    kernel = splash.make_splash_mha(
+        mask, block_sizes=block_sizes, head_shards=1, q_seq_shards=1, interpret=interpret
+    )
+    scale = np.float32(head_dim**-0.5)
+
+    def one_row(q_row, k_row, v_row, seg_row):  # [L, H, D] -> kernel layout [H, L, D]
+        q_row, k_row, v_row = (x.transpose(1, 0, 2) for x in (q_row * scale, k_row, v_row))
+        out = kernel(q_row, k_row, v_row, segment_ids=splash.SegmentIds(q=seg_row, kv=seg_row))
+        return out.transpose(1, 0, 2)
+
+    out = jax.vmap(one_row)(q, k, v, segment_ids).astype(v.dtype)
+    return _zero_padding(out, segment_ids)
+
+
+def attention(
+    q: Array,
+    k: Array,
+    v: Array,
+    segment_ids: Array,
+    *,
+    impl: str = "xla",
+    dropout_rate: float = 0.0,
+    dropout_rng: Array | None = None,
+    deterministic: bool = True,
+) -> Array:
+    """Dispatches to the backend named by `BertConfig.attention_impl`."""
+    if impl == "xla":
+        return xla_attention(
+            q,
+            k,
+            v,
+            segment_ids,
+            dropout_rate=dropout_rate,
+            dropout_rng=dropout_rng,
+            deterministic=deterministic,
+        )
+    if impl == "cudnn":
+        return jax_nn_attention(q, k, v, segment_ids)
+    if impl == "splash":
+        interpret = jax.default_backend() != "tpu"
+        if interpret:
+            _log_once(f"attention_impl='splash' on {jax.default_backend()}: Pallas interpret mode.")
+        return splash_attention(q, k, v, segment_ids, interpret=interpret)
+    raise ValueError(f"Unknown attention impl {impl!r}; use 'xla', 'cudnn' or 'splash'.")

@@ -1,0 +1,134 @@
+"""BERT model configuration and the standard size presets."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import jax.numpy as jnp
+
+ATTENTION_IMPLS = ("xla", "cudnn", "splash")
+HIDDEN_ACTS = ("gelu", "gelu_tanh", "relu", "silu")
+REMAT_POLICIES = ("none", "full", "dots")
+
+# (num_layers, hidden_size, num_heads); intermediate_size is 4 * hidden_size. "tiny" .. "medium"
+# are the compact BERTs of Turc et al. (2019), "base" and "large" the original BERT shapes.
+_PRESETS: dict[str, tuple[int, int, int]] = {
+    "tiny": (2, 128, 2),
+    "mini": (4, 256, 4),
+    "small": (4, 512, 8),
+    "medium": (8, 512, 8),
+    "base": (12, 768, 12),
+    "large": (24, 1024, 16),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+    """Hyper-parameters of a BERT encoder with pre-training heads.
+
+    Attributes:
+      vocab_size: WordPiece vocabulary size (the MLM decoder is tied to the word embeddings).
+      hidden_size: width of the residual stream.
+      num_layers: number of transformer layers.
+      num_heads: attention heads per layer; must divide `hidden_size`.
+      intermediate_size: width of the feed-forward block.
+      max_position_embeddings: rows of the position table; `positions` must stay below it.
+      type_vocab_size: number of token types (sentence A/B).
+      hidden_dropout_rate: dropout on embeddings and on each sub-layer output.
+      attention_dropout_rate: dropout on attention probabilities (only the "xla" backend has it).
+      hidden_act: "gelu" (exact, erf), "gelu_tanh" (the tanh approximation of the original
+        Google BERT code), "relu" or "silu".
+      layer_norm_eps: LayerNorm epsilon.
+      initializer_range: stddev of the truncated-normal initialiser (as in the original BERT).
+      dtype: compute dtype (e.g. "bfloat16"); softmax, LayerNorm statistics and logits are
+        always float32.
+      param_dtype: parameter dtype (float32 unless you know why not).
+      attention_impl: "xla" (dense mask, any backend), "cudnn" (`jax.nn.dot_product_attention`,
+        cuDNN on GPU) or "splash" (Pallas splash attention on TPU).
+      pre_layer_norm: False for the original post-LN BERT, True for pre-LN layers (with a final
+        LayerNorm after the last layer).
+      remat_policy: activation rematerialisation per layer: "none", "full" or "dots"
+        (save matmul outputs only).
+      block_sparse: None for dense layers, otherwise the block-sparse layer settings consulted by
+        `bert_flax.layers.make_dense` (see docs/block_sparse.md).
+    """
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_layers: int = 12
+    num_heads: int = 12
+    intermediate_size: int = 3072
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    hidden_dropout_rate: float = 0.1
+    attention_dropout_rate: float = 0.1
+    hidden_act: str = "gelu"
+    layer_norm_eps: float = 1e-12
+    initializer_range: float = 0.02
+    dtype: Any = "float32"
+    param_dtype: Any = "float32"
+    attention_impl: str = "xla"
+    pre_layer_norm: bool = False
+    remat_policy: str = "none"
+    block_sparse: Any = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "dtype", jnp.dtype(self.dtype))
+        object.__setattr__(self, "param_dtype", jnp.dtype(self.param_dtype))
+        if self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"hidden_size={self.hidden_size} is not divisible by num_heads={self.num_heads}."
+            )
+        for field, value, allowed in (
+            ("attention_impl", self.attention_impl, ATTENTION_IMPLS),
+            ("hidden_act", self.hidden_act, HIDDEN_ACTS),
+            ("remat_policy", self.remat_policy, REMAT_POLICIES),
+        ):
+            if value not in allowed:
+                raise ValueError(f"{field}={value!r} is not one of {allowed}.")
+        if self.attention_impl != "xla" and self.attention_dropout_rate > 0:
+            raise ValueError(
+                f"attention_impl={self.attention_impl!r} has no attention-probability dropout; "
+                "set attention_dropout_rate=0.0 or use attention_impl='xla'."
+            )
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> BertConfig:
+        """Returns a named preset ("tiny" .. "large") with `overrides` applied."""
+        if name not in _PRESETS:
+            raise ValueError(f"Unknown BERT preset {name!r}; choose one of {sorted(_PRESETS)}.")
+        num_layers, hidden_size, num_heads = _PRESETS[name]
+        fields = dict(
+            num_layers=num_layers,
+            hidden_size=hidden_size,
+            num_heads=num_heads,
+            intermediate_size=4 * hidden_size,
+        )
+        fields.update(overrides)
+        return cls(**fields)
+
+    def replace(self, **changes: Any) -> BertConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict (dtypes as names) that `from_dict` reads back."""
+        out = dataclasses.asdict(self)
+        out["dtype"] = self.dtype.name
+        out["param_dtype"] = self.param_dtype.name
+        return out
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> BertConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(values) - known
+        if unknown:
+            raise ValueError(
+                f"Unknown BertConfig fields {sorted(unknown)}; known: {sorted(known)}."
+            )
+        return cls(**values)

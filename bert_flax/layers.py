@@ -1,0 +1,229 @@
+"""BERT building blocks: the Dense/LayerNorm factories, embeddings, attention and encoder layer.
+
+Every parameter carries logical axis names (see `bert_flax.sharding.LOGICAL_AXIS_RULES`) and
+the main activations are constrained to logical axes, so the same module shards for data, FSDP
+and tensor parallelism by changing only the rule table and mesh.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from bert_flax.attention import attention
+from bert_flax.config import BertConfig
+
+Array = jax.Array
+
+# Logical axes of the main activations.
+BATCH_LENGTH_EMBED = ("activation_batch", "activation_length", "activation_embed")
+BATCH_LENGTH_MLP = ("activation_batch", "activation_length", "activation_mlp")
+BATCH_LENGTH_HEADS_KV = (
+    "activation_batch",
+    "activation_length",
+    "activation_heads",
+    "activation_kv",
+)
+
+
+def kernel_init(config: BertConfig, axes: Sequence[str]) -> nn.initializers.Initializer:
+    init = nn.initializers.truncated_normal(stddev=config.initializer_range)
+    return nn.with_logical_partitioning(init, tuple(axes))
+
+
+def make_dense(
+    config: BertConfig, features: int, *, name: str, kernel_axes: tuple[str, str], role: str
+) -> nn.Module:
+    """Creates every Dense layer of the model (the single switch point for block sparsity).
+
+    Args:
+      config: model config; `config.block_sparse` selects block-sparse layers when not None.
+      features: output width.
+      name: parameter scope name (stable: checkpoints and conversion rely on it).
+      kernel_axes: logical (input, output) axis names of the kernel; the bias gets the output one.
+      role: what the layer is for: "query", "key", "value", "attention_output",
+        "ffn_intermediate", "ffn_output" (encoder) or "pooler", "mlm_transform",
+        "nsp_classifier" (heads). Lets a block-sparse config pick which layers it replaces.
+    """
+    if config.block_sparse is not None:
+        # Block-sparse hook (issue 7): build the BlockSparseDense for the roles that
+        # `config.block_sparse` selects and fall through to the dense layer for the others.
+        raise NotImplementedError(
+            f"BertConfig.block_sparse={config.block_sparse!r} is set, but no block-sparse layer "
+            f"is wired into bert_flax.layers.make_dense yet (layer {name!r}, role {role!r})."
+        )
+    return nn.Dense(
+        features,
+        dtype=config.dtype,
+        param_dtype=config.param_dtype,
+        kernel_init=kernel_init(config, kernel_axes),
+        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (kernel_axes[1],)),
+        name=name,
+    )
+
+
+def make_layer_norm(config: BertConfig, name: str) -> nn.LayerNorm:
+    """LayerNorm with float32 statistics (flax computes them in >= float32) and float32 params."""
+    return nn.LayerNorm(
+        epsilon=config.layer_norm_eps,
+        dtype=config.dtype,
+        param_dtype=config.param_dtype,
+        use_fast_variance=False,
+        scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("norm",)),
+        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("norm",)),
+        name=name,
+    )
+
+
+def activation(name: str, x: Array) -> Array:
+    if name == "gelu":
+        return nn.gelu(x, approximate=False)
+    if name == "gelu_tanh":
+        return nn.gelu(x, approximate=True)
+    if name == "relu":
+        return nn.relu(x)
+    if name == "silu":
+        return nn.silu(x)
+    raise ValueError(f"Unknown hidden_act {name!r}.")
+
+
+def _embed(config: BertConfig, num: int, axes: tuple[str, str], name: str) -> nn.Embed:
+    return nn.Embed(
+        num,
+        config.hidden_size,
+        dtype=config.dtype,
+        param_dtype=config.param_dtype,
+        embedding_init=kernel_init(config, axes),
+        name=name,
+    )
+
+
+class BertEmbeddings(nn.Module):
+    """Word + position + token-type embeddings, LayerNorm, dropout.
+
+    Positions are the per-sequence `positions` feature (restarting at 0 in every packed
+    sequence), never the row index.
+    """
+
+    config: BertConfig
+
+    def setup(self):
+        cfg = self.config
+        self.word_embeddings = _embed(cfg, cfg.vocab_size, ("vocab", "embed"), "word_embeddings")
+        self.position_embeddings = _embed(
+            cfg, cfg.max_position_embeddings, ("position_table", "embed"), "position_embeddings"
+        )
+        self.token_type_embeddings = _embed(
+            cfg, cfg.type_vocab_size, ("type_table", "embed"), "token_type_embeddings"
+        )
+        self.layer_norm = make_layer_norm(cfg, "layer_norm")
+        self.dropout = nn.Dropout(cfg.hidden_dropout_rate)
+
+    def __call__(
+        self, input_ids: Array, token_type_ids: Array, positions: Array, *, deterministic: bool
+    ) -> Array:
+        x = (
+            self.word_embeddings(input_ids)
+            + self.position_embeddings(positions)
+            + self.token_type_embeddings(token_type_ids)
+        )
+        x = self.dropout(self.layer_norm(x), deterministic=deterministic)
+        return nn.with_logical_constraint(x, BATCH_LENGTH_EMBED)
+
+    def attend(self, x: Array) -> Array:
+        """Tied MLM decoder: float32 logits of x against the word-embedding table."""
+        table = self.word_embeddings.embedding.astype(self.config.dtype)
+        logits = jnp.einsum(
+            "...h,vh->...v", x.astype(self.config.dtype), table, preferred_element_type=jnp.float32
+        )
+        return logits
+
+
+class BertSelfAttention(nn.Module):
+    """Multi-head self-attention within packed sequences, with its output projection."""
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, x: Array, segment_ids: Array, *, deterministic: bool) -> Array:
+        cfg = self.config
+        heads = (cfg.num_heads, cfg.head_dim)
+
+        def project(role: str) -> Array:
+            dense = make_dense(
+                cfg, cfg.hidden_size, name=role, kernel_axes=("embed", "joined_kv"), role=role
+            )
+            y = dense(x).reshape(*x.shape[:-1], *heads)
+            return nn.with_logical_constraint(y, BATCH_LENGTH_HEADS_KV)
+
+        q, k, v = project("query"), project("key"), project("value")
+        use_dropout = not deterministic and cfg.attention_dropout_rate > 0.0
+        out = attention(
+            q,
+            k,
+            v,
+            segment_ids,
+            impl=cfg.attention_impl,
+            dropout_rate=cfg.attention_dropout_rate,
+            dropout_rng=self.make_rng("dropout") if use_dropout else None,
+            deterministic=deterministic,
+        )
+        out = nn.with_logical_constraint(out, BATCH_LENGTH_HEADS_KV)
+        out = out.reshape(*x.shape[:-1], cfg.hidden_size)
+        out = make_dense(
+            cfg,
+            cfg.hidden_size,
+            name="output",
+            kernel_axes=("joined_kv", "embed"),
+            role="attention_output",
+        )(out)
+        return nn.with_logical_constraint(out, BATCH_LENGTH_EMBED)
+
+
+class BertFeedForward(nn.Module):
+    """Intermediate Dense, activation, output Dense."""
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        cfg = self.config
+        h = make_dense(
+            cfg,
+            cfg.intermediate_size,
+            name="intermediate",
+            kernel_axes=("embed", "mlp"),
+            role="ffn_intermediate",
+        )(x)
+        h = nn.with_logical_constraint(activation(cfg.hidden_act, h), BATCH_LENGTH_MLP)
+        out = make_dense(
+            cfg, cfg.hidden_size, name="output", kernel_axes=("mlp", "embed"), role="ffn_output"
+        )(h)
+        return nn.with_logical_constraint(out, BATCH_LENGTH_EMBED)
+
+
+class BertLayer(nn.Module):
+    """One transformer layer: post-LN as in the original BERT, or pre-LN."""
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, x: Array, segment_ids: Array, deterministic: bool) -> Array:
+        cfg = self.config
+        attn = BertSelfAttention(cfg, name="attention")
+        ffn = BertFeedForward(cfg, name="ffn")
+        attn_norm = make_layer_norm(cfg, "attention_layer_norm")
+        ffn_norm = make_layer_norm(cfg, "ffn_layer_norm")
+        drop = nn.Dropout(cfg.hidden_dropout_rate)
+
+        def sublayer(x, fn, norm):
+            if cfg.pre_layer_norm:
+                return x + drop(fn(norm(x)), deterministic=deterministic)
+            return norm(x + drop(fn(x), deterministic=deterministic))
+
+        x = sublayer(x, lambda y: attn(y, segment_ids, deterministic=deterministic), attn_norm)
+        x = sublayer(x, ffn, ffn_norm)
+        return nn.with_logical_constraint(x, BATCH_LENGTH_EMBED)

@@ -1,0 +1,124 @@
+"""Fixtures for the model, loss and conversion tests: tiny configs and hand-assembled batches."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import flax.linen as nn
+import jax
+import numpy as np
+import pytest
+
+from bert_flax.config import BertConfig
+
+VOCAB = 97  # tiny WordPiece-like vocabulary; 0 = [PAD], 1 = [CLS], 2 = [SEP], 3 = [MASK]
+
+
+@dataclasses.dataclass
+class Sequence:
+    """One BERT example before batching: ids, token types, masked positions (within it)."""
+
+    input_ids: np.ndarray
+    token_type_ids: np.ndarray
+    masked_positions: np.ndarray
+    masked_ids: np.ndarray
+    nsp_label: int
+
+
+def random_sequence(rng: np.random.Generator, length: int, num_masked: int) -> Sequence:
+    ids = rng.integers(4, VOCAB, size=length).astype(np.int32)
+    ids[0] = 1
+    split = int(rng.integers(2, length - 1))
+    ids[split - 1] = ids[-1] = 2
+    types = np.zeros(length, np.int32)
+    types[split:] = 1
+    masked = np.sort(rng.choice(np.arange(1, length), size=num_masked, replace=False))
+    original = ids[masked].copy()
+    ids[masked] = 3
+    return Sequence(ids, types, masked.astype(np.int32), original, int(rng.integers(0, 2)))
+
+
+def assemble(rows: list[list[Sequence]], length: int, slots: int, predictions: int) -> dict:
+    """Packs `rows` (each a list of sequences) into a batch following the packed-batch contract."""
+    b = len(rows)
+    batch = {
+        "input_ids": np.zeros((b, length), np.int32),
+        "token_type_ids": np.zeros((b, length), np.int32),
+        "segment_ids": np.zeros((b, length), np.int32),
+        "positions": np.zeros((b, length), np.int32),
+        "masked_lm_positions": np.zeros((b, predictions), np.int32),
+        "masked_lm_ids": np.zeros((b, predictions), np.int32),
+        "masked_lm_weights": np.zeros((b, predictions), np.float32),
+        "nsp_positions": np.zeros((b, slots), np.int32),
+        "next_sentence_labels": np.zeros((b, slots), np.int32),
+        "sequence_mask": np.zeros((b, slots), np.float32),
+    }
+    for r, row in enumerate(rows):
+        start, pred = 0, 0
+        assert len(row) <= slots
+        for d, seq in enumerate(row):
+            n, m = len(seq.input_ids), len(seq.masked_positions)
+            assert start + n <= length and pred + m <= predictions
+            batch["input_ids"][r, start : start + n] = seq.input_ids
+            batch["token_type_ids"][r, start : start + n] = seq.token_type_ids
+            batch["segment_ids"][r, start : start + n] = d + 1
+            batch["positions"][r, start : start + n] = np.arange(n)
+            batch["masked_lm_positions"][r, pred : pred + m] = start + seq.masked_positions
+            batch["masked_lm_ids"][r, pred : pred + m] = seq.masked_ids
+            batch["masked_lm_weights"][r, pred : pred + m] = 1.0
+            batch["nsp_positions"][r, d] = start
+            batch["next_sentence_labels"][r, d] = seq.nsp_label
+            batch["sequence_mask"][r, d] = 1.0
+            start, pred = start + n, pred + m
+    return batch
+
+
+@pytest.fixture(scope="session")
+def tiny_config() -> BertConfig:
+    """A 2-layer, 32-wide BERT with non-trivial heads and no dropout."""
+    return BertConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_layers=2,
+        num_heads=4,
+        intermediate_size=48,
+        max_position_embeddings=64,
+        hidden_dropout_rate=0.0,
+        attention_dropout_rate=0.0,
+    )
+
+
+@pytest.fixture(scope="session")
+def sequences() -> list[Sequence]:
+    """Four sequences of different lengths and numbers of masked tokens."""
+    rng = np.random.default_rng(1234)
+    return [random_sequence(rng, n, m) for n, m in ((11, 3), (7, 2), (14, 4), (5, 1))]
+
+
+@pytest.fixture(scope="session")
+def make_batch():
+    return assemble
+
+
+def init_perturbed(model, batch, seed: int = 0, scale: float = 0.05):
+    """Random (unboxed) variables of `model`'s shapes, drawn on the host (no init compile).
+
+    Every parameter is random (LayerNorm scales around 1), so biases, LayerNorm parameters and
+    the heads all matter in the comparisons.
+    """
+    shapes = nn.unbox(
+        jax.eval_shape(lambda: model.init(jax.random.key(0), batch, deterministic=True))
+    )
+    rng = np.random.default_rng(seed)
+
+    def draw(path, leaf):
+        noise = scale * rng.standard_normal(leaf.shape).astype(leaf.dtype)
+        return noise + 1 if jax.tree_util.keystr(path).endswith("['scale']") else noise
+
+    return jax.tree_util.tree_map_with_path(draw, shapes)
+
+
+@pytest.fixture(scope="session")
+def random_variables():
+    """`random_variables(model, batch, seed=0)`: see `init_perturbed`."""
+    return init_perturbed
