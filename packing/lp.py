@@ -18,10 +18,11 @@ import numpy as np
 import scipy.optimize
 import scipy.sparse
 
+from packing import nnlshp, rounding
 from packing import patterns as patterns_lib
-from packing import rounding
 
 _EPS = 1e-6
+COLUMNS_PER_ROUND = 512  # most negative reduced costs added per column-generation round
 
 
 def covering_matrix(patterns: np.ndarray, max_len: int) -> scipy.sparse.csc_matrix:
@@ -41,17 +42,48 @@ def covering_matrix(patterns: np.ndarray, max_len: int) -> scipy.sparse.csc_matr
 
 
 def solve_covering_lp(
-    hist: np.ndarray, max_len: int, patterns: np.ndarray
-) -> tuple[np.ndarray, float]:
-    """Returns (pattern copies x, LP optimum in packs)."""
+    hist: np.ndarray,
+    max_len: int,
+    patterns: np.ndarray,
+    initial_columns: np.ndarray | None = None,
+    *,
+    max_rounds: int = 100,
+) -> tuple[np.ndarray, float, int]:
+    """Covering LP by column generation. Returns (pattern copies x, LP optimum in packs, rounds).
+
+    The restricted LP holds a working set of patterns and the whole downgrade chain; the duals
+    ``pi`` price every pattern at once (reduced cost ``1 - A^T pi``) and the most negative ones join
+    the working set until none is left, which proves the restricted optimum optimal for all.
+    """
     matrix = covering_matrix(patterns, max_len)
-    cost = np.concatenate([np.ones(len(patterns)), np.zeros(max_len - 1)])
-    result = scipy.optimize.linprog(
-        cost, A_ub=-matrix, b_ub=-hist[1:].astype(float), bounds=(0, None), method="highs"
+    num_patterns = len(patterns)
+    slots = matrix[:, :num_patterns]
+    chain = matrix[:, num_patterns:]
+    demand = -hist[1:].astype(float)
+    work = (
+        np.arange(num_patterns)
+        if initial_columns is None
+        else np.union1d(initial_columns, np.flatnonzero((patterns > 0).sum(axis=1) == 1))
     )
-    if result.status != 0:
-        raise RuntimeError(f"covering LP failed: {result.message}")
-    return np.maximum(result.x[: len(patterns)], 0.0), float(result.fun)
+    for rounds in range(1, max_rounds + 1):  # noqa: B007
+        restricted = scipy.sparse.hstack([slots[:, work], chain], format="csc")
+        cost = np.concatenate([np.ones(len(work)), np.zeros(max_len - 1)])
+        result = scipy.optimize.linprog(
+            cost, A_ub=-restricted, b_ub=demand, bounds=(0, None), method="highs-ds"
+        )
+        if result.status != 0:
+            raise RuntimeError(f"covering LP failed: {result.message}")
+        duals = -result.ineqlin.marginals
+        reduced = 1.0 - slots.T @ duals
+        reduced[work] = np.inf
+        entering = np.flatnonzero(reduced < -_EPS)
+        if entering.size == 0:
+            break
+        top = entering[np.argsort(reduced[entering])[:COLUMNS_PER_ROUND]]
+        work = np.union1d(work[result.x[: len(work)] > 0], top)
+    x = np.zeros(num_patterns)
+    x[work] = np.maximum(result.x[: len(work)], 0.0)
+    return x, float(result.fun), rounds
 
 
 def solve_covering_milp(
@@ -83,11 +115,20 @@ def lp_lower_bound(lp_value: float, tokens: int, max_len: int) -> int:
 def pack_lp(hist: np.ndarray, max_len: int, max_depth: int, *, milp_seconds: float = 0.0):
     """Covering LP, floor rounding, realization and repair. Returns (packs Counter, info dict)."""
     pats = patterns_lib.exact_patterns(max_len, max_depth)
-    x, lp_value = solve_covering_lp(hist, max_len, pats)
+    x, lp_value, rounds = solve_covering_lp(
+        hist, max_len, pats, nnlshp.warm_start_columns(hist, max_len, pats)
+    )
     copies = np.floor(x + _EPS).astype(np.int64)
     packs, residual = rounding.realize(pats, copies, hist, max_len)
     packs = rounding.repair(packs, residual, max_len, max_depth)
-    info = {"lp_value": lp_value, "columns": len(pats), "rounding": "floor+repair"}
+    tokens = sum(sum(c) * n for c, n in packs.items())
+    info = {
+        "lp_value": lp_value,
+        "lower_bound": lp_lower_bound(lp_value, tokens, max_len),
+        "columns": len(pats),
+        "lp_rounds": rounds,
+        "rounding": "floor+repair",
+    }
     if milp_seconds > 0:
         integer = solve_covering_milp(hist, max_len, pats, milp_seconds)
         if integer is not None and integer.sum() < sum(packs.values()):

@@ -98,3 +98,37 @@ def _chunks(array: np.ndarray, size: int = 1 << 16):
 def lower_bound_packs(tokens: int, max_len: int) -> int:
     """Fewest packs any packing can use: all tokens in completely full rows."""
     return math.ceil(tokens / max_len)
+
+
+def dominating_patterns(packs, patterns: np.ndarray, max_len: int) -> np.ndarray:
+    """Indices of the exact-fill patterns that dominate ``packs`` (grow each largest part to fill).
+
+    Packs deeper than the patterns are skipped. Used to warm-start the optimizing solvers from a
+    greedy solution, which is close to optimal.
+    """
+    depth = patterns.shape[1]
+    keys = _pattern_keys(patterns, max_len)
+    order = np.argsort(keys)
+    wanted = []
+    for contents in packs:
+        if not contents or len(contents) > depth:
+            continue
+        grown = sorted(contents, reverse=True)
+        grown[0] += max_len - sum(grown)
+        wanted.append(grown + [0] * (depth - len(grown)))
+    if not wanted:
+        return np.zeros(0, np.int64)
+    wanted_keys = _pattern_keys(np.asarray(wanted, np.int64), max_len)
+    pos = np.searchsorted(keys, wanted_keys, sorter=order)
+    pos = np.minimum(pos, len(keys) - 1)
+    found = keys[order[pos]] == wanted_keys
+    return np.unique(order[pos[found]])
+
+
+def _pattern_keys(rows: np.ndarray, max_len: int) -> np.ndarray:
+    """One integer per descending zero-padded row (exact: Python ints if int64 could overflow)."""
+    base = max_len + 1
+    if base ** rows.shape[1] < 2**62:
+        weights = base ** np.arange(rows.shape[1], dtype=np.int64)
+        return rows.astype(np.int64) @ weights
+    return np.array([sum(int(v) * base**i for i, v in enumerate(r)) for r in rows], dtype=object)

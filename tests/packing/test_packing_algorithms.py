@@ -1,0 +1,182 @@
+"""Every algorithm packs exactly the histogram within max_len and depth; the greedy packers equal
+per-sequence references; the optimizing solvers match full solves and respect exact bounds."""
+
+import functools
+import math
+
+import numpy as np
+import pytest
+import scipy.optimize
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import packing
+from packing import lp, nnlshp
+from packing import patterns as patterns_lib
+
+FAST = settings(max_examples=40, deadline=None)
+ALGORITHMS = ["none", "spfhp", "lpfhp", "nnlshp", "lp"]
+
+
+def reference_greedy(hist, max_len, max_depth, fit):
+    """Places sequences one by one, longest first (the textbook worst/best fit decreasing)."""
+    cap = max_depth or max_len
+    packs = []
+    for length in range(max_len, 0, -1):
+        for _ in range(int(hist[length])):
+            fits = [p for p in packs if len(p) < cap and max_len - sum(p) >= length]
+            if not fits:
+                packs.append([length])
+                continue
+            sign = -1 if fit == "worst" else 1
+            best = min(fits, key=lambda p: (sign * (max_len - sum(p)), len(p), tuple(p)))
+            best.append(length)
+    return sorted(tuple(sorted(p)) for p in packs)
+
+
+def expand(strategy_set):
+    return sorted(lengths for lengths, count in strategy_set.strategies for _ in range(count))
+
+
+def optimum_packs(items, max_len, max_depth):
+    """Fewest packs for a tiny multiset by exhaustive search (the largest item picks its mates)."""
+
+    @functools.cache
+    def solve(rest):
+        if not rest:
+            return 0
+        first, others = rest[0], rest[1:]
+        best = math.inf
+        for mask in range(1 << len(others)):
+            mates = [others[i] for i in range(len(others)) if mask >> i & 1]
+            if len(mates) + 1 > max_depth or first + sum(mates) > max_len:
+                continue
+            left = tuple(others[i] for i in range(len(others)) if not mask >> i & 1)
+            best = min(best, 1 + solve(left))
+        return best
+
+    return solve(tuple(sorted(items, reverse=True)))
+
+
+@FAST
+@given(data=st.data(), algorithm=st.sampled_from(ALGORITHMS), depth=st.integers(0, 4))
+def test_strategies_consume_exactly_the_histogram(histogram_strategy, data, algorithm, depth):
+    hist, max_len = data.draw(histogram_strategy())
+    if algorithm in ("nnlshp", "lp"):
+        depth = max(1, min(depth, 3))
+    result = packing.pack_histogram(hist, max_len, algorithm, depth)
+    result.check(hist)  # raises on any violation
+    m = result.metrics()
+    assert m.sequences == hist.sum()
+    assert m.real_tokens == int(np.arange(max_len + 1) @ hist)
+    assert m.real_tokens + m.padding_tokens == m.packs * max_len
+    assert m.packs >= math.ceil(m.real_tokens / max_len)
+    assert all(sum(c) <= max_len for c, _ in result.strategies)
+    if depth and algorithm != "none":
+        assert m.max_depth_used <= depth
+
+
+@FAST
+@given(data=st.data(), fit=st.sampled_from(["worst", "best"]), depth=st.integers(0, 4))
+def test_greedy_equals_per_sequence_reference(histogram_strategy, data, fit, depth):
+    hist, max_len = data.draw(histogram_strategy(max_sequences=30))
+    algorithm = "spfhp" if fit == "worst" else "lpfhp"
+    result = packing.pack_histogram(hist, max_len, algorithm, depth)
+    assert expand(result) == reference_greedy(hist, max_len, depth, fit)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 12), min_size=1, max_size=7),
+    max_len=st.integers(12, 16),
+    depth=st.integers(1, 3),
+)
+def test_lp_bound_is_a_valid_lower_bound(lengths, max_len, depth):
+    hist = packing.from_lengths(lengths, max_len)
+    best = optimum_packs(lengths, max_len, depth)
+    result = packing.pack_histogram(hist, max_len, "lp", depth)
+    assert result.info["lower_bound"] <= best <= result.num_packs
+    for algorithm in ("spfhp", "lpfhp", "nnlshp"):
+        assert packing.pack_histogram(hist, max_len, algorithm, depth).num_packs >= best
+
+
+@settings(max_examples=15, deadline=None)
+@given(data=st.data())
+def test_column_generation_matches_full_solves(histogram_strategy, data):
+    hist, max_len = data.draw(histogram_strategy(max_len_range=(8, 40), max_sequences=200))
+    pats = patterns_lib.exact_patterns(max_len, 3)
+    # Covering LP: restricted to a warm start + pricing == all columns at once.
+    _, value, _ = lp.solve_covering_lp(hist, max_len, pats, np.zeros(0, int))
+    _, full, _ = lp.solve_covering_lp(hist, max_len, pats, None)
+    assert value == pytest.approx(full, rel=1e-7, abs=1e-6)
+    # Weighted NNLS: working set + KKT pricing == scipy's dense solve of the paper's problem.
+    weights = nnlshp.residual_weights(max_len)
+    matrix = (patterns_lib.pattern_matrix(pats, max_len).T.multiply(weights)).T.tocsc()
+    target = weights * hist[1:]
+    _, rnorm, _ = nnlshp.solve_weighted_nnls(matrix, target, np.arange(1))
+    _, reference = scipy.optimize.nnls(matrix.toarray(), target)
+    assert rnorm == pytest.approx(reference, rel=1e-6, abs=1e-6)
+
+
+def test_exact_patterns_are_all_partitions():
+    pats = patterns_lib.exact_patterns(9, 3)
+    rows = {tuple(int(v) for v in r if v) for r in pats}
+    expected = {
+        (a, b, c)[: 3 - (b == 0) - (c == 0)]
+        for a in range(1, 10)
+        for b in range(0, a + 1)
+        for c in range(0, b + 1)
+        if a + b + c == 9 and not (b == 0 and c > 0)
+    }
+    assert rows == expected and len(pats) == len(rows) == patterns_lib.count_exact_patterns(9, 3)
+    with pytest.raises(ValueError, match="exceed max_patterns"):
+        patterns_lib.exact_patterns(512, 4, max_patterns=10_000)
+
+
+def test_nnlshp_reaches_the_paper_on_squad(squad_histogram):
+    result = packing.pack_histogram(squad_histogram, 384, "nnlshp", 3)
+    result.check(squad_histogram)
+    assert result.metrics().efficiency >= 97.39  # the paper's NNLSHP figure on this histogram
+
+
+def test_greedy_and_lp_on_squad(squad_histogram):
+    spfhp = packing.pack_histogram(squad_histogram, 384, "spfhp", 3).metrics()
+    lpfhp = packing.pack_histogram(squad_histogram, 384, "lpfhp", 3).metrics()
+    best = packing.pack_histogram(squad_histogram, 384, "lp", 3)
+    assert spfhp.packs <= 40_711 and lpfhp.packs <= 40_631  # the paper's reference runs
+    assert best.info["lower_bound"] <= best.num_packs <= lpfhp.packs
+    assert best.metrics().efficiency >= 98.5
+
+
+def test_unpacked_baseline_is_one_sequence_per_pack(squad_histogram):
+    m = packing.pack_histogram(squad_histogram, 384, "none").metrics()
+    assert (m.packs, round(m.efficiency, 2), m.max_depth_used) == (88_641, 44.80, 1)
+    assert round(m.max_packing_factor, 3) == 2.232
+
+
+@pytest.mark.parametrize("algorithm", ["spfhp", "lpfhp", "lp"])
+def test_huge_counts_are_packed_on_the_histogram(algorithm):
+    # ~10^12 sequences: a per-sequence packer would never finish; on counts it is instant.
+    hist = packing.synthetic.wikipedia_like_histogram(1_000, 128, seed=0) * 10**9
+    result = packing.pack_histogram(hist, 128, algorithm, 3)
+    result.check(hist)
+    assert len(result.strategies) <= 3 * 128  # groups of identical packs, not packs
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"algorithm": "magic"}, "unknown packing algorithm"),
+        ({"max_depth": -1}, "max_depth must be an integer >= 0"),
+        ({"max_depth": 1.5}, "max_depth must be an integer >= 0"),
+        ({"algorithm": "nnlshp", "max_depth": 0}, "needs a finite max_depth"),
+        ({"algorithm": "lp", "max_depth": None}, "needs a finite max_depth"),
+        ({"max_len": 0}, "max_len must be an integer >= 1"),
+        ({"max_len": 2}, "longer than max_len=2"),
+    ],
+)
+def test_pack_histogram_rejects_bad_arguments(kwargs, message):
+    args = {"histogram": [0, 1, 2, 3], "max_len": 3, "algorithm": "spfhp", "max_depth": 3}
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=message):
+        packing.pack_histogram(**args)
