@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 from tokenizers import BertWordPieceTokenizer
+from tokenizers.models import WordPiece
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
@@ -63,7 +64,7 @@ def load_vocab(path: str | None = None, *, lowercase: bool = True) -> Vocab:
     path = path or default_vocab_path()
     if not os.path.isfile(path):
         raise FileNotFoundError(f"Vocabulary file {path!r} does not exist (one token a line).")
-    tokenizer = BertWordPieceTokenizer(path, lowercase=lowercase)
+    tokenizer = BertWordPieceTokenizer(WordPiece.read_file(path), lowercase=lowercase)
     vocab = tokenizer.get_vocab()
     missing = [t for t in SPECIAL_TOKENS if t not in vocab]
     if missing:

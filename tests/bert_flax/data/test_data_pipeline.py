@@ -1,0 +1,287 @@
+"""The packed pipeline: every example once per epoch, the contract's features and invariants."""
+
+from __future__ import annotations
+
+import collections
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import packing
+from bert_flax.data import pipeline, records
+from bert_flax.data.verify_packing import example_key, reference_examples, unpack_row
+
+CLS = 101
+
+
+def epoch(data_dir, **kwargs) -> list[dict]:
+    kwargs = {"batch_size": 32, "process_index": 0, "process_count": 1, **kwargs}
+    ds = pipeline.packed_dataset(data_dir, repeat=False, drop_remainder=False, **kwargs)
+    return list(ds.as_numpy_iterator())
+
+
+def unpacked(batches: list[dict]) -> collections.Counter:
+    """Examples recovered from every row; fails on any corrupted row."""
+    seen: collections.Counter = collections.Counter()
+    for batch in batches:
+        for r in range(len(batch["input_ids"])):
+            examples, problems = unpack_row({k: v[r] for k, v in batch.items()}, CLS)
+            assert not problems, problems
+            seen.update(examples)
+    return seen
+
+
+@pytest.fixture(scope="module")
+def reference(data_dir) -> collections.Counter:
+    return reference_examples(records.find_shards(data_dir, "train"))
+
+
+@pytest.fixture(scope="module")
+def packed_epoch(data_dir) -> list[dict]:
+    return epoch(data_dir)
+
+
+def test_packed_epoch_recovers_every_example_exactly_once(packed_epoch, reference):
+    assert sum(reference.values()) > 1000
+    assert unpacked(packed_epoch) == reference
+
+
+def test_packed_rows_follow_the_contract(packed_epoch, summary):
+    L = summary["options"]["max_seq_length"]
+    P = pipeline.derived_max_predictions(L, 3, 0.15, summary["options"]["max_predictions_per_seq"])
+    batch = packed_epoch[0]
+    shapes = {k: (v.shape, v.dtype) for k, v in batch.items()}
+    expected = {
+        **{k: ((32, L), np.int32) for k in ("input_ids", "token_type_ids", "segment_ids")},
+        "positions": ((32, L), np.int32),
+        "masked_lm_positions": ((32, P), np.int32),
+        "masked_lm_ids": ((32, P), np.int32),
+        "masked_lm_weights": ((32, P), np.float32),
+        "nsp_positions": ((32, 3), np.int32),
+        "next_sentence_labels": ((32, 3), np.int32),
+        "sequence_mask": ((32, 3), np.float32),
+    }
+    assert shapes == expected
+    rows = {k: np.concatenate([b[k] for b in packed_epoch]) for k in batch}
+    seg = rows["segment_ids"]
+    # Segment ids are contiguous 1..k from the start, then padding.
+    k = seg.max(axis=1)
+    assert np.all(np.diff(seg, axis=1)[seg[:, 1:] > 0] >= 0)
+    assert np.array_equal(rows["sequence_mask"].sum(1), k)
+    # Positions restart at 0 at each sequence start; [CLS] at every nsp position.
+    starts = np.diff(seg, axis=1, prepend=0) > 0
+    assert np.all(rows["positions"][starts] == 0)
+    assert np.all(rows["input_ids"][starts] == CLS)
+    r, d = np.nonzero(rows["sequence_mask"])
+    assert np.all(rows["input_ids"][r, rows["nsp_positions"][r, d]] == CLS)
+    assert np.all(seg[r, rows["nsp_positions"][r, d]] == d + 1)
+    # Masked positions are inside a sequence; padding is zero everywhere.
+    w = rows["masked_lm_weights"] > 0
+    rr = np.nonzero(w)[0]
+    assert np.all(seg[rr, rows["masked_lm_positions"][w]] > 0)
+    pad = seg == 0
+    for name in ("input_ids", "token_type_ids", "positions"):
+        assert np.all(rows[name][pad] == 0)
+    assert np.all(rows["masked_lm_positions"][~w] == 0) and np.all(rows["masked_lm_ids"][~w] == 0)
+    assert rows["sequence_mask"].sum() > len(seg)  # some rows really hold several sequences
+
+
+def test_achieved_efficiency_matches_the_strategies(packed_epoch, data_dir):
+    tokens = sum(int((b["segment_ids"] > 0).sum()) for b in packed_epoch)
+    rows = sum(len(b["input_ids"]) for b in packed_epoch)
+    predicted = packing.StrategySet.load(f"{data_dir}/strategies.json").metrics()
+    assert 100 * tokens / (rows * 128) == pytest.approx(predicted.efficiency, abs=0.01)
+    assert rows == predicted.packs
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"packed": False},
+        {"streaming": True, "online_buffer_size": 16},
+        {"pack_window": 500},
+        {"strategies": None, "algorithm": "spfhp", "max_sequences_per_pack": 2},
+    ],
+    ids=["padded", "streaming", "windowed", "spfhp_depth2"],
+)
+def test_other_modes_also_recover_every_example(data_dir, reference, kwargs, tmp_path):
+    if kwargs.get("algorithm") == "spfhp":  # solve into a file of its own, not the shared one
+        hist = packing.load_histogram(f"{data_dir}/histogram.txt")
+        path = str(tmp_path / "spfhp.json")
+        packing.pack_histogram(hist, 128, algorithm="spfhp", max_depth=2).save(path)
+        kwargs = {**kwargs, "strategies": path}
+    batches = epoch(data_dir, **kwargs)
+    assert unpacked(batches) == reference
+    depth = 1 if kwargs.get("packed") is False else kwargs.get("max_sequences_per_pack", 3)
+    assert batches[0]["sequence_mask"].shape[1] == depth
+
+
+def test_padded_rows_hold_one_sequence_each(data_dir, summary):
+    batch = epoch(data_dir, packed=False)[0]
+    assert np.all(batch["sequence_mask"] == 1)
+    assert np.all(batch["nsp_positions"] == 0)
+    assert batch["masked_lm_positions"].shape[1] == summary["options"]["max_predictions_per_seq"]
+
+
+def test_uncovered_examples_go_to_the_fallback(data_dir, reference):
+    """Strategies solved for another histogram (validation) still pack every train example."""
+    lengths = np.array([128] * 5 + [64] * 7 + [20] * 3)
+    other = packing.pack_histogram(packing.from_lengths(lengths, 128), 128, max_depth=3)
+    assert unpacked(epoch(data_dir, strategies=other)) == reference
+
+
+@pytest.mark.parametrize("count", [2, 3])
+def test_host_shards_are_disjoint_and_complete(data_dir, reference, count):
+    # 8 shards: 2 hosts read whole files; 3 hosts read every third record.
+    parts = [unpacked(epoch(data_dir, process_index=i, process_count=count)) for i in range(count)]
+    assert all(sum(p.values()) > 0 for p in parts)
+    assert sum(parts, collections.Counter()) == reference
+
+
+def test_seed_determines_the_batches(data_dir):
+    def first(seed):
+        ds = pipeline.packed_dataset(
+            data_dir, batch_size=8, seed=seed, process_index=0, process_count=1
+        )
+        return next(ds.as_numpy_iterator())["input_ids"]
+
+    assert np.array_equal(first(1), first(1))
+    assert not np.array_equal(first(1), first(2))
+
+
+def test_repeat_flows_across_epochs_with_new_order(data_dir):
+    rows = sum(len(b["input_ids"]) for b in epoch(data_dir, batch_size=64))
+    ds = pipeline.packed_dataset(data_dir, batch_size=64, process_index=0, process_count=1)
+    it = ds.as_numpy_iterator()
+    batches = [next(it) for _ in range(2 * (rows // 64) + 2)]
+    assert all(b["input_ids"].shape == (64, 128) for b in batches)
+    first = np.concatenate([b["input_ids"] for b in batches])[:rows]
+    second = np.concatenate([b["input_ids"] for b in batches])[rows : 2 * rows]
+    assert not np.array_equal(first, second)  # epoch 2 is shuffled differently
+    key = lambda rows: collections.Counter(r.tobytes() for r in rows)
+    assert sum(key(first).values()) == sum(key(second).values())
+
+
+def naive_rows(table, packs, L, D, P) -> dict:
+    """Reference row assembly, one token at a time."""
+    out = collections.defaultdict(list)
+    for pack in packs:
+        row = {k: [0] * n for k, n in [("ids", L), ("tt", L), ("seg", L), ("pos", L)]}
+        mlm_pos, mlm_ids, nsp, labels = [], [], [], []
+        t = 0
+        for d, i in enumerate(pack):
+            ex = table.example(i)
+            nsp.append(t)
+            labels.append(ex.next_sentence_label)
+            for j, (tok, typ) in enumerate(zip(ex.input_ids, ex.token_type_ids)):
+                row["ids"][t + j], row["tt"][t + j] = tok, typ
+                row["seg"][t + j], row["pos"][t + j] = d + 1, j
+            mlm_pos += [t + p for p in ex.masked_lm_positions]
+            mlm_ids += list(ex.masked_lm_ids)
+            t += len(ex.input_ids)
+        k, m = len(pack), len(mlm_pos)
+        out["input_ids"].append(row["ids"])
+        out["token_type_ids"].append(row["tt"])
+        out["segment_ids"].append(row["seg"])
+        out["positions"].append(row["pos"])
+        out["masked_lm_positions"].append(mlm_pos + [0] * (P - m))
+        out["masked_lm_ids"].append(mlm_ids + [0] * (P - m))
+        out["masked_lm_weights"].append([1.0] * m + [0.0] * (P - m))
+        out["nsp_positions"].append(nsp + [0] * (D - k))
+        out["next_sentence_labels"].append(labels + [0] * (D - k))
+        out["sequence_mask"].append([1.0] * k + [0.0] * (D - k))
+    return {k: np.array(v) for k, v in out.items()}
+
+
+def test_build_rows_matches_a_token_by_token_reference(data_dir):
+    table = records.read_table(records.find_shards(data_dir, "train")[:1], 128, 20)
+    rng = np.random.default_rng(0)
+    assignment = packing.assign_sequences(
+        table.lengths, packing.StrategySet.load(f"{data_dir}/strategies.json"), seed=3
+    )
+    packs = [assignment.packs[i] for i in rng.choice(len(assignment.packs), 40, replace=False)]
+    shape = pipeline.RowShape(128, 3, 22)
+    got = pipeline.build_rows(table, packs, shape)
+    want = naive_rows(table, packs, 128, 3, 22)
+    assert got.keys() == want.keys()
+    for name in got:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+def test_build_rows_rejects_overfull_packs(data_dir):
+    table = records.read_table(records.find_shards(data_dir, "train")[:1], 128, 20)
+    long = [int(i) for i in np.flatnonzero(table.lengths == 128)[:2]]
+    with pytest.raises(ValueError, match="more than L=128"):
+        pipeline.build_rows(table, [long], pipeline.RowShape(128, 3, 40))
+    with pytest.raises(ValueError, match="more than D=1"):
+        pipeline.build_rows(table, [[0, 1]], pipeline.RowShape(256, 1, 40))
+    with pytest.raises(ValueError, match="max_predictions_per_pack=5"):
+        pipeline.build_rows(table, [long[:1]], pipeline.RowShape(128, 1, 5))
+
+
+def test_derived_prediction_bound_is_tight_enough():
+    # floor(0.15 * 128) + 3 = 22, well under 3 * 20; one sequence alone keeps its own cap.
+    assert pipeline.derived_max_predictions(128, 3, 0.15, 20) == 22
+    assert pipeline.derived_max_predictions(128, 1, 0.15, 20) == 20
+    assert pipeline.derived_max_predictions(512, 3, 0.15, 77) == 79
+
+
+def test_bad_arguments_raise_clear_errors(data_dir, tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"summary\.json"):
+        pipeline.packed_dataset(str(tmp_path), batch_size=4)
+    with pytest.raises(FileNotFoundError, match="No test-"):
+        pipeline.packed_dataset(
+            data_dir, split="test", batch_size=4, process_count=1, process_index=0
+        )
+    with pytest.raises(ValueError, match="process_index=2"):
+        pipeline.packed_dataset(data_dir, batch_size=4, process_index=2, process_count=2)
+    wrong_length = packing.pack_histogram(packing.from_lengths([10, 20, 30], 64), 64)
+    with pytest.raises(ValueError, match="max_seq_length=128"):
+        pipeline.packed_dataset(
+            data_dir, batch_size=4, strategies=wrong_length, process_index=0, process_count=1
+        )
+    deep = packing.pack_histogram(packing.from_lengths([10] * 30, 128), 128, max_depth=3)
+    with pytest.raises(ValueError, match="max_sequences_per_pack=2"):
+        pipeline.packed_dataset(
+            data_dir,
+            batch_size=4,
+            strategies=deep,
+            max_sequences_per_pack=2,
+            process_index=0,
+            process_count=1,
+        )
+    with pytest.raises(FileNotFoundError, match=r"nope\.json"):
+        pipeline.packed_dataset(
+            data_dir,
+            batch_size=4,
+            strategies=str(tmp_path / "nope.json"),
+            process_index=0,
+            process_count=1,
+        )
+    with pytest.raises(ValueError, match="batch_size"):
+        pipeline.packed_dataset(data_dir, batch_size=0)
+
+
+def test_missing_strategies_are_solved_and_saved(data_dir, tmp_path):
+
+    for name in (
+        "summary.json",
+        "histogram.txt",
+        *map(os.path.basename, records.find_shards(data_dir, "train")),
+    ):
+        shutil.copy(f"{data_dir}/{name}", tmp_path / name)
+    batches = epoch(str(tmp_path), batch_size=64)
+    assert (tmp_path / "strategies.json").exists()
+    assert (
+        sum(len(b["input_ids"]) for b in batches)
+        == packing.StrategySet.load(str(tmp_path / "strategies.json")).metrics().packs
+    )
+
+
+def test_example_key_is_the_identity_of_all_features():
+    a = example_key([101, 5, 102], [0, 0, 0], [1], [7], 0)
+    assert a == example_key(np.array([101, 5, 102]), [0, 0, 0], [1], [7], 0)
+    assert a != example_key([101, 5, 102], [0, 0, 0], [1], [7], 1)
+    assert a != example_key([101, 5, 102], [0, 0, 1], [1], [7], 0)
