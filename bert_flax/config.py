@@ -8,6 +8,8 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from bert_flax.block_sparse.bert import BlockSparseConfig
+
 ATTENTION_IMPLS = ("xla", "cudnn", "splash")
 HIDDEN_ACTS = ("gelu", "gelu_tanh", "relu", "silu")
 REMAT_POLICIES = ("none", "full", "dots")
@@ -77,6 +79,7 @@ class BertConfig:
     def __post_init__(self):
         object.__setattr__(self, "dtype", jnp.dtype(self.dtype))
         object.__setattr__(self, "param_dtype", jnp.dtype(self.param_dtype))
+        object.__setattr__(self, "block_sparse", BlockSparseConfig.coerce(self.block_sparse))
         if self.hidden_size % self.num_heads:
             raise ValueError(
                 f"hidden_size={self.hidden_size} is not divisible by num_heads={self.num_heads}."

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from bert_flax.attention import attention
+from bert_flax.block_sparse.bert import make_block_sparse_dense
 from bert_flax.config import BertConfig
 
 Array = jax.Array
@@ -49,12 +50,12 @@ def make_dense(
         "nsp_classifier" (heads). Lets a block-sparse config pick which layers it replaces.
     """
     if config.block_sparse is not None:
-        # Block-sparse hook (issue 7): build the BlockSparseDense for the roles that
-        # `config.block_sparse` selects and fall through to the dense layer for the others.
-        raise NotImplementedError(
-            f"BertConfig.block_sparse={config.block_sparse!r} is set, but no block-sparse layer "
-            f"is wired into bert_flax.layers.make_dense yet (layer {name!r}, role {role!r})."
+        # The roles that `config.block_sparse` selects become BlockSparseDense; others stay dense.
+        sparse = make_block_sparse_dense(
+            config, features, name=name, kernel_axes=kernel_axes, role=role
         )
+        if sparse is not None:
+            return sparse
     return nn.Dense(
         features,
         dtype=config.dtype,
