@@ -1,0 +1,489 @@
+"""A small reader for optimized HLO text: instructions, metadata, stack frames, FLOPs and bytes.
+
+XLA prints the program it actually runs with `compiled.as_text()`. This module parses that text
+(stable across backends) into `HloModule` / `HloComputation` / `HloInstruction`, resolves the
+Python stack frames jax records for each op, enumerates the instructions the runtime executes
+(entry computation plus while/conditional/call bodies, fusions as one op) and counts each executed
+op's FLOPs and bytes from its shapes, the same way XLA's HloCostAnalysis does:
+
+- `dot`: 2 x output elements x contracted elements; `convolution` likewise per kernel window;
+- elementwise and reduce ops: one FLOP per element (transcendentals counted separately);
+- bytes: operands read + outputs written at the op's boundary (for a fusion: its parameters and
+  results, never its internal temporaries), with gathers/slices reading only what they take and
+  in-place updates writing only the update.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+import re
+from collections.abc import Iterator
+
+_DTYPE_BYTES = {
+    "pred": 1, "s2": 0.25, "u2": 0.25, "s4": 0.5, "u4": 0.5, "s8": 1, "u8": 1, "s16": 2,
+    "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8,
+    "c64": 8, "c128": 16, "token": 0, "opaque": 0,
+}  # fmt: skip
+
+# Ops that cost nothing at run time (no kernel, no thunk): aliases, tuples and literals.
+FREE_OPCODES = frozenset(
+    {"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "after-all", "partition-id",
+     "replica-id", "opt-barrier", "add-dependency", "domain"}
+)  # fmt: skip
+TRANSCENDENTAL_OPCODES = frozenset(
+    {"exponential", "exponential-minus-one", "log", "log-plus-one", "tanh", "rsqrt", "sqrt",
+     "cbrt", "power", "logistic", "erf", "sine", "cosine", "tan", "atan2"}
+)  # fmt: skip
+ELEMENTWISE_OPCODES = frozenset(
+    {"add", "subtract", "multiply", "divide", "maximum", "minimum", "negate", "abs", "compare",
+     "select", "clamp", "and", "or", "xor", "not", "shift-left", "shift-right-logical",
+     "shift-right-arithmetic", "remainder", "sign", "floor", "ceil", "round-nearest-afz",
+     "round-nearest-even", "convert", "is-finite", "popcnt", "count-leading-zeros", "real",
+     "imag", "stochastic-convert"}
+)  # fmt: skip
+COLLECTIVE_OPCODES = frozenset(
+    {"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
+     "collective-broadcast", "all-reduce-start", "all-reduce-done", "all-gather-start",
+     "all-gather-done", "collective-permute-start", "collective-permute-done", "send", "recv",
+     "send-done", "recv-done", "ragged-all-to-all"}
+)  # fmt: skip
+# Ops that read only part of their first operand / write only part of their result.
+_PARTIAL_READ_OPCODES = frozenset({"gather", "dynamic-slice", "slice"})
+_IN_PLACE_OPCODES = frozenset({"dynamic-update-slice", "scatter"})
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    """An array shape (`dtype`, `dims`) or a tuple of shapes (`dtype == "tuple"`)."""
+
+    dtype: str
+    dims: tuple[int, ...] = ()
+    elements: tuple[Shape, ...] = ()
+
+    @property
+    def is_tuple(self) -> bool:
+        return self.dtype == "tuple"
+
+    @property
+    def size(self) -> int:
+        """Number of array elements (summed over tuple elements)."""
+        if self.is_tuple:
+            return sum(e.size for e in self.elements)
+        return math.prod(self.dims)
+
+    @property
+    def bytes(self) -> float:
+        if self.is_tuple:
+            return sum(e.bytes for e in self.elements)
+        return self.size * _DTYPE_BYTES.get(self.dtype, 4)
+
+    def arrays(self) -> Iterator[Shape]:
+        if self.is_tuple:
+            for e in self.elements:
+                yield from e.arrays()
+        else:
+            yield self
+
+    def __str__(self) -> str:
+        if self.is_tuple:
+            return "(" + ", ".join(map(str, self.elements)) + ")"
+        return f"{self.dtype}[{','.join(map(str, self.dims))}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class Frame:
+    """One Python frame jax recorded for an op."""
+
+    file: str
+    function: str
+    line: int
+
+
+@dataclasses.dataclass
+class HloInstruction:
+    name: str
+    opcode: str
+    shape: Shape
+    operands: list[str]
+    attrs: str
+    computation: str
+    is_root: bool = False
+    op_name: str = ""
+    stack_frame_id: int = 0
+    source: tuple[str, int] | None = None  # (file, line) from older metadata
+    called: list[str] = dataclasses.field(default_factory=list)
+    parameter_number: int = -1
+
+    def attr(self, key: str) -> str | None:
+        m = re.search(rf"(?:^|, ){re.escape(key)}=(\{{[^}}]*\}}|\"[^\"]*\"|[^,\s]+)", self.attrs)
+        return m.group(1) if m else None
+
+    def int_list_attr(self, key: str) -> tuple[int, ...]:
+        value = self.attr(key)
+        if not value:
+            return ()
+        return tuple(int(v) for v in re.findall(r"-?\d+", value))
+
+    @property
+    def custom_call_target(self) -> str:
+        return (self.attr("custom_call_target") or "").strip('"')
+
+    @property
+    def known_trip_count(self) -> int | None:
+        m = re.search(r'"known_trip_count":\{"n":"(\d+)"\}', self.attrs)
+        return int(m.group(1)) if m else None
+
+
+@dataclasses.dataclass
+class HloComputation:
+    name: str
+    instructions: list[HloInstruction]
+    is_entry: bool = False
+
+    @functools.cached_property
+    def by_name(self) -> dict[str, HloInstruction]:
+        return {i.name: i for i in self.instructions}
+
+
+@dataclasses.dataclass
+class ExecutedOp:
+    """An instruction the runtime executes as one unit, and how many times per program run."""
+
+    instruction: HloInstruction
+    count: int | None  # None: inside a loop of unknown trip count
+    order: int
+
+
+@dataclasses.dataclass
+class HloModule:
+    name: str
+    computations: dict[str, HloComputation]
+    entry: str
+    frames: dict[int, tuple[Frame, int]]  # id -> (frame, parent id)
+    instructions: dict[str, HloInstruction] = dataclasses.field(init=False)
+
+    def __post_init__(self):
+        self.instructions = {i.name: i for c in self.computations.values() for i in c.instructions}
+
+    def stack(self, instruction: HloInstruction) -> list[Frame]:
+        """The Python frames of an op, innermost first ([] when jax recorded none)."""
+        frames, fid, seen = [], instruction.stack_frame_id, set()
+        while fid and fid in self.frames and fid not in seen:
+            seen.add(fid)
+            frame, parent = self.frames[fid]
+            frames.append(frame)
+            fid = parent
+        if not frames and instruction.source:
+            frames.append(Frame(instruction.source[0], "", instruction.source[1]))
+        return frames
+
+    def fused_instructions(self, instruction: HloInstruction) -> list[HloInstruction]:
+        """The ops inside a fusion (recursively through nested fusions); [op] for a plain op."""
+        if instruction.opcode != "fusion":
+            return [instruction]
+        out = []
+        for callee in instruction.called:
+            for inner in self.computations[callee].instructions:
+                out.extend(self.fused_instructions(inner))
+        return out
+
+    def executed_ops(self) -> list[ExecutedOp]:
+        """Every op the runtime runs, in program order, with its static execution count."""
+        out: list[ExecutedOp] = []
+
+        def visit(computation: str, count: int | None):
+            for inst in self.computations[computation].instructions:
+                if inst.opcode in FREE_OPCODES:
+                    continue
+                out.append(ExecutedOp(inst, count, len(out)))
+                if inst.opcode == "while":
+                    trips = inst.known_trip_count
+                    inner = None if count is None or trips is None else count * trips
+                    for callee in inst.called:
+                        visit(callee, inner)
+                elif inst.opcode in ("conditional", "call", "async-start"):
+                    for callee in inst.called:
+                        visit(callee, None if inst.opcode == "conditional" else count)
+
+        visit(self.entry, 1)
+        return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Parsing
+
+
+def _split_balanced(text: str, start: int, open_ch: str, close_ch: str) -> int:
+    """Index just past the bracket group that opens at text[start]."""
+    depth = 0
+    i = start
+    in_str = False
+    while i < len(text):
+        ch = text[i]
+        if ch == '"' and text[i - 1] != "\\":
+            in_str = not in_str
+        elif not in_str:
+            if ch == open_ch:
+                depth += 1
+            elif ch == close_ch:
+                depth -= 1
+                if depth == 0:
+                    return i + 1
+        i += 1
+    raise ValueError(f"unbalanced {open_ch}{close_ch} in HLO text: {text[start : start + 80]!r}")
+
+
+_ARRAY_SHAPE = re.compile(r"([a-z]+[0-9]*)\[([^\]]*)\](?:\{[^}]*\})?")
+
+
+def parse_shape(text: str) -> Shape:
+    text = text.strip()
+    if text.startswith("("):
+        inner = text[1:-1]
+        elements, depth, start = [], 0, 0
+        for i, ch in enumerate(inner):
+            if ch in "({[":
+                depth += 1
+            elif ch in ")}]":
+                depth -= 1
+            elif ch == "," and depth == 0:
+                elements.append(inner[start:i])
+                start = i + 1
+        elements.append(inner[start:])
+        parts = [re.sub(r"/\*.*?\*/", "", e).strip() for e in elements]
+        return Shape("tuple", elements=tuple(parse_shape(p) for p in parts if p))
+    m = _ARRAY_SHAPE.match(text)
+    if not m:
+        return Shape(text.split("[")[0] or "opaque")
+    dims = tuple(int(d.lstrip("<=")) for d in m.group(2).split(",") if d.strip())
+    return Shape(m.group(1), dims)
+
+
+_INSTRUCTION_HEAD = re.compile(r"^\s*(ROOT\s+)?%?([^\s=]+)\s*=\s*")
+_CALLED = re.compile(
+    r"(?:calls|to_apply|body|condition|true_computation|false_computation|"
+    r"branch_computations|called_computations)=(\{[^}]*\}|%?[\w.\-]+)"
+)
+
+
+def _parse_instruction(line: str, computation: str) -> HloInstruction | None:
+    head = _INSTRUCTION_HEAD.match(line)
+    if not head:
+        return None
+    pos = head.end()
+    if line[pos] == "(":
+        end = _split_balanced(line, pos, "(", ")")
+        while end < len(line) and line[end] != " ":  # a tuple layout suffix
+            end += 1
+    else:
+        end = line.index(" ", pos)
+    shape = parse_shape(line[pos:end])
+    rest = line[end:].lstrip()
+    m = re.match(r"([\w\-]+)\(", rest)
+    if not m:
+        return None
+    opcode = m.group(1)
+    close = _split_balanced(rest, m.end() - 1, "(", ")")
+    operand_text = rest[m.end() : close - 1]
+    attrs = rest[close:].lstrip(", ")
+    operands = re.findall(r"%([^\s,()]+)", operand_text)
+    parameter_number = int(operand_text) if opcode == "parameter" else -1
+    inst = HloInstruction(
+        name=head.group(2),
+        opcode=opcode,
+        shape=shape,
+        operands=operands,
+        attrs=attrs,
+        computation=computation,
+        is_root=bool(head.group(1)),
+        parameter_number=parameter_number,
+    )
+    meta = re.search(r"metadata=\{(.*?)\}(?:, [\w_]+=|$)", attrs)
+    if meta:
+        body = meta.group(1)
+        op = re.search(r'op_name="((?:[^"\\]|\\.)*)"', body)
+        inst.op_name = op.group(1) if op else ""
+        sf = re.search(r"stack_frame_id=(\d+)", body)
+        inst.stack_frame_id = int(sf.group(1)) if sf else 0
+        src = re.search(r'source_file="([^"]*)" source_line=(\d+)', body)
+        inst.source = (src.group(1), int(src.group(2))) if src else None
+    for group in _CALLED.findall(attrs):
+        inst.called.extend(re.findall(r"%?([\w.\-]+)", group.strip("{}")))
+    return inst
+
+
+def _parse_frame_tables(text: str) -> dict[int, tuple[Frame, int]]:
+    def table(title: str) -> dict[int, str]:
+        m = re.search(rf"^{title}\n((?:\d+ .*\n)+)", text, re.M)
+        if not m:
+            return {}
+        rows = (row.split(" ", 1) for row in m.group(1).splitlines())
+        return {int(k): v for k, v in rows}
+
+    files = {k: json.loads(v) for k, v in table("FileNames").items()}
+    functions = {k: json.loads(v) for k, v in table("FunctionNames").items()}
+    locations = {}
+    for k, v in table("FileLocations").items():
+        f = dict(re.findall(r"(\w+)=(\d+)", v))
+        locations[k] = Frame(
+            files.get(int(f.get("file_name_id", 0)), ""),
+            functions.get(int(f.get("function_name_id", 0)), ""),
+            int(f.get("line", 0)),
+        )
+    frames = {}
+    for k, v in table("StackFrames").items():
+        f = dict(re.findall(r"(\w+)=(\d+)", v))
+        loc = locations.get(int(f.get("file_location_id", 0)))
+        if loc is not None:
+            parent = int(f.get("parent_frame_id", 0))
+            frames[k] = (loc, 0 if parent == k else parent)
+    return frames
+
+
+def parse_module(text: str) -> HloModule:
+    """Parse the text of one optimized HLO module (`compiled.as_text()`)."""
+    m = re.search(r"^HloModule ([^\s,]+)", text, re.M)
+    if not m:
+        raise ValueError("not HLO module text: expected a line starting with 'HloModule <name>'")
+    computations: dict[str, HloComputation] = {}
+    entry = None
+    current: HloComputation | None = None
+    for line in text.splitlines():
+        if current is None:
+            header = re.match(r"^(ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$", line)
+            if header and not line.startswith(" "):
+                current = HloComputation(header.group(2), [], bool(header.group(1)))
+                if current.is_entry:
+                    entry = current.name
+            continue
+        if line.startswith("}"):
+            computations[current.name] = current
+            current = None
+            continue
+        inst = _parse_instruction(line, current.name)
+        if inst is not None:
+            current.instructions.append(inst)
+    if entry is None:
+        raise ValueError(f"HLO module {m.group(1)} has no ENTRY computation")
+    return HloModule(m.group(1), computations, entry, _parse_frame_tables(text))
+
+
+# ----------------------------------------------------------------------------------------------
+# Costs
+
+
+@dataclasses.dataclass
+class OpCost:
+    flops: float = 0.0  # all FLOPs, matrix products and the elementwise work fused with them
+    transcendentals: float = 0.0
+    bytes: float = 0.0
+    matmul_flops: float = 0.0  # the dot/convolution part of `flops`
+
+
+def _instruction_flops(module: HloModule, inst: HloInstruction) -> tuple[float, float]:
+    """(flops, transcendentals) of one non-fusion instruction."""
+    op = inst.opcode
+    out = inst.shape.size
+    if op == "dot":
+        lhs = module.instructions[inst.operands[0]].shape
+        contracted = math.prod(lhs.dims[d] for d in inst.int_list_attr("lhs_contracting_dims"))
+        return 2.0 * out * contracted, 0.0
+    if op == "convolution":
+        rhs = module.instructions[inst.operands[1]].shape
+        labels = inst.attr("dim_labels") or ""
+        kernel = labels.split("_")[1].split("->")[0] if "_" in labels else ""
+        out_features = rhs.dims[kernel.index("o")] if "o" in kernel else 1
+        return 2.0 * out * rhs.size / max(out_features, 1), 0.0
+    if op in TRANSCENDENTAL_OPCODES:
+        return 0.0, float(out)
+    if op in ELEMENTWISE_OPCODES:
+        return float(out), 0.0
+    if op in ("reduce", "reduce-window", "all-reduce", "reduce-scatter"):
+        inputs = [module.instructions[o].shape for o in inst.operands]
+        n_in = len(inputs) // 2 if op in ("reduce", "reduce-window") else len(inputs)
+        return float(sum(s.size for s in inputs[: max(n_in, 1)])), 0.0
+    if op == "scatter":
+        updates = module.instructions[inst.operands[-1]].shape
+        return float(updates.size), 0.0
+    return 0.0, 0.0
+
+
+def _operand_read_bytes(module: HloModule, inst: HloInstruction, index: int) -> float:
+    """Bytes an op reads from operand `index`, accounting for partial reads."""
+    operand = module.instructions[inst.operands[index]]
+    if inst.opcode in _PARTIAL_READ_OPCODES and index == 0:
+        return inst.shape.bytes
+    if inst.opcode in _IN_PLACE_OPCODES and index == 0:
+        return 0.0
+    if inst.opcode == "fusion":
+        return _fusion_parameter_read_bytes(module, inst, index, operand.shape.bytes)
+    return operand.shape.bytes
+
+
+def _fusion_parameter_read_bytes(
+    module: HloModule, fusion: HloInstruction, index: int, full: float
+) -> float:
+    computation = module.computations[fusion.called[0]]
+    param = next(
+        (
+            i
+            for i in computation.instructions
+            if i.opcode == "parameter" and i.parameter_number == index
+        ),
+        None,
+    )
+    if param is None:
+        return full
+    users = [i for i in computation.instructions if param.name in i.operands]
+    if not users:
+        return 0.0
+    total = 0.0
+    for user in users:
+        position = user.operands.index(param.name)
+        if user.opcode in _PARTIAL_READ_OPCODES and position == 0:
+            total += user.shape.bytes
+        elif user.opcode in _IN_PLACE_OPCODES and position == 0:
+            total += 0.0
+        else:
+            return full
+    return min(total, full)
+
+
+def _written_bytes(module: HloModule, inst: HloInstruction) -> float:
+    if inst.opcode in _IN_PLACE_OPCODES:
+        update = module.instructions[inst.operands[-1 if inst.opcode == "scatter" else 1]]
+        return update.shape.bytes
+    if inst.opcode == "fusion":
+        root = next(i for i in module.computations[inst.called[0]].instructions if i.is_root)
+        roots = (
+            [module.instructions[o] for o in root.operands] if root.opcode == "tuple" else [root]
+        )
+        total = 0.0
+        for r in roots:
+            total += _written_bytes(module, r) if r.opcode in _IN_PLACE_OPCODES else r.shape.bytes
+        return total
+    return inst.shape.bytes
+
+
+def op_cost(module: HloModule, inst: HloInstruction) -> OpCost:
+    """FLOPs, transcendentals and bytes of one executed op (a fusion counted as one op)."""
+    cost = OpCost()
+    for inner in module.fused_instructions(inst):
+        flops, trans = _instruction_flops(module, inner)
+        cost.flops += flops
+        cost.transcendentals += trans
+        if inner.opcode in ("dot", "convolution"):
+            cost.matmul_flops += flops
+    if inst.opcode in ("while", "conditional", "call"):
+        return OpCost()  # their bodies are counted as separate executed ops
+    seen = set()
+    for index, name in enumerate(inst.operands):
+        if name in seen:
+            continue
+        seen.add(name)
+        cost.bytes += _operand_read_bytes(module, inst, index)
+    cost.bytes += _written_bytes(module, inst)
+    return cost

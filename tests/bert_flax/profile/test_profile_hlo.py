@@ -1,0 +1,97 @@
+"""The HLO reader: shapes, executed ops, and FLOP/byte counts against XLA's own cost analysis."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import pytest
+
+from bert_flax.profile import hlo
+
+
+def compiled_module(fn, *args):
+    compiled = jax.jit(fn).lower(*args).compile()
+    return compiled, hlo.parse_module(compiled.as_text())
+
+
+def totals(module):
+    flops = bytes_ = trans = 0.0
+    for e in module.executed_ops():
+        cost = hlo.op_cost(module, e.instruction)
+        flops += cost.flops * (e.count or 1)
+        bytes_ += cost.bytes * (e.count or 1)
+        trans += cost.transcendentals * (e.count or 1)
+    return flops, bytes_, trans
+
+
+def test_parse_shape():
+    assert hlo.parse_shape("f32[8,128]{1,0}") == hlo.Shape("f32", (8, 128))
+    assert hlo.parse_shape("bf16[4]{0}").bytes == 8
+    t = hlo.parse_shape("(s32[], f32[2,3]{1,0}, /*index=2*/pred[5]{0})")
+    assert t.is_tuple and t.size == 1 + 6 + 5 and t.bytes == 4 + 24 + 5
+
+
+def test_lone_matmul_flops_and_bytes_are_exact():
+    a, b = jnp.ones((96, 80)), jnp.ones((80, 48))
+    compiled, module = compiled_module(jnp.matmul, a, b)
+    flops, bytes_, _ = totals(module)
+    assert flops == 2 * 96 * 80 * 48
+    assert bytes_ == 4 * (96 * 80 + 80 * 48 + 96 * 48)
+    assert compiled.cost_analysis()["flops"] == pytest.approx(flops)
+
+
+def test_mlp_gradient_matches_xla_cost_analysis():
+    def loss(w1, w2, x):
+        h = jnp.tanh(x @ w1)
+        h = (h - h.mean(-1, keepdims=True)) * jax.lax.rsqrt(h.var(-1, keepdims=True) + 1e-6)
+        return jax.nn.log_softmax(h @ w2).sum()
+
+    args = (jnp.ones((64, 128)), jnp.ones((128, 32)), jnp.ones((16, 64)))
+    compiled, module = compiled_module(jax.grad(loss, argnums=(0, 1)), *args)
+    flops, bytes_, trans = totals(module)
+    xla = compiled.cost_analysis()
+    assert flops == pytest.approx(xla["flops"], rel=0.02)
+    assert trans == pytest.approx(xla["transcendentals"], rel=0.02)
+    assert bytes_ == pytest.approx(xla["bytes accessed"], rel=0.1)
+
+
+def test_gather_reads_only_the_rows_it_takes():
+    table = jnp.ones((30000, 64))
+    ids = jnp.arange(32)
+    _, module = compiled_module(
+        lambda t, i: nn.Embed(30000, 64).apply({"params": {"embedding": t}}, i), table, ids
+    )
+    _, bytes_, _ = totals(module)
+    assert bytes_ < 10 * 32 * 64 * 4  # far below the 7.7 MB table
+
+
+def test_while_loop_bodies_count_once_per_trip():
+    def body(_, x):
+        return x @ x
+
+    _, module = compiled_module(lambda x: jax.lax.fori_loop(0, 5, body, x), jnp.ones((32, 32)))
+    dots = [
+        e
+        for e in module.executed_ops()
+        if any(i.opcode == "dot" for i in module.fused_instructions(e.instruction))
+    ]
+    assert dots and all(e.count == 5 for e in dots)
+    assert totals(module)[0] >= 5 * 2 * 32**3
+
+
+def test_frames_name_the_python_function():
+    def my_layer(x):
+        return jnp.tanh(x) * 2
+
+    _, module = compiled_module(my_layer, jnp.ones((8, 8)))
+    functions = {
+        f.function
+        for e in module.executed_ops()
+        for i in module.fused_instructions(e.instruction)
+        for f in module.stack(i)
+    }
+    assert any("my_layer" in f for f in functions)
+
+
+def test_not_hlo_text_is_a_clear_error():
+    with pytest.raises(ValueError, match="HloModule"):
+        hlo.parse_module("hello")
