@@ -132,7 +132,7 @@ def test_directories_and_cli(hf_model, tmp_path):
 def test_bad_checkpoints_are_rejected(hf_model):
     state = dict(hf_model.state_dict())
     config = convert.config_from_hf(hf_model.config.to_dict())
-    with pytest.raises(KeyError, match="cls.seq_relationship.weight"):
+    with pytest.raises(KeyError, match=r"cls\.seq_relationship\.weight"):
         convert.from_hf_state_dict({k: v for k, v in state.items() if "seq_rel" not in k}, config)
     with pytest.raises(ValueError, match="Unexpected HF parameters"):
         convert.from_hf_state_dict(

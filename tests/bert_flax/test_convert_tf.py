@@ -1,4 +1,4 @@
-"""Conversion of a Google BERT TensorFlow checkpoint, written here with the Google variable names."""
+"""Conversion of a Google BERT TensorFlow checkpoint written here with Google variable names."""
 
 import json
 import re
