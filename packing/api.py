@@ -36,7 +36,7 @@ ALGORITHMS: dict[str, PackFn] = {
     "lp": lp.pack_lp,
 }
 # Algorithms that enumerate exact-fill patterns and so need a finite (small) depth.
-NEEDS_FINITE_DEPTH = ("nnlshp", "lp")
+NEEDS_FINITE_DEPTH = ("nnlshp",)
 
 
 def pack_histogram(
@@ -49,7 +49,7 @@ def pack_histogram(
         :func:`packing.histogram.from_lengths` or :func:`packing.histogram.load_histogram`.
       max_len: tokens per row.
       algorithm: "spfhp", "lpfhp", "nnlshp", "lp" or "none" (one sequence per row).
-      max_depth: most sequences per row; 0 or None = unlimited (not for "nnlshp" and "lp").
+      max_depth: most sequences per row; 0 or None = unlimited (not for "nnlshp").
 
     Returns:
       A :class:`StrategySet` whose strategies consume exactly the histogram.
@@ -70,7 +70,7 @@ def pack_histogram(
         raise ValueError(
             f"{algorithm!r} enumerates exact-fill patterns and needs a finite max_depth "
             "(3 is usual); "
-            "for unlimited depth use 'lpfhp' or 'spfhp'"
+            "for unlimited depth use 'lp', 'lpfhp' or 'spfhp'"
         )
     start = time.perf_counter()
     packs, info = ALGORITHMS[algorithm](hist, max_len, depth)

@@ -13,16 +13,18 @@ lower bound on the packs of *any* packing of that depth. Solved with HiGHS
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import scipy.optimize
 import scipy.sparse
 
-from packing import nnlshp, rounding
+from packing import greedy, nnlshp, pricing, rounding
 from packing import patterns as patterns_lib
 
 _EPS = 1e-6
 COLUMNS_PER_ROUND = 512  # most negative reduced costs added per column-generation round
+ENUMERATION_DEPTH = 3  # deepest LP solved over all enumerated exact-fill patterns
 
 
 def covering_matrix(patterns: np.ndarray, max_len: int) -> scipy.sparse.csc_matrix:
@@ -86,55 +88,111 @@ def solve_covering_lp(
     return x, float(result.fun), rounds
 
 
-def solve_covering_milp(
-    hist: np.ndarray, max_len: int, patterns: np.ndarray, time_limit: float
-) -> np.ndarray | None:
-    """Integer pattern copies from HiGHS branch and bound, or None if no solution in time."""
-    matrix = covering_matrix(patterns, max_len)
-    n = len(patterns)
-    cost = np.concatenate([np.ones(n), np.zeros(max_len - 1)])
-    integrality = np.concatenate([np.ones(n), np.zeros(max_len - 1)])
-    constraint = scipy.optimize.LinearConstraint(matrix, lb=hist[1:].astype(float), ub=np.inf)
-    result = scipy.optimize.milp(
-        cost,
-        constraints=constraint,
-        integrality=integrality,
-        bounds=scipy.optimize.Bounds(0, np.inf),
-        options={"time_limit": time_limit, "mip_rel_gap": 1e-7, "disp": False},
-    )
-    if result.x is None:
-        return None
-    return np.rint(result.x[:n]).astype(np.int64)
-
-
 def lp_lower_bound(lp_value: float, tokens: int, max_len: int) -> int:
     """The best valid lower bound on packs: ceil of the LP optimum and of tokens / max_len."""
     return max(math.ceil(lp_value - _EPS), patterns_lib.lower_bound_packs(tokens, max_len))
 
 
-def pack_lp(hist: np.ndarray, max_len: int, max_depth: int, *, milp_seconds: float = 0.0):
-    """Covering LP, floor rounding, realization and repair. Returns (packs Counter, info dict)."""
-    pats = patterns_lib.exact_patterns(max_len, max_depth)
-    x, lp_value, rounds = solve_covering_lp(
-        hist, max_len, pats, nnlshp.warm_start_columns(hist, max_len, pats)
-    )
-    copies = np.floor(x + _EPS).astype(np.int64)
-    packs, residual = rounding.realize(pats, copies, hist, max_len)
-    packs = rounding.repair(packs, residual, max_len, max_depth)
-    tokens = sum(sum(c) * n for c, n in packs.items())
-    info = {
-        "lp_value": lp_value,
-        "lower_bound": lp_lower_bound(lp_value, tokens, max_len),
-        "columns": len(pats),
-        "lp_rounds": rounds,
-        "rounding": "floor+repair",
-    }
-    if milp_seconds > 0:
-        integer = solve_covering_milp(hist, max_len, pats, milp_seconds)
-        if integer is not None and integer.sum() < sum(packs.values()):
-            milp_packs, milp_residual = rounding.realize(pats, integer, hist, max_len)
-            milp_packs = rounding.repair(milp_packs, milp_residual, max_len, max_depth)
-            if sum(milp_packs.values()) < sum(packs.values()):
-                packs = milp_packs
-                info["rounding"] = "milp"
+def pack_lp(hist: np.ndarray, max_len: int, max_depth: int, *, time_limit: float = 60.0):
+    """Covering LP, rounding, realization and repair. Returns (packs Counter, info dict).
+
+    Depth <= 3: the LP over all exact-fill patterns (enumerated; priced by one sparse product).
+    Deeper or unlimited: that depth-3 solution warm-starts column generation with knapsack pricing
+    at the requested depth (on SQuAD and Wikipedia-like data the first pricing round already proves
+    the depth-3 LP optimal for any depth). When the enumeration would be too large (long rows),
+    column generation starts from the LPFHP packs instead.
+    """
+    base_depth = min(max_depth, ENUMERATION_DEPTH) if max_depth else ENUMERATION_DEPTH
+    tokens = int(np.arange(len(hist)) @ hist)
+    info: dict = {}
+    candidates = []
+    seeds = list(greedy.greedy_pack(hist, max_len, max_depth, "best"))
+    if patterns_lib.count_exact_patterns(max_len, base_depth) <= patterns_lib.DEFAULT_MAX_PATTERNS:
+        pats = patterns_lib.exact_patterns(max_len, base_depth)
+        start = nnlshp.warm_start_columns(hist, max_len, pats)
+        x, value, rounds = solve_covering_lp(hist, max_len, pats, start)
+        packs, how = rounding.round_and_repair(pats, x, hist, max_len, max_depth)
+        candidates.append((packs, how))
+        seeds += list(packs)
+        info.update(lp_value=value, lp_depth=base_depth, lp_rounds=rounds, columns=len(pats))
+        if base_depth == max_depth:
+            info["lower_bound"] = lp_lower_bound(value, tokens, max_len)
+    if "lower_bound" not in info:
+        columns, x, value, bound, rounds = solve_lp_by_pricing(
+            hist, max_len, max_depth, seeds, time_limit=time_limit
+        )
+        packs, how = rounding.round_and_repair(columns, x, hist, max_len, max_depth)
+        candidates.append((packs, f"{how} (column generation)"))
+        info.update(lp_value=value, lp_depth=max_depth, pricing_rounds=rounds)
+        info["lower_bound"] = lp_lower_bound(bound, tokens, max_len)
+    packs, how = min(candidates, key=lambda c: sum(c[0].values()))
+    info["rounding"] = how
     return packs, info
+
+
+def solve_lp_by_pricing(
+    hist: np.ndarray,
+    max_len: int,
+    max_depth: int,
+    initial: list[tuple[int, ...]],
+    *,
+    max_rounds: int = 500,
+    time_limit: float = 60.0,
+) -> tuple[list[tuple[int, ...]], np.ndarray, float, float, int]:
+    """Gilmore-Gomory column generation with knapsack pricing (any depth, no enumeration).
+
+    Rows are the lengths present; patterns are multisets of them with sum <= max_len and at most
+    ``max_depth`` members. Stops when no pattern prices out or when the Farley bound
+    ``z / max_value`` proves the integer bound ``ceil(z)`` already, or after ``time_limit``
+    seconds (the restricted solution is still a valid packing and the bound still valid).
+
+    Returns:
+      (patterns, copies x, LP value z, proven lower bound on z, rounds).
+    """
+    lengths = np.flatnonzero(hist)
+    row_of = {int(s): i for i, s in enumerate(lengths)}
+    demand = hist[lengths].astype(float)
+    columns = {tuple(sorted(p)) for p in initial if p}
+    columns |= {(int(s),) for s in lengths}
+    columns = sorted(columns)
+    bound = 0.0
+    deadline = time.perf_counter() + time_limit
+    # Downgrade chain over the lengths present: a slot of length lengths[i + 1] may hold lengths[i].
+    n = len(lengths)
+    k = np.arange(n - 1)
+    chain = scipy.sparse.csc_matrix(
+        (np.r_[-np.ones(n - 1), np.ones(n - 1)], (np.r_[k + 1, k], np.r_[k, k])), shape=(n, n - 1)
+    )
+    for rounds in range(1, max_rounds + 1):  # noqa: B007
+        matrix = scipy.sparse.hstack([_pattern_columns(columns, row_of, n), chain], format="csc")
+        cost = np.r_[np.ones(len(columns)), np.zeros(n - 1)]
+        result = scipy.optimize.linprog(
+            cost, A_ub=-matrix, b_ub=-demand, bounds=(0, None), method="highs-ds"
+        )
+        if result.status != 0:
+            raise RuntimeError(f"covering LP failed: {result.message}")
+        duals = np.maximum(-result.ineqlin.marginals, 0.0)
+        priced = pricing.best_patterns(duals, lengths, max_len, max_depth, limit=COLUMNS_PER_ROUND)
+        best_value = priced[0][0] if priced else 0.0
+        bound = max(bound, result.fun / max(best_value, 1.0))
+        known = set(columns)
+        entering = [p for v, p in priced if v > 1.0 + 1e-9 and p not in known]
+        proven = math.ceil(bound - _EPS) >= math.ceil(result.fun - _EPS)
+        if not entering or proven or time.perf_counter() > deadline:
+            break
+        used = [c for c, x in zip(columns, result.x) if x > 0]
+        columns = sorted(set(used) | {(int(s),) for s in lengths} | set(entering))
+    return columns, np.maximum(result.x[: len(columns)], 0.0), float(result.fun), bound, rounds
+
+
+def _pattern_columns(columns, row_of, num_rows) -> scipy.sparse.csc_matrix:
+    rows, cols = [], []
+    for j, pattern in enumerate(columns):
+        for s in pattern:
+            rows.append(row_of[s])
+            cols.append(j)
+    matrix = scipy.sparse.csc_matrix(
+        (np.ones(len(rows)), (rows, cols)), shape=(num_rows, len(columns))
+    )
+    matrix.sum_duplicates()
+    return matrix

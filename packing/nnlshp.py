@@ -81,11 +81,6 @@ def pack_nnlshp(hist: np.ndarray, max_len: int, max_depth: int):
     matrix = matrix.tocsc()
     target = weights * hist[1:].astype(float)
     x, rnorm, rounds = solve_weighted_nnls(matrix, target, warm_start_columns(hist, max_len, pats))
-    best = None
-    for name, copies in (("nearest", np.rint(x)), ("floor", np.floor(x + 1e-6))):
-        packs, residual = rounding.realize(pats, copies.astype(np.int64), hist, max_len)
-        packs = rounding.repair(packs, residual, max_len, max_depth)
-        if best is None or sum(packs.values()) < sum(best[0].values()):
-            best = (packs, name)
-    info = {"rnorm": rnorm, "columns": len(pats), "nnls_rounds": rounds, "rounding": best[1]}
-    return best[0], info
+    packs, rounding_name = rounding.round_and_repair(pats, x, hist, max_len, max_depth)
+    info = {"rnorm": rnorm, "columns": len(pats), "nnls_rounds": rounds, "rounding": rounding_name}
+    return packs, info

@@ -21,9 +21,11 @@ _Group = tuple[tuple[int, ...], tuple[int, ...]]
 
 
 def realize(
-    patterns: np.ndarray, copies: np.ndarray, hist: np.ndarray, max_len: int
+    patterns, copies: np.ndarray, hist: np.ndarray, max_len: int
 ) -> tuple[collections.Counter, np.ndarray]:
-    """Matches the histogram to ``copies[j]`` copies of pattern row ``patterns[j]``.
+    """Matches the histogram to ``copies[j]`` copies of pattern ``patterns[j]``.
+
+    ``patterns`` is a zero-padded array of slot lengths per row, or a list of length tuples.
 
     Returns:
       (packs, residual): packs as ``Counter(sorted contents -> count)`` (empty slots dropped; packs
@@ -99,4 +101,17 @@ def repair(
         result = greedy.greedy_pack(residual, max_len, max_depth, fit, open_packs=packs.items())
         if best is None or sum(result.values()) < sum(best.values()):
             best = result
+    return best
+
+
+def round_and_repair(
+    patterns, x: np.ndarray, hist: np.ndarray, max_len: int, max_depth: int
+) -> tuple[collections.Counter, str]:
+    """Rounds fractional copies down and to nearest, realizes and repairs both; keeps the better."""
+    best = None
+    for name, copies in (("floor", np.floor(x + 1e-6)), ("nearest", np.rint(x))):
+        packs, residual = realize(patterns, copies.astype(np.int64), hist, max_len)
+        packs = repair(packs, residual, max_len, max_depth)
+        if best is None or sum(packs.values()) < sum(best[0].values()):
+            best = (packs, name)
     return best

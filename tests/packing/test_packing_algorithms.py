@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import packing
-from packing import lp, nnlshp
+from packing import lp, nnlshp, pricing
 from packing import patterns as patterns_lib
 
 FAST = settings(max_examples=40, deadline=None)
@@ -40,6 +40,7 @@ def expand(strategy_set):
 
 def optimum_packs(items, max_len, max_depth):
     """Fewest packs for a tiny multiset by exhaustive search (the largest item picks its mates)."""
+    max_depth = max_depth or len(items)
 
     @functools.cache
     def solve(rest):
@@ -62,7 +63,7 @@ def optimum_packs(items, max_len, max_depth):
 @given(data=st.data(), algorithm=st.sampled_from(ALGORITHMS), depth=st.integers(0, 4))
 def test_strategies_consume_exactly_the_histogram(histogram_strategy, data, algorithm, depth):
     hist, max_len = data.draw(histogram_strategy())
-    if algorithm in ("nnlshp", "lp"):
+    if algorithm == "nnlshp":
         depth = max(1, min(depth, 3))
     result = packing.pack_histogram(hist, max_len, algorithm, depth)
     result.check(hist)  # raises on any violation
@@ -89,14 +90,14 @@ def test_greedy_equals_per_sequence_reference(histogram_strategy, data, fit, dep
 @given(
     lengths=st.lists(st.integers(1, 12), min_size=1, max_size=7),
     max_len=st.integers(12, 16),
-    depth=st.integers(1, 3),
+    depth=st.integers(0, 4),
 )
 def test_lp_bound_is_a_valid_lower_bound(lengths, max_len, depth):
     hist = packing.from_lengths(lengths, max_len)
     best = optimum_packs(lengths, max_len, depth)
     result = packing.pack_histogram(hist, max_len, "lp", depth)
     assert result.info["lower_bound"] <= best <= result.num_packs
-    for algorithm in ("spfhp", "lpfhp", "nnlshp"):
+    for algorithm in ("spfhp", "lpfhp", "nnlshp") if depth else ("spfhp", "lpfhp"):
         assert packing.pack_histogram(hist, max_len, algorithm, depth).num_packs >= best
 
 
@@ -116,6 +117,46 @@ def test_column_generation_matches_full_solves(histogram_strategy, data):
     _, rnorm, _ = nnlshp.solve_weighted_nnls(matrix, target, np.arange(1))
     _, reference = scipy.optimize.nnls(matrix.toarray(), target)
     assert rnorm == pytest.approx(reference, rel=1e-6, abs=1e-6)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    max_len=st.integers(1, 22),  # past 17 with depth 0 the unlimited-depth DP is used
+    depth=st.integers(0, 4),
+    exact=st.booleans(),
+    values=st.lists(st.floats(-2, 3), min_size=22, max_size=22),
+)
+def test_knapsack_pricing_finds_the_best_pattern(max_len, depth, exact, values):
+    lengths = np.arange(1, max_len + 1)
+    value = dict(zip(lengths.tolist(), values))
+    best = -np.inf  # brute force over all multisets with sum <= max_len (== if exact)
+    for cap in range(1, max_len + 1) if not exact else [max_len]:
+        for p in patterns_lib.exact_patterns(cap, depth or cap):
+            best = max(best, sum(value[int(v)] for v in p if v))
+    found = pricing.best_patterns(np.array(values[:max_len]), lengths, max_len, depth, exact=exact)
+    assert found[0][0] == pytest.approx(best)
+    for v, p in found:
+        assert v == pytest.approx(sum(value[s] for s in p))
+        assert sum(p) == max_len if exact else sum(p) <= max_len
+        assert not depth or len(p) <= depth
+
+
+@pytest.mark.parametrize("exact", [False, True])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_unlimited_depth_pricing_matches_brute_force(seed, exact):
+    max_len = 26  # deep enough for the one-table unlimited-depth DP
+    rng = np.random.default_rng(seed)
+    lengths = np.array([1, *sorted(rng.choice(np.arange(2, max_len + 1), 11, replace=False))])
+    values = rng.uniform(-1, 2, size=12)
+    value = dict(zip(lengths.tolist(), values))
+    best = -np.inf
+    for cap in range(1, max_len + 1) if not exact else [max_len]:
+        for p in patterns_lib.exact_patterns(cap, cap):
+            members = [int(v) for v in p if v]
+            if all(m in value for m in members):
+                best = max(best, sum(value[m] for m in members))
+    found = pricing.best_patterns(values, lengths, max_len, 0, exact=exact)
+    assert found[0][0] == pytest.approx(best)
 
 
 def test_exact_patterns_are_all_partitions():
@@ -170,7 +211,7 @@ def test_huge_counts_are_packed_on_the_histogram(algorithm):
         ({"max_depth": -1}, "max_depth must be an integer >= 0"),
         ({"max_depth": 1.5}, "max_depth must be an integer >= 0"),
         ({"algorithm": "nnlshp", "max_depth": 0}, "needs a finite max_depth"),
-        ({"algorithm": "lp", "max_depth": None}, "needs a finite max_depth"),
+        ({"algorithm": "nnlshp", "max_depth": None}, "needs a finite max_depth"),
         ({"max_len": 0}, "max_len must be an integer >= 1"),
         ({"max_len": 2}, "longer than max_len=2"),
     ],

@@ -119,5 +119,5 @@ def test_online_packer_rejects_bad_input():
         packing.OnlinePacker(8, 3, 0)
     with pytest.raises(ValueError, match="max_depth"):
         packing.OnlinePacker(8, -1)
-    with pytest.raises(ValueError, match="in 1..8"):
+    with pytest.raises(ValueError, match=r"in 1\.\.8"):
         packing.OnlinePacker(8).add(0, 9)

@@ -53,7 +53,7 @@ def test_check_names_the_violation(strategies, hist, message):
 def test_rejects_bad_strategies():
     with pytest.raises(ValueError, match="negative count"):
         make([((1,), -1)])
-    with pytest.raises(ValueError, match="outside 1..10"):
+    with pytest.raises(ValueError, match=r"outside 1\.\.10"):
         make([((11,), 1)]).histogram()
     with pytest.raises(ValueError, match="missing keys"):
         packing.StrategySet.from_json({"max_len": 3})
@@ -73,7 +73,7 @@ def test_cli_json_lines_have_exactly_the_documented_keys(tmp_path, capsys):
     saved = packing.StrategySet.load(out)
     assert saved.num_packs == min(r["packs"] for r in records)
     assert plot.stat().st_size > 10_000
-    assert cli.main(args[:-4] + ["--algorithm", "lpfhp", "--max-depth", "0"]) == 0
+    assert cli.main([*args[:-4], "--algorithm", "lpfhp", "--max-depth", "0"]) == 0
     table = capsys.readouterr().out
     assert "lpfhp" in table and "unlimited" in table and "efficiency" in table
 
