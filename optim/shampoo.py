@@ -34,7 +34,7 @@ def shampoo(
     root_max_iterations: int = 100,
     root_tolerance: float = 1e-6,
     root_error_threshold: float = 1e-2,
-    graft: str = "rmsprop",
+    graft: str = "adam",
     graft_beta2: float = 0.999,
     graft_epsilon: float = 1e-8,
     weight_decay: float = 0.0,
@@ -59,8 +59,9 @@ def shampoo(
       root_method: "newton" (coupled Newton) or "eigh" (eigendecomposition, for comparison).
       root_max_iterations, root_tolerance, root_error_threshold: Newton's iteration cap, its
         stopping error and the error above which a root fails (and the previous one is kept).
-      graft: "sgd", "adagrad", "rmsprop", "adam" or "none": the first-order method giving each
-        block's step size; ``graft_beta2``/``graft_epsilon`` are its parameters.
+      graft: "sgd", "adagrad", "rmsprop", "adam" (RMSProp with Adam's bias correction; the
+        momentum is Shampoo's own) or "none": the first-order method giving each block's step
+        size; ``graft_beta2``/``graft_epsilon`` are its parameters.
       weight_decay, mask: decoupled weight decay and where it applies (see ``weight_decay_mask``).
       start_preconditioning_step: updates before this one use the grafted direction alone.
       preconditioning_compute_steps: N, the roots are recomputed every N updates.

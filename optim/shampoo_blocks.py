@@ -3,7 +3,8 @@
 For a parameter of shape ``shape``:
 
 1. Size-1 dimensions are dropped and neighbouring small dimensions merged while their product
-   stays within ``block_size`` (``[3, 3, 64, 128]`` -> ``[9, 64, 128]`` for 128).
+   stays within ``block_size`` (``[3, 3, 64, 128]`` -> ``[9, 64, 128]`` for 128), but a tensor
+   with two or more dimensions above 1 stays at least a matrix (``[4, 4, 4]`` -> ``[16, 4]``).
 2. A merged shape of rank <= 1 (biases, scales, scalars) gets an elementwise (AdaGrad-style)
    diagonal preconditioner.
 3. Otherwise each merged dimension of size ``d`` gets
@@ -29,15 +30,19 @@ _HIGHEST = jax.lax.Precision.HIGHEST
 
 
 def merge_small_dims(shape: tuple[int, ...], max_dim: int) -> tuple[int, ...]:
-    """Drop size-1 dims and merge neighbours while the product stays <= ``max_dim``."""
+    """Drop size-1 dims and merge neighbours while the product stays <= ``max_dim``.
+
+    A tensor with two or more dims > 1 keeps at least two (a small matrix stays a matrix).
+    """
+    dims = [d for d in shape if d != 1]
     merged: list[int] = []
-    for d in shape:
-        if d == 1:
-            continue
+    for d in dims:
         if merged and merged[-1] * d <= max_dim:
             merged[-1] *= d
         else:
             merged.append(d)
+    if len(merged) == 1 and len(dims) >= 2:
+        return (merged[0] // dims[-1], dims[-1])
     return tuple(merged)
 
 

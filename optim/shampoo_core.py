@@ -82,7 +82,7 @@ class ShampooConfig:
     root_max_iterations: int = 100
     root_tolerance: float = 1e-6
     root_error_threshold: float = 1e-2
-    graft: str = "rmsprop"
+    graft: str = "adam"
     graft_beta2: float = 0.999
     graft_epsilon: float = 1e-8
     start_preconditioning_step: int = 10
@@ -135,6 +135,16 @@ class ShampooConfig:
         """Whether the statistics after update ``count`` are due for new roots (int or array)."""
         start, every = self.start_preconditioning_step, self.preconditioning_compute_steps
         return (count >= start) & ((count - start) % every == 0)
+
+    @property
+    def root_solver(self) -> RootSolver:
+        return RootSolver(
+            self.root_method,
+            self.ridge_epsilon,
+            self.root_max_iterations,
+            self.root_tolerance,
+            self.root_error_threshold,
+        )
 
     def plan(self, shape: Sequence[int]) -> BlockPlan:
         return BlockPlan.create(tuple(shape), self.block_size, self.max_preconditioner_dim)
@@ -252,25 +262,36 @@ def with_factor_roots(tensors: Any, roots: Sequence[jax.Array]) -> Any:
     return jax.tree.unflatten(treedef, flat)
 
 
-def compute_roots(stats, old_roots, exponents: tuple[int, ...], config: ShampooConfig):
+@dataclasses.dataclass(frozen=True)
+class RootSolver:
+    """How inverse roots are computed (hashable: a static argument of the jitted host solver)."""
+
+    method: str = "newton"
+    ridge_epsilon: float = 1e-6
+    max_iterations: int = 100
+    tolerance: float = 1e-6
+    error_threshold: float = 1e-2
+
+    def __call__(self, a: jax.Array, p: int) -> matrix_roots.RootResult:
+        if self.method == "eigh":
+            return matrix_roots.inverse_pth_root_eigh(a, p, ridge_epsilon=self.ridge_epsilon)
+        return matrix_roots.inverse_pth_root(
+            a,
+            p,
+            ridge_epsilon=self.ridge_epsilon,
+            max_iterations=self.max_iterations,
+            tolerance=self.tolerance,
+            error_threshold=self.error_threshold,
+        )
+
+
+def compute_roots(stats, old_roots, exponents: tuple[int, ...], solver: RootSolver):
     """New roots for flat lists of statistics (keeping the old root where one fails).
 
     Matrices of equal size and exponent are stacked and solved in one vmapped call. Returns
     ``(roots, failures, max_error)``, the error over the roots taken. The same function runs in
     the graph and on the host.
     """
-    if config.root_method == "newton":
-        solve = functools.partial(
-            matrix_roots.inverse_pth_root,
-            ridge_epsilon=config.ridge_epsilon,
-            max_iterations=config.root_max_iterations,
-            tolerance=config.root_tolerance,
-            error_threshold=config.root_error_threshold,
-        )
-    else:
-        solve = functools.partial(
-            matrix_roots.inverse_pth_root_eigh, ridge_epsilon=config.ridge_epsilon
-        )
     groups: dict[tuple[int, int], list[int]] = {}
     for i, (s, p) in enumerate(zip(stats, exponents)):
         groups.setdefault((s.shape[-1], p), []).append(i)
@@ -279,7 +300,7 @@ def compute_roots(stats, old_roots, exponents: tuple[int, ...], config: ShampooC
     max_error = jnp.zeros((), jnp.float32)
     for (_, p), members in groups.items():
         stacked = jnp.concatenate([stats[i] for i in members])
-        result = jax.vmap(functools.partial(solve, p=p))(stacked)
+        result = jax.vmap(functools.partial(solver, p=p))(stacked)
         take = result.ok & result.updated
         failures += jnp.sum(result.updated & ~result.ok).astype(jnp.int32)
         errors = jnp.where(take, result.error, 0.0).astype(jnp.float32)
@@ -302,7 +323,7 @@ def _refresh_in_graph(state: ShampooState, tensors: Any, config: ShampooConfig):
     count = state.count + 1
 
     def refresh():
-        new_roots, failures, error = compute_roots(stats, roots, exponents, config)
+        new_roots, failures, error = compute_roots(stats, roots, exponents, config.root_solver)
         return new_roots, count, state.root_failures + failures, error
 
     def keep():

@@ -39,6 +39,9 @@ from optim.shampoo_core import (
     with_factor_roots,
 )
 
+# One jitted solver for all hosts: compiled once per solver settings and statistics shapes.
+_compute_roots = jax.jit(compute_roots, static_argnames=("exponents", "solver"))
+
 
 class _JobResult(NamedTuple):
     roots: list[np.ndarray]
@@ -85,7 +88,6 @@ class ShampooHost:
 
     def __init__(self, config: ShampooConfig):
         self.config = config
-        self._compute = jax.jit(compute_roots, static_argnames=("exponents", "config"))
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._job: _Job | None = None
         self._last_step: int | None = None
@@ -182,7 +184,7 @@ class ShampooHost:
         with jax.enable_x64(True) if float64 else contextlib.nullcontext():
             args = [[np.asarray(x, dtype) for x in xs] for xs in (stats, roots)]
             args = jax.device_put(args, jax.devices("cpu")[0])
-            out = self._compute(*args, exponents=exponents, config=self.config)
+            out = _compute_roots(*args, exponents=exponents, solver=self.config.root_solver)
             new_roots, failures, error = jax.device_get(out)
         seconds = time.perf_counter() - start
         return _JobResult(

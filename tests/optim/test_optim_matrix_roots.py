@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from optim import matrix_roots
-from optim.shampoo_core import ShampooConfig, compute_roots
+from optim.shampoo_core import RootSolver, compute_roots
 
 N = 32
 
@@ -105,12 +105,12 @@ def test_singular_zero_and_nan_inputs_fall_back_cleanly():
     # compute_roots keeps the previous root wherever a root fails or has nothing to compute,
     # and counts only the failures.
     old = jnp.stack([2.0 * jnp.eye(N)] * 3)
-    config = ShampooConfig(ridge_epsilon=1e-4)
-    (roots,), failures, error = compute_roots([mats], [old], (4,), config)
+    solver = RootSolver(ridge_epsilon=1e-4)
+    (roots,), failures, error = compute_roots([mats], [old], (4,), solver)
     assert int(failures) == 1
     np.testing.assert_allclose(roots[0], result.root[0])
     np.testing.assert_array_equal(roots[1:], old[1:])
-    assert 0.0 < float(error) < config.root_error_threshold
+    assert 0.0 < float(error) < solver.error_threshold
 
 
 def test_not_converged_is_a_failure():
