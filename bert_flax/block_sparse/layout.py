@@ -249,10 +249,13 @@ def random_layout(
     seed: int = 0,
     ensure_coverage: bool = True,
 ) -> BlockSparseLayout:
-    """Uniformly random blocks: round(density * blocks) of them (at least one), seeded.
+    """Random blocks, exactly round(density * blocks) of them (at least one), seeded.
 
-    With `ensure_coverage` (default) one block is added to any empty row or column, so the
-    realised density can be slightly above the request at very low densities.
+    With `ensure_coverage` (default) the first max(in_blocks, out_blocks) blocks pair a random
+    permutation of the rows with one of the columns, so that every row and column holds a block,
+    and the rest are drawn uniformly from the remaining positions; the count is then at least
+    max(in_blocks, out_blocks) (the realised density is in `layout.density`). Without it, blocks
+    are uniform and rows/columns may be empty.
     """
     _check_density(density)
     shape = (
@@ -262,11 +265,15 @@ def random_layout(
     total = shape[0] * shape[1]
     rng = np.random.default_rng(seed)
     nnz = max(1, round(density * total))
-    mask = np.zeros(total, bool)
-    mask[rng.permutation(total)[:nnz]] = True
-    mask = mask.reshape(shape)
+    mask = np.zeros(shape, bool)
     if ensure_coverage:
-        mask = _cover(mask, rng)
+        cover = max(shape)
+        rows, cols = rng.permutation(shape[0]), rng.permutation(shape[1])
+        t = np.arange(cover)
+        mask[rows[t % shape[0]], cols[t % shape[1]]] = True
+        nnz = max(nnz, cover)
+    free = np.flatnonzero(~mask.reshape(-1))
+    mask.reshape(-1)[rng.permutation(free)[: nnz - int(mask.sum())]] = True
     meta = {"kind": "random", "density": density, "seed": seed}
     return BlockSparseLayout(mask, block_size, allow_empty=not ensure_coverage, meta=meta)
 

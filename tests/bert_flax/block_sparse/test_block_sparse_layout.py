@@ -17,7 +17,10 @@ def test_random_layout_density_seed_and_coverage():
     a = random_layout(512, 1024, 16, 0.1, seed=3)
     assert a.mask.shape == (32, 64)
     assert a.mask.any(axis=0).all() and a.mask.any(axis=1).all()
-    assert abs(a.density - 0.1) < 0.01
+    assert a.nnz == round(0.1 * 32 * 64)  # exact count, coverage included
+    assert random_layout(64, 2048, 32, 0.25).nnz == 64  # covering needs one block per column
+    uniform = random_layout(512, 512, 16, 0.05, seed=0, ensure_coverage=False)
+    assert uniform.nnz == round(0.05 * 32 * 32)
     assert a == random_layout(512, 1024, 16, 0.1, seed=3)
     assert hash(a) == hash(random_layout(512, 1024, 16, 0.1, seed=3))
     assert a != random_layout(512, 1024, 16, 0.1, seed=4)
