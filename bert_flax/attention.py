@@ -16,6 +16,7 @@ import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental.pallas.ops.tpu import splash_attention as splash
 
 Array = jax.Array
 
@@ -84,16 +85,17 @@ def splash_attention(
 ) -> Array:
     """Pallas splash attention (TPU) with segment ids; `interpret=True` runs it on any backend.
 
-    The kernel is built for one batch element and vmapped. It needs `length` to be a multiple of
-    its block size (min(length, 128) is used). Under a multi-device mesh call it inside
-    `jax.shard_map` over the batch axis.
+    The kernel is built for one batch element and vmapped. `length` must be a multiple of 128
+    (the TPU lane width); the largest of 512/256/128 dividing it is the block size. Under a
+    multi-device mesh call it inside `jax.shard_map` over the batch axis.
     """
-    from jax.experimental.pallas.ops.tpu import splash_attention as splash
-
     _, length, num_heads, head_dim = q.shape
-    block = min(length, 128)
-    if length % block:
-        raise ValueError(f"splash attention needs length % {block} == 0, got length={length}.")
+    if length % 128:
+        raise ValueError(
+            f"splash attention needs the row length to be a multiple of 128, got {length}; "
+            "pad the rows or use attention_impl='xla'."
+        )
+    block = next(b for b in (512, 256, 128) if length % b == 0)
     block_sizes = splash.BlockSizes(
         block_q=block,
         block_kv=block,

@@ -66,8 +66,9 @@ class BertModel(nn.Module):
         cfg = self.config
         layer_cls = BertLayer
         if cfg.remat_policy != "none":
+            # static_argnums counts `self` as 0: `deterministic` is argument 3.
             layer_cls = nn.remat(
-                BertLayer, static_argnums=(-1,), policy=_remat_policy(cfg.remat_policy)
+                BertLayer, static_argnums=(3,), policy=_remat_policy(cfg.remat_policy)
             )
         self.embeddings = BertEmbeddings(cfg)
         self.layers = [layer_cls(cfg, name=f"layer_{i}") for i in range(cfg.num_layers)]

@@ -1,0 +1,99 @@
+"""Model options: attention backends, bfloat16, pre-LN, rematerialisation, dropout."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bert_flax.losses import pretraining_loss
+from bert_flax.model import BertForPreTraining
+
+LENGTH, SLOTS, PREDICTIONS = 24, 3, 8
+
+
+@pytest.fixture(scope="module")
+def packed(sequences, make_batch):
+    return make_batch([sequences[:2], sequences[2:]], LENGTH, SLOTS, PREDICTIONS)
+
+
+@pytest.fixture(scope="module")
+def variables(tiny_config, packed, random_variables):
+    return random_variables(BertForPreTraining(tiny_config), packed)
+
+
+def _apply(config, variables, batch, **kwargs):
+    model = BertForPreTraining(config)
+    return jax.jit(lambda v, b: model.apply(v, b, deterministic=True, **kwargs))(variables, batch)
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_config, variables, packed):
+    return _apply(tiny_config, variables, packed)
+
+
+@pytest.mark.parametrize("impl", ["cudnn", "splash"])
+def test_attention_backends_match_xla(impl, tiny_config, variables, sequences, make_batch):
+    # On CPU "cudnn" runs jax.nn.dot_product_attention's XLA version, "splash" Pallas interpret.
+    # Splash needs rows of a multiple of 128 tokens.
+    batch = make_batch([sequences], 128, 4, 16)
+    config = tiny_config.replace(attention_impl=impl, attention_dropout_rate=0.0)
+    out, ref = _apply(config, variables, batch), _apply(tiny_config, variables, batch)
+    for name in ("hidden_states", "mlm_logits", "nsp_logits"):
+        np.testing.assert_allclose(getattr(out, name), getattr(ref, name), atol=2e-5)
+
+
+def test_bfloat16_compute_close_to_float32(tiny_config, variables, packed, reference):
+    out = _apply(tiny_config.replace(dtype="bfloat16"), variables, packed)
+    assert out.hidden_states.dtype == jnp.bfloat16
+    assert out.mlm_logits.dtype == out.nsp_logits.dtype == jnp.float32
+    # Stated tolerance: logits within 5% of the float32 logits' range, losses within 2%.
+    for name in ("mlm_logits", "nsp_logits"):
+        ref = np.asarray(getattr(reference, name))
+        err = np.abs(np.asarray(getattr(out, name)) - ref).max()
+        assert err < 0.05 * np.abs(ref).max(), (name, err)
+    loss_bf16 = pretraining_loss(out, packed)[0]
+    loss_fp32 = pretraining_loss(reference, packed)[0]
+    np.testing.assert_allclose(loss_bf16, loss_fp32, rtol=2e-2)
+
+
+def test_params_stay_float32_under_bfloat16(tiny_config, packed):
+    model = BertForPreTraining(tiny_config.replace(dtype="bfloat16"))
+    shapes = jax.eval_shape(lambda b: model.init(jax.random.key(0), b, deterministic=True), packed)
+    assert {x.dtype for x in jax.tree.leaves(nn.unbox(shapes))} == {jnp.dtype("float32")}
+
+
+@pytest.mark.slow
+def test_remat_gives_the_same_gradients(tiny_config, variables, packed):
+    def grads(config):
+        model = BertForPreTraining(config)
+
+        def loss(v):
+            return pretraining_loss(model.apply(v, packed, deterministic=True), packed)[0]
+
+        return jax.jit(jax.grad(loss))(variables)
+
+    plain, remat = grads(tiny_config), grads(tiny_config.replace(remat_policy="dots"))
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7), plain, remat)
+
+
+def test_pre_layer_norm_has_final_norm_and_runs(tiny_config, packed, random_variables):
+    config = tiny_config.replace(pre_layer_norm=True)
+    model = BertForPreTraining(config)
+    variables = random_variables(model, packed)
+    assert "final_layer_norm" in variables["params"]["bert"]
+    out = _apply(config, variables, packed)
+    assert np.isfinite(np.asarray(out.mlm_logits)).all()
+
+
+def test_dropout_uses_the_dropout_rng(tiny_config, variables, packed, reference):
+    model = BertForPreTraining(tiny_config.replace(hidden_dropout_rate=0.2))
+
+    @jax.jit
+    def run(key):
+        return model.apply(variables, packed, deterministic=False, rngs={"dropout": key})
+
+    a, b, c = run(jax.random.key(1)), run(jax.random.key(1)), run(jax.random.key(2))
+    np.testing.assert_array_equal(a.mlm_logits, b.mlm_logits)
+    assert not np.allclose(a.mlm_logits, c.mlm_logits)
+    assert not np.allclose(a.mlm_logits, reference.mlm_logits)
