@@ -20,8 +20,8 @@ def adjust_betas_for_packing(b1: float, b2: float, packing_factor: float) -> tup
     packing without cross-contamination").
     """
     for name, beta in (("b1", b1), ("b2", b2)):
-        if not 0.0 <= beta < 1.0:
-            raise ValueError(f"{name}={beta} must lie in [0, 1).")
+        if not 0.0 <= beta <= 1.0:
+            raise ValueError(f"{name}={beta} must lie in [0, 1].")
     if packing_factor < 1.0:
         raise ValueError(
             f"packing_factor={packing_factor} must be >= 1 (sequences per packed row on average; "

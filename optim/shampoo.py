@@ -23,9 +23,9 @@ from optim.shampoo_host import ShampooHost
 
 def shampoo(
     learning_rate: optax.ScalarOrSchedule,
-    beta1: float = 0.9,
+    b1: float = 0.9,
     nesterov: bool = False,
-    beta2: float = 0.999,
+    b2: float = 0.999,
     block_size: int = 128,
     max_preconditioner_dim: int = 4096,
     exponent_override: int | None = None,
@@ -35,7 +35,7 @@ def shampoo(
     root_tolerance: float = 1e-6,
     root_error_threshold: float = 1e-2,
     graft: str = "adam",
-    graft_beta2: float = 0.999,
+    graft_b2: float = 0.999,
     graft_epsilon: float = 1e-8,
     weight_decay: float = 0.0,
     mask: MaskOrFn = weight_decay_mask,
@@ -50,8 +50,8 @@ def shampoo(
 
     Args:
       learning_rate: a float or an optax schedule (of the update count).
-      beta1: momentum (an EMA of the directions); 0 turns it off. ``nesterov``: look ahead.
-      beta2: EMA factor of the statistics; 1.0 sums them (AdaGrad-like).
+      b1: momentum (an EMA of the directions); 0 turns it off. ``nesterov``: look ahead.
+      b2: EMA factor of the statistics; 1.0 sums them (AdaGrad-like).
       block_size: dimensions larger than this are split into blocks; smaller neighbours merged.
       max_preconditioner_dim: dimensions larger than this get a diagonal factor instead.
       exponent_override: the root's p (default 2 x the number of preconditioned dimensions).
@@ -61,7 +61,7 @@ def shampoo(
         stopping error and the error above which a root fails (and the previous one is kept).
       graft: "sgd", "adagrad", "rmsprop", "adam" (RMSProp with Adam's bias correction; the
         momentum is Shampoo's own) or "none": the first-order method giving each block's step
-        size; ``graft_beta2``/``graft_epsilon`` are its parameters.
+        size; ``graft_b2``/``graft_epsilon`` are its parameters.
       weight_decay, mask: decoupled weight decay and where it applies (see ``weight_decay_mask``).
       start_preconditioning_step: updates before this one use the grafted direction alone.
       preconditioning_compute_steps: N, the roots are recomputed every N updates.
@@ -77,9 +77,9 @@ def shampoo(
       reports metrics (``optim.host_metrics``).
     """
     config = ShampooConfig(
-        beta1=beta1,
+        b1=b1,
         nesterov=nesterov,
-        beta2=beta2,
+        b2=b2,
         block_size=block_size,
         max_preconditioner_dim=max_preconditioner_dim,
         exponent_override=exponent_override,
@@ -89,7 +89,7 @@ def shampoo(
         root_tolerance=root_tolerance,
         root_error_threshold=root_error_threshold,
         graft=graft,
-        graft_beta2=graft_beta2,
+        graft_b2=graft_b2,
         graft_epsilon=graft_epsilon,
         start_preconditioning_step=start_preconditioning_step,
         preconditioning_compute_steps=preconditioning_compute_steps,

@@ -1,8 +1,8 @@
 """Shampoo's state, configuration, update and root refresh (the builder is ``optim.shampoo``).
 
 Per parameter (see :mod:`optim.shampoo_blocks` for the blocking), the gradient ``G`` of each
-block updates one statistic per dimension, ``L_i <- beta2 L_i + (1 - beta2) G_(i) G_(i)^T``
-(``beta2 = 1`` sums), and the Shampoo direction is ``G x_1 L_1^(-1/p) ... x_k L_k^(-1/p)`` with
+block updates one statistic per dimension, ``L_i <- b2 L_i + (1 - b2) G_(i) G_(i)^T``
+(``b2 = 1`` sums), and the Shampoo direction is ``G x_1 L_1^(-1/p) ... x_k L_k^(-1/p)`` with
 ``p = 2k`` (``exponent_override`` to change it). The inverse roots are recomputed every
 ``preconditioning_compute_steps`` (N) steps, starting at ``start_preconditioning_step`` (S):
 the roots computed from the statistics after update number ``c`` (c = S, S + N, S + 2N, ...) are
@@ -56,7 +56,7 @@ class TensorState(NamedTuple):
     factor_roots: tuple[jax.Array, ...]  # their inverse roots in use (identity at first)
     diagonal_stats: tuple[jax.Array, ...]  # [num_blocks, b] per diagonal dim, or param-shaped
     graft: Any  # param-shaped second moment of the graft, or () for sgd/none
-    momentum: Any  # param-shaped, or () when beta1 == 0
+    momentum: Any  # param-shaped, or () when b1 == 0
 
 
 class ShampooState(NamedTuple):
@@ -71,9 +71,9 @@ class ShampooState(NamedTuple):
 class ShampooConfig:
     """Shampoo's static hyperparameters (see :func:`shampoo` for their meaning)."""
 
-    beta1: float = 0.9
+    b1: float = 0.9
     nesterov: bool = False
-    beta2: float = 0.999
+    b2: float = 0.999
     block_size: int = 128
     max_preconditioner_dim: int = 4096
     exponent_override: int | None = None
@@ -83,7 +83,7 @@ class ShampooConfig:
     root_tolerance: float = 1e-6
     root_error_threshold: float = 1e-2
     graft: str = "adam"
-    graft_beta2: float = 0.999
+    graft_b2: float = 0.999
     graft_epsilon: float = 1e-8
     start_preconditioning_step: int = 10
     preconditioning_compute_steps: int = 10
@@ -97,8 +97,8 @@ class ShampooConfig:
             if not ok:
                 raise ValueError(f"shampoo: {message}")
 
-        check(0.0 <= self.beta1 < 1.0, f"beta1={self.beta1} must lie in [0, 1).")
-        check(0.0 < self.beta2 <= 1.0, f"beta2={self.beta2} must lie in (0, 1] (1 = sum).")
+        check(0.0 <= self.b1 < 1.0, f"b1={self.b1} must lie in [0, 1).")
+        check(0.0 < self.b2 <= 1.0, f"b2={self.b2} must lie in (0, 1] (1 = sum).")
         check(self.block_size >= 1, f"block_size={self.block_size} must be >= 1.")
         check(self.graft in GRAFTS, f"graft={self.graft!r} must be one of {GRAFTS}.")
         check(self.root_method in ROOT_METHODS, f"root_method must be one of {ROOT_METHODS}.")
@@ -166,12 +166,12 @@ def _init_tensor(param: jax.Array, config: ShampooConfig) -> TensorState:
     roots = tuple(jnp.broadcast_to(jnp.eye(s[-1], dtype=f32), s) for s in plan.factor_shapes)
     diagonal = tuple(jnp.zeros(s, f32) for s in plan.diagonal_shapes)
     graft = () if config.graft in ("sgd", "none") else jnp.zeros(param.shape, f32)
-    momentum = jnp.zeros(param.shape, f32) if config.beta1 else ()
+    momentum = jnp.zeros(param.shape, f32) if config.b1 else ()
     return TensorState(stats, roots, diagonal, graft, momentum)
 
 
-def _accumulate(old: jax.Array, new: jax.Array, beta2: float) -> jax.Array:
-    return old + new if beta2 == 1.0 else beta2 * old + (1.0 - beta2) * new
+def _accumulate(old: jax.Array, new: jax.Array, b2: float) -> jax.Array:
+    return old + new if b2 == 1.0 else b2 * old + (1.0 - b2) * new
 
 
 def _diagonal_root(stat: jax.Array, p: int, ridge_epsilon: float, axes) -> jax.Array:
@@ -188,10 +188,10 @@ def _graft_direction(g, graft_state, count, config: ShampooConfig):
         acc = graft_state + jnp.square(g)
         denom = acc
     else:
-        acc = _accumulate(graft_state, jnp.square(g), config.graft_beta2)
+        acc = _accumulate(graft_state, jnp.square(g), config.graft_b2)
         denom = acc
         if config.graft == "adam":
-            denom = acc / (1.0 - config.graft_beta2 ** (count + 1).astype(jnp.float32))
+            denom = acc / (1.0 - config.graft_b2 ** (count + 1).astype(jnp.float32))
     return g / (jnp.sqrt(denom) + config.graft_epsilon), acc
 
 
@@ -212,7 +212,7 @@ def _tensor_direction(g, tensor: TensorState, count, config: ShampooConfig):
     graft_dir, graft_state = _graft_direction(g, tensor.graft, count, config)
     if plan.elementwise:
         (stat,) = tensor.diagonal_stats
-        stat = _accumulate(stat, jnp.square(g), config.beta2)
+        stat = _accumulate(stat, jnp.square(g), config.b2)
         root = _diagonal_root(stat, 2, config.ridge_epsilon, axes=None)
         # Treat the whole vector as one block.
         shampoo_blocks, graft_blocks = (g * root)[None], graft_dir[None]
@@ -225,12 +225,12 @@ def _tensor_direction(g, tensor: TensorState, count, config: ShampooConfig):
         diag_stats = iter(tensor.diagonal_stats)
         for dim, is_diagonal in enumerate(plan.diagonal_dims):
             if is_diagonal:
-                stat = _accumulate(next(diag_stats), diagonal_statistic(blocks, dim), config.beta2)
+                stat = _accumulate(next(diag_stats), diagonal_statistic(blocks, dim), config.b2)
                 root = _diagonal_root(stat, p, config.ridge_epsilon, axes=1)
                 shampoo_blocks = apply_diagonal(shampoo_blocks, root, dim)
                 diagonal.append(stat)
             else:
-                stat = _accumulate(next(full_stats), factor_statistic(blocks, dim), config.beta2)
+                stat = _accumulate(next(full_stats), factor_statistic(blocks, dim), config.b2)
                 shampoo_blocks = apply_factor(shampoo_blocks, next(full_roots), dim)
                 stats.append(stat)
         graft_blocks = plan.block(graft_dir)
@@ -354,11 +354,11 @@ def scale_by_shampoo(config: ShampooConfig) -> optax.GradientTransformation:
         new_tensors = []
         directions = []
         for (direction, tensor), g in zip(results, jax.tree.leaves(updates)):
-            if config.beta1:
-                momentum = config.beta1 * tensor.momentum + (1.0 - config.beta1) * direction
+            if config.b1:
+                momentum = config.b1 * tensor.momentum + (1.0 - config.b1) * direction
                 tensor = tensor._replace(momentum=momentum)
                 if config.nesterov:
-                    direction = config.beta1 * momentum + (1.0 - config.beta1) * direction
+                    direction = config.b1 * momentum + (1.0 - config.b1) * direction
                 else:
                     direction = momentum
             new_tensors.append(tensor)

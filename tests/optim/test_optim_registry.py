@@ -59,7 +59,7 @@ def test_adjust_betas_for_packing():
     with pytest.raises(ValueError, match="packing_factor"):
         optim.adjust_betas_for_packing(0.9, 0.999, 0.5)
     with pytest.raises(ValueError, match="b2"):
-        optim.adjust_betas_for_packing(0.9, 1.0, 2.0)
+        optim.adjust_betas_for_packing(0.9, 1.5, 2.0)
 
 
 @pytest.mark.parametrize("name", ["sgd", "adamw", "lamb"])

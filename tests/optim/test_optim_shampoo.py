@@ -45,7 +45,7 @@ def assert_trees_close(a, b, rtol=1e-6, atol=1e-7):
     jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=rtol, atol=atol), a, b)
 
 
-def numpy_shampoo(g_seq, lr, beta2, eps):
+def numpy_shampoo(g_seq, lr, b2, eps):
     """Shampoo on one matrix: no grafting, no momentum, S = N = 1 (roots used one step later)."""
 
     def root(stat):
@@ -57,8 +57,8 @@ def numpy_shampoo(g_seq, lr, beta2, eps):
     left_root, right_root = np.eye(len(left)), np.eye(len(right))
     updates = []
     for g in g_seq:
-        left = beta2 * left + (1 - beta2) * g @ g.T
-        right = beta2 * right + (1 - beta2) * g.T @ g
+        left = b2 * left + (1 - b2) * g @ g.T
+        right = b2 * right + (1 - b2) * g.T @ g
         updates.append(-lr * left_root @ g @ right_root)
         left_root, right_root = root(left), root(right)
     return updates
@@ -71,8 +71,8 @@ def test_matches_numpy_reference(root_method, rtol):
     expected = numpy_shampoo([g.astype(np.float64) for g in grads], 0.1, 0.9, 1e-4)
     tx = optim.shampoo(
         0.1,
-        beta1=0.0,
-        beta2=0.9,
+        b1=0.0,
+        b2=0.9,
         ridge_epsilon=1e-4,
         graft="none",
         start_preconditioning_step=1,
@@ -90,7 +90,7 @@ def test_matches_numpy_reference(root_method, rtol):
 def test_grafting_sets_each_blocks_step_size():
     tx = optim.shampoo(
         1.0,
-        beta1=0.0,
+        b1=0.0,
         graft="sgd",
         block_size=128,
         start_preconditioning_step=1,
@@ -115,7 +115,7 @@ def test_momentum_and_decoupled_weight_decay():
         # Until start_preconditioning_step the (sgd-)grafted direction is the gradient itself.
         tx = optim.shampoo(
             0.5,
-            beta1=0.9,
+            b1=0.9,
             nesterov=nesterov,
             graft="sgd",
             weight_decay=0.1,
