@@ -76,11 +76,8 @@ def assign_sequences(
     fallback: list[list[int]] = []
     if leftover.any():
         if drop_unassigned:
-            dropped = sorted(
-                order[starts[k] + taken[k] : starts[k + 1]].tolist()
-                for k in np.flatnonzero(leftover)
-            )
-            dropped = sorted(i for chunk in dropped for i in chunk)
+            left = [order[starts[k] + taken[k] : starts[k + 1]] for k in np.flatnonzero(leftover)]
+            dropped = np.sort(np.concatenate(left)).tolist()
         else:
             extra = greedy.greedy_pack(
                 leftover, strategy_set.max_len, strategy_set.max_depth, "worst"

@@ -72,13 +72,12 @@ def validate_histogram(hist, max_len: int | None = None) -> np.ndarray:
 def from_lengths(lengths: Iterable[int], max_len: int) -> np.ndarray:
     """Histogram of shape ``[max_len + 1]`` counting the given sequence lengths."""
     max_len = _check_max_len(max_len)
-    values = (
-        np.fromiter(lengths, dtype=np.int64) if not isinstance(lengths, np.ndarray) else lengths
-    )
-    values = np.asarray(values)
+    values = np.asarray(lengths if isinstance(lengths, np.ndarray) else list(lengths))
+    if values.ndim != 1:
+        raise ValueError(f"lengths must be 1-D, got shape {values.shape}")
     if values.size and not np.issubdtype(values.dtype, np.integer):
-        if np.any(values != np.round(values)):
-            raise ValueError("sequence lengths must be integers")
+        if not np.issubdtype(values.dtype, np.floating) or np.any(values != np.round(values)):
+            raise ValueError(f"sequence lengths must be integers, got dtype {values.dtype}")
         values = values.astype(np.int64)
     if values.size == 0:
         raise ValueError("no sequence lengths given: the histogram would be empty")

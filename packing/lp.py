@@ -12,6 +12,7 @@ lower bound on the packs of *any* packing of that depth. Solved with HiGHS
 
 from __future__ import annotations
 
+import collections
 import math
 import time
 
@@ -50,12 +51,16 @@ def solve_covering_lp(
     initial_columns: np.ndarray | None = None,
     *,
     max_rounds: int = 100,
-) -> tuple[np.ndarray, float, int]:
-    """Covering LP by column generation. Returns (pattern copies x, LP optimum in packs, rounds).
+) -> tuple[np.ndarray, float, float, int]:
+    """Covering LP by column generation over enumerated patterns.
 
-    The restricted LP holds a working set of patterns and the whole downgrade chain; the duals
-    ``pi`` price every pattern at once (reduced cost ``1 - A^T pi``) and the most negative ones join
-    the working set until none is left, which proves the restricted optimum optimal for all.
+    The restricted LP holds a growing working set of patterns and the whole downgrade chain; the
+    duals ``pi`` price every pattern at once (reduced cost ``1 - A^T pi``) and the most negative
+    ones join the working set. Stops when none is negative (the restricted optimum is optimal) or
+    when the Farley bound ``z / max_j (A^T pi)_j`` already proves the integer bound ``ceil(z)``.
+
+    Returns:
+      (pattern copies x, restricted LP value z, proven lower bound on the LP optimum, rounds).
     """
     matrix = covering_matrix(patterns, max_len)
     num_patterns = len(patterns)
@@ -67,6 +72,7 @@ def solve_covering_lp(
         if initial_columns is None
         else np.union1d(initial_columns, np.flatnonzero((patterns > 0).sum(axis=1) == 1))
     )
+    tokens_bound = patterns_lib.lower_bound_packs(int(np.arange(len(hist)) @ hist), max_len)
     for rounds in range(1, max_rounds + 1):  # noqa: B007
         restricted = scipy.sparse.hstack([slots[:, work], chain], format="csc")
         cost = np.concatenate([np.ones(len(work)), np.zeros(max_len - 1)])
@@ -75,17 +81,20 @@ def solve_covering_lp(
         )
         if result.status != 0:
             raise RuntimeError(f"covering LP failed: {result.message}")
-        duals = -result.ineqlin.marginals
-        reduced = 1.0 - slots.T @ duals
+        solved = work
+        value = slots.T @ -result.ineqlin.marginals
+        bound = result.fun / max(1.0, float(value.max()))
+        reduced = 1.0 - value
         reduced[work] = np.inf
         entering = np.flatnonzero(reduced < -_EPS)
-        if entering.size == 0:
+        proven = math.ceil(result.fun - _EPS) <= max(math.ceil(bound - _EPS), tokens_bound)
+        if entering.size == 0 or proven:
             break
         top = entering[np.argsort(reduced[entering])[:COLUMNS_PER_ROUND]]
-        work = np.union1d(work[result.x[: len(work)] > 0], top)
+        work = np.union1d(work, top)  # never drop columns: no cycling on degenerate duals
     x = np.zeros(num_patterns)
-    x[work] = np.maximum(result.x[: len(work)], 0.0)
-    return x, float(result.fun), rounds
+    x[solved] = np.maximum(result.x[: len(solved)], 0.0)
+    return x, float(result.fun), (float(result.fun) if entering.size == 0 else bound), rounds
 
 
 def lp_lower_bound(lp_value: float, tokens: int, max_len: int) -> int:
@@ -105,18 +114,20 @@ def pack_lp(hist: np.ndarray, max_len: int, max_depth: int, *, time_limit: float
     base_depth = min(max_depth, ENUMERATION_DEPTH) if max_depth else ENUMERATION_DEPTH
     tokens = int(np.arange(len(hist)) @ hist)
     info: dict = {}
-    candidates = []
-    seeds = list(greedy.greedy_pack(hist, max_len, max_depth, "best"))
+    candidates: list[tuple[collections.Counter, str]] = []
+    for fit, name in (("best", "lpfhp"), ("worst", "spfhp")):  # never worse than the greedy
+        candidates.append((greedy.greedy_pack(hist, max_len, max_depth, fit), name))
+    seeds = list(candidates[0][0])
     if patterns_lib.count_exact_patterns(max_len, base_depth) <= patterns_lib.DEFAULT_MAX_PATTERNS:
         pats = patterns_lib.exact_patterns(max_len, base_depth)
         start = nnlshp.warm_start_columns(hist, max_len, pats)
-        x, value, rounds = solve_covering_lp(hist, max_len, pats, start)
+        x, value, bound, rounds = solve_covering_lp(hist, max_len, pats, start)
         packs, how = rounding.round_and_repair(pats, x, hist, max_len, max_depth)
         candidates.append((packs, how))
         seeds += list(packs)
         info.update(lp_value=value, lp_depth=base_depth, lp_rounds=rounds, columns=len(pats))
         if base_depth == max_depth:
-            info["lower_bound"] = lp_lower_bound(value, tokens, max_len)
+            info["lower_bound"] = lp_lower_bound(bound, tokens, max_len)
     if "lower_bound" not in info:
         columns, x, value, bound, rounds = solve_lp_by_pricing(
             hist, max_len, max_depth, seeds, time_limit=time_limit

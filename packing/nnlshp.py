@@ -58,9 +58,9 @@ def solve_weighted_nnls(
         violators = np.flatnonzero(gradient > threshold)
         if violators.size == 0:
             break
-        # Keep the columns in use, add the strongest violators (a few hundred per round).
+        # Add the strongest violators; never drop columns, so degenerate problems cannot cycle.
         top = violators[np.argsort(-gradient[violators])[:COLUMNS_PER_ROUND]]
-        work = np.union1d(work[x_work > 0], top)
+        work = np.union1d(work, top)
     x = np.zeros(num_columns)
     x[solved] = x_work
     return x, float(rnorm), rounds

@@ -58,11 +58,19 @@ def test_validate_rejects_bad_histograms(hist, max_len, message):
 
 @pytest.mark.parametrize(
     ("lengths", "message"),
-    [([1, 9], "longer than max_len=8"), ([0, 2], ">= 1"), ([], "no sequence"), ([1.5], "integer")],
+    [
+        ([1, 9], "longer than max_len=8"),
+        ([0, 2], ">= 1"),
+        ([], "no sequence"),
+        ([1.5], "integer"),
+        (["3"], "integer"),
+    ],
 )
 def test_from_lengths_rejects_bad_lengths(lengths, message):
     with pytest.raises(ValueError, match=message):
         histogram.from_lengths(np.asarray(lengths), max_len=8)
+    with pytest.raises(ValueError, match=message):
+        histogram.from_lengths(iter(lengths), max_len=8)
 
 
 def test_load_reports_the_bad_line(tmp_path):

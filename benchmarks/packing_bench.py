@@ -1,0 +1,224 @@
+"""Packing benchmark: every algorithm and depth on SQuAD and a Wikipedia-like histogram, the
+paper's dense NNLS solve side by side with ours, and how the time grows with max_len and with
+the number of sequences.
+
+  python benchmarks/packing_bench.py            # a few minutes on 2 cores
+  python benchmarks/packing_bench.py --quick    # skips the paper's dense NNLS solves
+
+Single-threaded BLAS is forced (before numpy is imported): the dense solves here are small, and
+on a shared machine threaded BLAS is many times slower for them.
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import pathlib  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+import scipy.optimize  # noqa: E402
+
+import packing  # noqa: E402
+from packing import nnlshp  # noqa: E402
+from packing import patterns as patterns_lib  # noqa: E402
+
+SQUAD = pathlib.Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "histograms"
+SQUAD = SQUAD / "squad_1_1_384.txt"
+ALGORITHMS = ("none", "spfhp", "lpfhp", "nnlshp", "lp")
+DEPTHS = (1, 2, 3, 4, 8, 0)
+HEADER = (
+    f"{'algorithm':<8} {'depth':>5} {'packs':>11} {'eff %':>8} {'factor':>7} {'off max':>8} "
+    f"{'bound':>11} {'seconds':>8}"
+)
+
+
+def skip_reason(algorithm: str, max_len: int, depth: int) -> str | None:
+    """Why a run is not made (too large to be useful), or None."""
+    if algorithm == "none" and depth != 1:
+        return "n/a"
+    if algorithm == "nnlshp":
+        if depth == 0:
+            return "needs a finite depth"
+        count = patterns_lib.count_exact_patterns(max_len, depth)
+        if count > patterns_lib.DEFAULT_MAX_PATTERNS:
+            return f"{count:.1e} exact-fill patterns"
+        if max_len > 1024:
+            return "dense NNLS over ~max_len active columns: ~150 s at 2048"
+        if depth > 3 and max_len > 400:
+            return f"{count:,} patterns: slow, no gain over depth 3"
+    if algorithm == "lp" and max_len > 2048:
+        return f"{patterns_lib.count_exact_patterns(max_len, 3):.1e} patterns at depth 3"
+    return None
+
+
+def row(result, lower_bound=None) -> str:
+    m = result.metrics()
+    off = 100.0 * (1.0 - m.packing_factor / m.max_packing_factor)
+    depth = result.max_depth or "inf"
+    bound = f"{lower_bound:,}" if lower_bound else ""
+    return (
+        f"{result.algorithm:<8} {depth!s:>5} {m.packs:>11,} {m.efficiency:>8.3f} "
+        f"{m.packing_factor:>7.4f} {off:>7.3f}% {bound:>11} {m.solve_seconds:>8.3f}"
+    )
+
+
+def table(name: str, hist: np.ndarray, max_len: int) -> dict:
+    """Every algorithm at every depth; returns {(algorithm, depth): StrategySet}."""
+    tokens = packing.histogram.total_tokens(hist)
+    print(
+        f"\n== {name}: {int(hist.sum()):,} sequences, {tokens:,} tokens, max_len {max_len}, "
+        f"theoretical max packing factor {hist.sum() / -(-tokens // max_len):.4f}"
+    )
+    print(HEADER)
+    results = {}
+    for depth in DEPTHS:
+        for algorithm in ALGORITHMS:
+            reason = skip_reason(algorithm, max_len, depth)
+            if reason == "n/a":
+                continue
+            if reason:
+                print(f"{algorithm:<8} {depth or 'inf'!s:>5}   skipped: {reason}")
+                continue
+            result = packing.pack_histogram(hist, max_len, algorithm, depth)
+            result.check(hist)
+            results[algorithm, depth] = result
+            print(row(result, result.info.get("lower_bound")), flush=True)
+    print("(bound: proven lower bound on packs at that depth, from the covering LP)")
+    return results
+
+
+def paper_nnls_side_by_side(name: str, hist: np.ndarray, max_len: int) -> None:
+    """The paper's solver (dense scipy.optimize.nnls on all patterns) against ours."""
+    pats = patterns_lib.exact_patterns(max_len, 3)
+    weights = nnlshp.residual_weights(max_len)
+    matrix = patterns_lib.pattern_matrix(pats, max_len).toarray() * weights[:, None]
+    target = weights * hist[1:]
+    start = time.perf_counter()
+    _, dense_rnorm = scipy.optimize.nnls(matrix, target, maxiter=10 * matrix.shape[1])
+    dense = time.perf_counter() - start
+    ours = packing.pack_histogram(hist, max_len, "nnlshp", 3)
+    print(
+        f"{name}: paper's dense NNLS {dense:.2f} s (residual {dense_rnorm:.4f}); ours, whole "
+        f"NNLSHP {ours.solve_seconds:.2f} s (residual {ours.info['rnorm']:.4f}): "
+        f"{dense / ours.solve_seconds:.1f}x faster"
+    )
+
+
+def scaling_with_max_len() -> None:
+    print("\n== seconds vs max_len (Wikipedia-like, 16M sequences, depth 3)")
+    algorithms = ("spfhp", "lpfhp", "nnlshp", "lp")
+    print(f"{'max_len':>8} " + " ".join(f"{a:>22}" for a in algorithms))
+    for max_len in (128, 512, 2048, 8192):
+        hist = packing.synthetic.wikipedia_like_histogram(16_000_000, max_len, seed=0)
+        cells = []
+        for algorithm in algorithms:
+            reason = skip_reason(algorithm, max_len, 3)
+            if reason:
+                cells.append(f"{'skipped':>22}")
+                continue
+            result = packing.pack_histogram(hist, max_len, algorithm, 3)
+            m = result.metrics()
+            cells.append(f"{m.solve_seconds:>9.3f} s {m.efficiency:>8.3f}%")
+        print(f"{max_len:>8} " + " ".join(cells), flush=True)
+    for algorithm in algorithms:
+        for max_len in (2048, 8192):
+            reason = skip_reason(algorithm, max_len, 3)
+            if reason:
+                print(f"  {algorithm} at {max_len} skipped: {reason}")
+    print("  unlimited depth at 8192:")
+    hist = packing.synthetic.wikipedia_like_histogram(16_000_000, 8192, seed=0)
+    for algorithm in ("spfhp", "lpfhp"):
+        print("  " + row(packing.pack_histogram(hist, 8192, algorithm, 0)))
+
+
+def scaling_with_sequences() -> None:
+    print("\n== seconds vs number of sequences (Wikipedia-like shape, max_len 512, depth 3)")
+    algorithms = ("spfhp", "lpfhp", "nnlshp", "lp")
+    print(f"{'sequences':>13} {'lengths':>7} " + " ".join(f"{a:>20}" for a in algorithms))
+    for exponent in range(3, 10):
+        hist = packing.synthetic.wikipedia_like_histogram(10**exponent, 512, seed=0)
+        cells = []
+        for algorithm in algorithms:
+            m = packing.pack_histogram(hist, 512, algorithm, 3).metrics()
+            cells.append(f"{m.solve_seconds:>8.3f} s {m.efficiency:>7.3f}%")
+        print(f"{10**exponent:>13,} {np.count_nonzero(hist):>7} " + " ".join(cells), flush=True)
+
+
+def targets(wiki: dict, squad: dict | None) -> None:
+    print("\n== targets")
+    big = packing.synthetic.wikipedia_like_histogram(16_000_000, 8192, seed=0)
+    greedy_512 = min(wiki["spfhp", 3].solve_seconds, wiki["spfhp", 0].solve_seconds)
+    nn = wiki["nnlshp", 3].metrics()
+    unlimited = {a: wiki[a, 0].metrics() for a in ("spfhp", "lpfhp", "lp")}
+    worst_off = max(100 * (1 - m.packing_factor / m.max_packing_factor) for m in unlimited.values())
+    seconds_8192 = max(
+        packing.pack_histogram(big, 8192, a, d).solve_seconds
+        for a in ("spfhp", "lpfhp")
+        for d in (3, 0)
+    )
+    checks = [
+        ("SPFHP < 20 ms on a 512-bin histogram", greedy_512 < 0.02, f"{greedy_512 * 1e3:.1f} ms"),
+        (
+            "NNLSHP depth 3, max_len 512 < 2 s",
+            nn.solve_seconds < 2,
+            f"{nn.solve_seconds:.2f} s",
+        ),
+        (
+            "NNLSHP depth 3 >= 99.7% (Wikipedia-like)",
+            nn.efficiency >= 99.7,
+            f"{nn.efficiency:.3f}%",
+        ),
+        (
+            "unlimited depth within 0.1% of max packing factor (Wikipedia-like)",
+            worst_off <= 0.1,
+            f"worst of spfhp/lpfhp/lp {worst_off:.3f}%",
+        ),
+        (
+            "max_len 8192 in a few seconds (SPFHP/LPFHP, depth 3 and unlimited)",
+            seconds_8192 < 3,
+            f"{seconds_8192:.3f} s",
+        ),
+    ]
+    for name, met, figure in checks:
+        print(f"  [{'met' if met else 'NOT met'}] {name}: {figure}")
+    if squad:
+        lp = squad["lp", 0]
+        m = lp.metrics()
+        print(
+            f"  SQuAD: the LP proves >= {lp.info['lower_bound']:,} packs at any depth, so its "
+            f"max packing factor {m.max_packing_factor:.3f} is unreachable; lp (unlimited) makes "
+            f"{m.packs:,} packs ({100 * (1 - m.packing_factor / m.max_packing_factor):.3f}% off)"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="skip the paper's dense NNLS solves")
+    args = parser.parse_args()
+    start = time.perf_counter()
+    wiki_hist = packing.synthetic.wikipedia_like_histogram(16_000_000, 512, seed=0)
+    if SQUAD.exists():
+        squad = packing.load_histogram(SQUAD, 384)
+        squad_results = table("SQuAD 1.1 (max_len 384)", squad, 384)
+    else:
+        squad, squad_results = None, None
+        print(f"SQuAD histogram not found at {SQUAD}: skipping its table")
+    wiki = table("Wikipedia-like (packing.synthetic.wikipedia_like_histogram)", wiki_hist, 512)
+    if not args.quick:
+        print("\n== NNLS solver, side by side (depth 3)")
+        if squad is not None:
+            paper_nnls_side_by_side("SQuAD 384", squad, 384)
+        paper_nnls_side_by_side("Wikipedia-like 512", wiki_hist, 512)
+    scaling_with_max_len()
+    scaling_with_sequences()
+    targets(wiki, squad_results)
+    print(f"\ntotal {time.perf_counter() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
