@@ -1,6 +1,6 @@
 """The machine's roofline ceilings, measured in the same process as the profile.
 
-Peak compute is the FLOP rate of one large square matrix product in the step's matmul dtype;
+Peak compute is the best FLOP rate of square matrix products in the step's matmul dtype;
 peak bandwidth is the byte rate of one large elementwise stream (read x, write x + 1). Sizes grow
 until one run takes `min_seconds`, so the same code fits a laptop CPU and an accelerator.
 """
@@ -39,16 +39,19 @@ def _best_time(fn, *args, repeats: int) -> float:
 
 
 def measure_matmul(dtype="float32", *, min_seconds: float = 0.05, max_size: int = 16384):
-    """(FLOP/s, n) of an n x n x n product, growing n until one product takes min_seconds."""
+    """(best FLOP/s, its n) of n x n x n products, doubling n from 256 until one product takes
+    `min_seconds`; the best rate over the sizes is the ceiling (mid sizes can beat large ones
+    that spill out of cache)."""
     matmul = jax.jit(jnp.matmul)
-    n = 256
+    n, best = 256, (0.0, 256)
     while True:
         key_a, key_b = jax.random.split(jax.random.key(n))
         a = jax.random.normal(key_a, (n, n), dtype)
         b = jax.random.normal(key_b, (n, n), dtype)
-        seconds = _best_time(matmul, a, b, repeats=3)
+        seconds = _best_time(matmul, a, b, repeats=5)
+        best = max(best, (2.0 * n**3 / seconds, n))
         if seconds >= min_seconds or n >= max_size:
-            return 2.0 * n**3 / seconds, n
+            return best
         n *= 2
 
 

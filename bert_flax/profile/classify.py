@@ -15,8 +15,10 @@ An executed op is usually a fusion of many HLO instructions, so it is classified
    `LayerNorm`/`Dropout`, or its opcode: `rsqrt` normalisation, `exp`/max-reduce softmax,
    `tanh`/`erf` activation, random bits dropout, gather/scatter on a table embedding), weighted
    by the elements it produces; the largest vote wins;
-4. with no votes, an add of two full-size tensors is a residual add, pure copies/transposes/
-   broadcasts/slices are data movement, and anything left is `other`.
+4. with no votes, an add of two full-size tensors is a residual add, other arithmetic inside a
+   Dense layer's scope is its bias add (or, backward, the bias gradient's reduction), pure
+   copies/transposes/broadcasts/slices are data movement, and anything left is `other`;
+5. an op XLA created without metadata takes the class of the op that feeds it.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ MEMORY_CLASSES = (
     "activation",
     "dropout",
     "residual",
+    "bias",
     "embedding",
     "loss",
     "optimizer",
@@ -65,6 +68,7 @@ LABELS = {
     "activation": "activation (GELU)",
     "dropout": "dropout and random bits",
     "residual": "residual adds",
+    "bias": "bias adds and gradients",
     "embedding": "embedding gather/scatter",
     "loss": "loss",
     "optimizer": "optimizer update",
@@ -346,6 +350,10 @@ class Classifier:
             return OpClass(best, "votes " + ", ".join(f"{k}={v:g}" for k, v in votes.items()))
         if any(_is_residual_add(module, i) for i in inner):
             return OpClass("residual", "add of two full-size tensors")
+        dense_scopes = _QKV | _ATTENTION_OUT | _FFN | _MLM | {"pooler", "classifier"}
+        for i in named:
+            if set(_lower_tokens(i)) & dense_scopes and i.opcode not in _MOVEMENT_OPCODES:
+                return OpClass("bias", f"elementwise/reduce in a Dense scope {i.op_name}")
         if opcodes <= _MOVEMENT_OPCODES:
             return OpClass("data_movement", ",".join(sorted(opcodes)))
         return OpClass("other", ",".join(sorted(opcodes)))

@@ -136,5 +136,6 @@ def profile_config(
         "accumulation": setup.accumulation,
         "dtype": config.train.dtype,
         "optimizer": config.optimizer.name,
+        "sequences": float(jax.device_get(batch["sequence_mask"]).sum()),
     }
     return result

@@ -1,0 +1,153 @@
+r"""Where a BERT pre-training step spends its time, the comparison of "Demystifying BERT".
+
+Profiles the configured train step (bert_flax.train_setup) of the tiny BERT and of a
+BERT-base-shaped model (hidden 768, 12 heads, FFN 3072, full 30,522 vocabulary; only
+--base_layers layers to fit a CPU) at lengths 128 and 512, float32 against bfloat16, packed
+against padded, LAMB against Shampoo, and writes a table, a stacked-bar plot and a roofline:
+
+  python benchmarks/profile_report.py                      # a few minutes on 2 CPU cores
+  python benchmarks/profile_report.py --models=tiny --out_dir=/tmp/profile_report
+
+Each setting is one row of the sweep table (time share per class, % of the step) and one bar of
+the plot. Ceilings (peak matmul FLOP/s per dtype, stream bytes/s) are measured once in this run.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import ml_collections
+from absl import app, flags
+
+from bert_flax.profile import configured, report
+from bert_flax.profile.ceilings import Ceilings
+from bert_flax.profile.profiler import StepProfile
+from configs import tiny
+
+_MODELS = flags.DEFINE_list("models", ["tiny", "base"], "Model shapes to profile: tiny, base.")
+_BASE_LAYERS = flags.DEFINE_integer("base_layers", 2, "Layers of the BERT-base-shaped model.")
+_STEPS = flags.DEFINE_integer("steps", 2, "Traced steps per setting (after warm-up).")
+_WARMUP = flags.DEFINE_integer("warmup", 1, "Untraced steps per setting.")
+_OUT_DIR = flags.DEFINE_string("out_dir", "docs/images", "Where the plots and JSON lines go.")
+
+# Rows per step: tiny at 128/512, base-shaped at 128/512 (small, to fit a CPU in minutes).
+ROWS = {("tiny", 128): 8, ("tiny", 512): 2, ("base", 128): 2, ("base", 512): 1}
+
+# (seq_len, dtype, packed, optimizer): the baseline, then one change at a time.
+SETTINGS = [
+    (128, "float32", True, "lamb"),
+    (128, "bfloat16", True, "lamb"),
+    (512, "float32", True, "lamb"),
+    (512, "bfloat16", True, "lamb"),
+    (128, "float32", False, "lamb"),
+    (128, "float32", True, "shampoo"),
+]
+
+
+def shampoo_section(config):
+    """Shampoo preconditioning from step 1, roots refreshed every 1000 steps (so the traced steps
+    show its per-step work: statistics and preconditioning products, grafting, update)."""
+    config.optimizer = ml_collections.ConfigDict(
+        {
+            "name": "shampoo",
+            "beta1": 0.9,
+            "beta2": 0.999,
+            "block_size": 128,
+            "weight_decay": 0.01,
+            "start_preconditioning_step": 1,
+            "preconditioning_compute_steps": 1000,
+        }
+    )
+
+
+def make_config(model: str, seq_len: int, dtype: str, packed: bool, optimizer: str):
+    config = tiny.get_config()
+    config.data.synthetic = True
+    config.data.max_seq_length = seq_len
+    config.data.packed = packed
+    config.data.max_predictions_per_seq = 20 if seq_len <= 128 else 76
+    config.train.dtype = dtype
+    config.train.batch_size = ROWS[(model, seq_len)]
+    config.eval.batch_size = 1
+    if model == "base":
+        config.model.preset = "base"
+        config.model.overrides.num_layers = _BASE_LAYERS.value
+    if optimizer == "shampoo":
+        shampoo_section(config)
+    else:
+        config.optimizer.name = optimizer
+    return config
+
+
+def label(model: str, seq_len: int, dtype: str, packed: bool, optimizer: str) -> str:
+    name = model if model == "tiny" else f"base{_BASE_LAYERS.value}L"
+    dt = "f32" if dtype == "float32" else "bf16"
+    return f"{name} {seq_len} {dt} {'packed' if packed else 'padded'} {optimizer}"
+
+
+def summary(profiles: list[StepProfile]) -> str:
+    """Matmul vs memory-bound shares, and how they move with bfloat16 and sequence length."""
+    lines = ["| setting | step ms | sequences/s | matmul % | memory-bound % | unattributed % |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    for p in profiles:
+        mm = 100 * p.matmul_share()
+        un = 100 * p.unattributed_ms / p.step_ms
+        seqs = p.settings.get("sequences", 0.0) / (p.step_ms * 1e-3)
+        lines.append(
+            f"| {p.label} | {p.step_ms:.0f} | {seqs:.1f} | {mm:.1f} | {100 - mm - un:.1f} | "
+            f"{un:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv):
+    del argv
+    os.makedirs(_OUT_DIR.value, exist_ok=True)
+    plan = [(m, *s) for m in _MODELS.value for s in SETTINGS]
+    measured: dict[str, Ceilings] = {}
+    profiles: list[StepProfile] = []
+    start = time.perf_counter()
+    for i, (model, seq_len, dtype, packed, optimizer) in enumerate(plan):
+        name = label(model, seq_len, dtype, packed, optimizer)
+        elapsed = time.perf_counter() - start
+        eta = elapsed / i * (len(plan) - i) if i else float("nan")
+        print(f"[{i + 1}/{len(plan)}] {name}  (elapsed {elapsed:.0f} s, ETA {eta:.0f} s)",
+              file=sys.stderr, flush=True)  # fmt: skip
+        config = make_config(model, seq_len, dtype, packed, optimizer)
+        result = configured.profile_config(
+            config,
+            steps=_STEPS.value,
+            warmup=_WARMUP.value,
+            label=name,
+            ceilings=measured.get(dtype, True),
+        )
+        if result.ceilings is not None:
+            measured[dtype] = result.ceilings
+        profiles.append(result)
+        print(report.format_table(result), end="\n\n", flush=True)
+
+    print("## Time share per class (% of the step)\n")
+    print(report.format_sweep(profiles, markdown=True), end="\n\n")
+    print("## Matrix products against memory-bound work\n")
+    print(summary(profiles), end="\n\n")
+    for dtype, c in measured.items():
+        print(f"ceiling {dtype}: {c.flops_per_s / 1e9:.1f} GFLOP/s ({c.matmul_size}^3 matmul), "
+              f"{c.bytes_per_s / 1e9:.1f} GB/s stream")  # fmt: skip
+
+    out = _OUT_DIR.value
+    with open(os.path.join(out, "profile_report.jsonl"), "w") as f:
+        for p in profiles:
+            f.write("\n".join(report.json_lines(p)) + "\n")
+    report.plot_stacked(profiles, os.path.join(out, "profile_breakdown.png"),
+                        title="BERT training step on CPU: share of time per class")  # fmt: skip
+    picks = [p for p in profiles if p.label.endswith("128 f32 packed lamb")] or profiles[:1]
+    picks += [p for p in profiles if p.label.endswith("128 bf16 packed lamb")][:1]
+    report.plot_roofline(picks, os.path.join(out, "profile_roofline.png"))
+    print(f"\nwrote {out}/profile_breakdown.png, profile_roofline.png, profile_report.jsonl "
+          f"in {time.perf_counter() - start:.0f} s", file=sys.stderr)  # fmt: skip
+
+
+if __name__ == "__main__":
+    app.run(main)
