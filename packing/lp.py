@@ -31,9 +31,8 @@ ENUMERATION_DEPTH = 3  # deepest LP solved over all enumerated exact-fill patter
 def covering_matrix(patterns: np.ndarray, max_len: int) -> scipy.sparse.csc_matrix:
     """``[A | D]``: slot counts per length and the downgrade chain (``max_len - 1`` columns)."""
     slots = patterns_lib.pattern_matrix(patterns, max_len)
-    k = np.arange(
-        1, max_len
-    )  # y for slot length k + 1 serving length k: row k (length k+1) -1, row k-1 +1
+    # y_k: slots of length k + 1 serving length k, -1 in row k (length k + 1), +1 in row k - 1.
+    k = np.arange(1, max_len)
     chain = scipy.sparse.csc_matrix(
         (
             np.concatenate([-np.ones(max_len - 1), np.ones(max_len - 1)]),
@@ -137,7 +136,7 @@ def pack_lp(hist: np.ndarray, max_len: int, max_depth: int, *, time_limit: float
         info.update(lp_value=value, lp_depth=max_depth, pricing_rounds=rounds)
         info["lower_bound"] = lp_lower_bound(bound, tokens, max_len)
     packs, how = min(candidates, key=lambda c: sum(c[0].values()))
-    info["rounding"] = how
+    info["chosen"] = how
     return packs, info
 
 
@@ -167,6 +166,7 @@ def solve_lp_by_pricing(
     columns |= {(int(s),) for s in lengths}
     columns = sorted(columns)
     bound = 0.0
+    tokens_bound = patterns_lib.lower_bound_packs(int(np.arange(len(hist)) @ hist), max_len)
     deadline = time.perf_counter() + time_limit
     # Downgrade chain over the lengths present: a slot of length lengths[i + 1] may hold lengths[i].
     n = len(lengths)
@@ -182,18 +182,18 @@ def solve_lp_by_pricing(
         )
         if result.status != 0:
             raise RuntimeError(f"covering LP failed: {result.message}")
+        solved = columns
         duals = np.maximum(-result.ineqlin.marginals, 0.0)
         priced = pricing.best_patterns(duals, lengths, max_len, max_depth, limit=COLUMNS_PER_ROUND)
         best_value = priced[0][0] if priced else 0.0
         bound = max(bound, result.fun / max(best_value, 1.0))
         known = set(columns)
         entering = [p for v, p in priced if v > 1.0 + 1e-9 and p not in known]
-        proven = math.ceil(bound - _EPS) >= math.ceil(result.fun - _EPS)
+        proven = math.ceil(result.fun - _EPS) <= max(math.ceil(bound - _EPS), tokens_bound)
         if not entering or proven or time.perf_counter() > deadline:
             break
-        used = [c for c, x in zip(columns, result.x) if x > 0]
-        columns = sorted(set(used) | {(int(s),) for s in lengths} | set(entering))
-    return columns, np.maximum(result.x[: len(columns)], 0.0), float(result.fun), bound, rounds
+        columns = sorted(known | set(entering))  # never drop columns: no cycling
+    return solved, np.maximum(result.x[: len(solved)], 0.0), float(result.fun), bound, rounds
 
 
 def _pattern_columns(columns, row_of, num_rows) -> scipy.sparse.csc_matrix:

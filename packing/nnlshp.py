@@ -82,5 +82,5 @@ def pack_nnlshp(hist: np.ndarray, max_len: int, max_depth: int):
     target = weights * hist[1:].astype(float)
     x, rnorm, rounds = solve_weighted_nnls(matrix, target, warm_start_columns(hist, max_len, pats))
     packs, rounding_name = rounding.round_and_repair(pats, x, hist, max_len, max_depth)
-    info = {"rnorm": rnorm, "columns": len(pats), "nnls_rounds": rounds, "rounding": rounding_name}
+    info = {"rnorm": rnorm, "columns": len(pats), "nnls_rounds": rounds, "chosen": rounding_name}
     return packs, info
