@@ -86,6 +86,19 @@ def _fit_to_shape(spec: PartitionSpec, shape: tuple[int, ...], mesh: Mesh, path:
     return PartitionSpec(*fitted)
 
 
+def unbox(variables: Any) -> Any:
+    """Strips the logical-axis boxes without `nn.unbox`'s sharding constraints.
+
+    (`nn.unbox` re-applies the rules, which fails for dims that `param_shardings` chose to
+    replicate because the mesh does not divide them.)
+    """
+    return jax.tree.map(
+        lambda x: x.unbox(apply_constraint=False) if isinstance(x, nn.Partitioned) else x,
+        variables,
+        is_leaf=lambda x: isinstance(x, nn.Partitioned),
+    )
+
+
 def param_shardings(abstract_variables: Any, mesh: Mesh, rules: Rules = LOGICAL_AXIS_RULES) -> Any:
     """NamedShardings for (abstract) boxed variables from `jax.eval_shape(model.init, ...)`.
 
@@ -93,7 +106,7 @@ def param_shardings(abstract_variables: Any, mesh: Mesh, rules: Rules = LOGICAL_
     "model") are replicated, and a warning names them.
     """
     mesh_specs = logical_to_mesh_specs(nn.get_partition_spec(abstract_variables), rules)
-    shapes = nn.unbox(abstract_variables)
+    shapes = unbox(abstract_variables)
 
     def to_sharding(path, spec, leaf):
         return NamedSharding(
