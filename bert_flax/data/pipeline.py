@@ -113,29 +113,26 @@ def build_rows(table: ExampleTable, packs: Sequence[Sequence[int]], shape: RowSh
             f"max_predictions_per_pack={P}; raise it (or leave it None to derive a safe bound)."
         )
 
-    def gather(position_ends, width):
-        """Per column j < width: its slot, source example, index in the example, and realness."""
-        j = np.arange(width)
-        slot = (j[None, None, :] >= position_ends[:, :, None]).sum(axis=1)
-        real = j[None, :] < position_ends[:, -1:]
-        slot = np.minimum(slot, D - 1)
-        first = np.take_along_axis(position_ends, slot, axis=1) - np.take_along_axis(
-            np.diff(position_ends, axis=1, prepend=0), slot, axis=1
-        )
-        offset = np.where(real, j[None, :] - first, 0)
-        return slot, np.take_along_axis(source, slot, axis=1), offset, real
+    batch = np.arange(B)[:, None]
 
-    slot, example, position, real = gather(ends, L)
+    def gather(counts_ends, starts_of, width):
+        """Per column j < width: its slot, source example, index inside the example, realness."""
+        j = np.arange(width)
+        slot = np.minimum((j[None, None, :] >= counts_ends[:, :, None]).sum(axis=1), D - 1)
+        real = j[None, :] < counts_ends[:, -1:]
+        offset = np.where(real, j[None, :] - starts_of[batch, slot], 0)
+        return slot, source[batch, slot], offset, real
+
+    slot, example, position, real = gather(ends, starts, L)
     rows = {
         "input_ids": np.where(real, table.input_ids[example, position], 0),
         "token_type_ids": np.where(real, table.token_type_ids[example, position], 0),
         "segment_ids": np.where(real, slot + 1, 0),
         "positions": position,
     }
-    pslot, pexample, pindex, preal = gather(prediction_ends, P)
-    row_offset = np.take_along_axis(starts, pslot, axis=1)
+    pslot, pexample, pindex, preal = gather(prediction_ends, prediction_ends - num_predictions, P)
     rows["masked_lm_positions"] = np.where(
-        preal, table.masked_lm_positions[pexample, pindex] + row_offset, 0
+        preal, table.masked_lm_positions[pexample, pindex] + starts[batch, pslot], 0
     )
     rows["masked_lm_ids"] = np.where(preal, table.masked_lm_ids[pexample, pindex], 0)
     rows["masked_lm_weights"] = preal.astype(np.float32)
@@ -270,9 +267,10 @@ def _strategy_packs(
 
 
 def _online_packs(
-    tables: Iterator[ExampleTable], shape: RowShape, buffer_size: int
+    tables: Iterator[ExampleTable], shape: RowShape, buffer_size: int, group: int
 ) -> Iterator[tuple[ExampleTable, list[list[int]]]]:
-    """(table, packs) pairs from the online packer; each table holds just its packs' examples."""
+    """(table, packs) pairs from the online packer, ``group`` packs at a time (the last may be
+    fewer); each table holds just its packs' examples."""
     packer = packing.OnlinePacker(shape.max_seq_length, shape.max_sequences_per_pack, buffer_size)
     pending: dict[int, tuple[ExampleTable, int]] = {}
     next_index = 0
@@ -296,16 +294,18 @@ def _online_packs(
             k += len(p)
         return ExampleTable.concatenate(parts), local
 
+    done: list[list[int]] = []
     for table in tables:
-        for row, length in enumerate(table.lengths):
+        for row, length in enumerate(table.lengths.tolist()):
             pending[next_index] = (table, row)
-            done = packer.add(next_index, int(length))
+            done.extend(packer.add(next_index, length))
             next_index += 1
-            if done:
+            if len(done) >= group:
                 yield emit(done)
-    done = packer.flush()
-    if done:
-        yield emit(done)
+                done = []
+    done.extend(packer.flush())
+    for start in range(0, len(done), group):
+        yield emit(done[start : start + group])
     if pending:
         raise RuntimeError(f"The online packer lost {len(pending)} examples.")
 
@@ -388,7 +388,7 @@ def packed_dataset(
         else:
             windows = source.stream(shuffle, epoch_seed, shuffle_buffer)
         if packed and streaming:
-            yield from _online_packs(windows, shape, online_buffer_size)
+            yield from _online_packs(windows, shape, online_buffer_size, batch_size)
             return
         if pack_window is not None:
             windows = _windows(windows, pack_window)

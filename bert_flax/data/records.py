@@ -95,6 +95,7 @@ def write_shards(serialized: Sequence[bytes], paths: Sequence[str]) -> list[int]
     return counts
 
 
+@tf.autograph.experimental.do_not_convert
 def parse_batch(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
     """Parse a batch of records: ragged int32 lists and int32 scalars."""
     spec = {k: tf.io.RaggedFeature(tf.int64) for k in RAGGED_FEATURES}
@@ -148,6 +149,7 @@ def iterate_tables(
 ) -> Iterator[ExampleTable]:
     """ExampleTables from a dataset of serialized records, ``batch_size`` records at a time."""
 
+    @tf.autograph.experimental.do_not_convert
     def to_dense(parsed):
         dense = {
             "input_ids": parsed["input_ids"].to_tensor(shape=[None, max_seq_length]),

