@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import bisect
 
+import numpy as np
+
 
 class OnlinePacker:
     """Best-fit packing over at most ``buffer_size`` open packs.
@@ -23,14 +25,9 @@ class OnlinePacker:
     """
 
     def __init__(self, max_len: int, max_depth: int = 3, buffer_size: int = 64):
-        if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
-            raise ValueError(f"max_len must be an integer >= 1, got {max_len!r}")
-        if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 0:
-            raise ValueError(
-                f"max_depth must be an integer >= 0 (0 = unlimited), got {max_depth!r}"
-            )
-        if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or buffer_size < 1:
-            raise ValueError(f"buffer_size must be an integer >= 1, got {buffer_size!r}")
+        max_len = _check_int("max_len", max_len, 1)
+        max_depth = _check_int("max_depth", max_depth, 0, "(0 = unlimited)")
+        buffer_size = _check_int("buffer_size", buffer_size, 1)
         self.max_len = max_len
         self.max_depth = max_depth or max_len
         self.buffer_size = buffer_size
@@ -91,3 +88,11 @@ class OnlinePacker:
         self.packs_emitted += 1
         self.tokens_emitted += self._tokens_open.pop(pack_id)
         return self._open.pop(pack_id)
+
+
+def _check_int(name: str, value, minimum: int, note: str = "") -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+        raise ValueError(
+            f"{name} must be an integer >= {minimum}{' ' + note if note else ''}, got {value!r}"
+        )
+    return int(value)
