@@ -233,7 +233,12 @@ def plot_roofline(profiles: list[StepProfile], path: str, *, title: str = "") ->
         legend = ", ".join(f"{markers[k % len(markers)]} {p.label}" for k, p in enumerate(profiles))
         ax.text(0.01, 0.01, f"markers: {legend}", transform=ax.transAxes, fontsize=7)
     ymin = min(
-        (s.flops_per_s / 1e9 for p in profiles for s in p.classes if s.flops_per_s > 0),
+        (
+            s.flops_per_s / 1e9
+            for p in profiles
+            for s in p.classes
+            if s.flops > 0 and s.bytes > 0 and s.time_ms > 0
+        ),
         default=1.0,
     )
     ax.set_ylim(max(ymin / 3, 1e-3), None)
