@@ -1,0 +1,193 @@
+"""Packed vs padded BERT steps: time, sequences/s, and XLA FLOPs against the machine's matmul rate.
+
+    python benchmarks/model_bench.py                       # tiny and base, L = 128 and 512
+    python benchmarks/model_bench.py --models=tiny --lengths=128 --repeats=5 --json=out.json
+
+Both layouts use the same number of rows of the same length: a padded row holds one sequence
+(about half full), a packed row two (~80% full, three slots), so the compute per step is nearly
+the same (a few more MLM prediction slots) and the packed step processes twice the sequences. "fwd" is the evaluation forward pass;
+"fwd+bwd" the loss gradient with dropout (a train step without the optimizer update).
+Utilisation = (XLA cost-analysis FLOPs / step time) / (measured dense float32 matmul FLOP/s).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags
+
+from bert_flax.config import BertConfig
+from bert_flax.losses import pretraining_loss
+from bert_flax.model import BertForPreTraining
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("models", ["tiny", "base"], "BertConfig presets.")
+flags.DEFINE_list("lengths", ["128", "512"], "Row lengths.")
+flags.DEFINE_string("batch", "tiny:8,base:2", "Rows per batch per preset (preset:rows,...).")
+flags.DEFINE_integer("repeats", 3, "Timed calls per measurement (after one warm-up).")
+flags.DEFINE_integer("matmul_size", 1024, "Square float32 matmul size for the peak rate.")
+flags.DEFINE_string("json", None, "Optional path for the results as JSON.")
+
+MASKED_FRACTION = 0.15
+
+
+def synthetic_batch(rng, rows: int, length: int, per_row: int, slots: int) -> dict[str, np.ndarray]:
+    """Rows of `per_row` sequences: one fills ~50% of a row, two ~80%.
+
+    Prediction slots: 15% of the row (BERT's max_predictions_per_seq) for padded rows; for packed
+    rows the same plus one per slot (each sequence masks floor(15%) of its tokens).
+    """
+    predictions = max(1, round(MASKED_FRACTION * length)) + (slots if per_row > 1 else 0)
+    batch = {
+        name: np.zeros((rows, length), np.int32)
+        for name in ("input_ids", "token_type_ids", "segment_ids", "positions")
+    }
+    batch |= {
+        "masked_lm_positions": np.zeros((rows, predictions), np.int32),
+        "masked_lm_ids": np.zeros((rows, predictions), np.int32),
+        "masked_lm_weights": np.zeros((rows, predictions), np.float32),
+        "nsp_positions": np.zeros((rows, slots), np.int32),
+        "next_sentence_labels": np.zeros((rows, slots), np.int32),
+        "sequence_mask": np.zeros((rows, slots), np.float32),
+    }
+    for r in range(rows):
+        low, high = (0.3, 0.7) if per_row == 1 else (0.3, 0.5)
+        lengths = rng.integers(int(low * length), int(high * length) + 1, size=per_row)
+        start = pred = 0
+        for d, n in enumerate(lengths):
+            sl = slice(start, start + n)
+            batch["input_ids"][r, sl] = rng.integers(1000, 30000, n)
+            batch["token_type_ids"][r, start + n // 2 : start + n] = 1
+            batch["segment_ids"][r, sl] = d + 1
+            batch["positions"][r, sl] = np.arange(n)
+            m = max(1, int(MASKED_FRACTION * n))
+            where = start + np.sort(rng.choice(np.arange(1, n), m, replace=False))
+            batch["masked_lm_positions"][r, pred : pred + m] = where
+            batch["masked_lm_ids"][r, pred : pred + m] = rng.integers(1000, 30000, m)
+            batch["masked_lm_weights"][r, pred : pred + m] = 1.0
+            batch["nsp_positions"][r, d] = start
+            batch["next_sentence_labels"][r, d] = rng.integers(0, 2)
+            batch["sequence_mask"][r, d] = 1.0
+            start, pred = start + n, pred + m
+    return batch
+
+
+def measure(fn: Callable, args: tuple, repeats: int) -> tuple[float, float]:
+    """(median seconds per call, XLA FLOPs per call) of a jitted fn; compile excluded."""
+    compiled = jax.jit(fn).lower(*args).compile()
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    jax.block_until_ready(compiled(*args))  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(compiled(*args))
+        times.append(time.perf_counter() - start)
+    return float(np.median(times)), float(cost.get("flops", float("nan")))
+
+
+def matmul_rate(size: int, repeats: int) -> float:
+    a = jnp.asarray(np.random.default_rng(0).standard_normal((size, size)), jnp.float32)
+    seconds, _ = measure(lambda x, y: x @ y, (a, a), max(repeats, 5))
+    return 2.0 * size**3 / seconds
+
+
+def bench_one(preset: str, length: int, rows: int, repeats: int, peak: float) -> list[dict]:
+    config = BertConfig.preset(preset, max_position_embeddings=max(512, length))
+    model = BertForPreTraining(config)
+    rng = np.random.default_rng(0)
+    layouts = {
+        "padded": synthetic_batch(rng, rows, length, per_row=1, slots=1),
+        "packed": synthetic_batch(rng, rows, length, per_row=2, slots=3),
+    }
+    params = jax.jit(lambda b: model.init(jax.random.key(0), b, deterministic=True))(
+        layouts["padded"]
+    )
+
+    def forward(p, b):
+        return model.apply(p, b, deterministic=True).mlm_logits
+
+    def train_grad(p, b, key):
+        def loss_fn(p):
+            out = model.apply(p, b, deterministic=False, rngs={"dropout": key})
+            return pretraining_loss(out, b)[0]
+
+        return jax.grad(loss_fn)(p)
+
+    results = []
+    for layout, batch in layouts.items():
+        sequences = float(batch["sequence_mask"].sum())
+        tokens = float((batch["segment_ids"] > 0).sum())
+        fwd_s, fwd_flops = measure(forward, (params, batch), repeats)
+        bwd_s, bwd_flops = measure(train_grad, (params, batch, jax.random.key(1)), repeats)
+        results.append(
+            dict(
+                model=preset,
+                length=length,
+                layout=layout,
+                rows=rows,
+                sequences=sequences,
+                fill=tokens / (rows * length),
+                fwd_ms=1e3 * fwd_s,
+                train_ms=1e3 * bwd_s,
+                train_seq_per_s=sequences / bwd_s,
+                train_gflop=bwd_flops / 1e9,
+                train_gflops_per_s=bwd_flops / bwd_s / 1e9,
+                train_utilisation=bwd_flops / bwd_s / peak,
+                fwd_utilisation=fwd_flops / fwd_s / peak,
+            )
+        )
+        r = results[-1]
+        print(
+            f"{preset:>5} L={length:<4} {layout:>6}: rows={rows} seqs={sequences:>3.0f} "
+            f"fill={r['fill']:.0%} fwd={r['fwd_ms']:8.1f} ms fwd+bwd={r['train_ms']:8.1f} ms "
+            f"{r['train_seq_per_s']:7.1f} seq/s {r['train_gflop']:7.1f} GFLOP "
+            f"util={r['train_utilisation']:.2f}",
+            flush=True,
+        )
+    return results
+
+
+def main(argv):
+    del argv
+    rows_for = dict(item.split(":") for item in FLAGS.batch.split(","))
+    peak = matmul_rate(FLAGS.matmul_size, FLAGS.repeats)
+    print(
+        f"{jax.devices()[0].device_kind}: dense float32 matmul {peak / 1e9:.1f} GFLOP/s", flush=True
+    )
+    results = []
+    for preset in FLAGS.models:
+        for length in map(int, FLAGS.lengths):
+            results += bench_one(preset, length, int(rows_for.get(preset, 2)), FLAGS.repeats, peak)
+
+    print(
+        "\n| model | L | layout | seqs/step | fill | fwd ms | fwd+bwd ms | seq/s | "
+        "GFLOP/step | util (fwd / fwd+bwd) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        print(
+            f"| {r['model']} | {r['length']} | {r['layout']} | {r['sequences']:.0f} | "
+            f"{r['fill']:.0%} | {r['fwd_ms']:.1f} | {r['train_ms']:.1f} | "
+            f"{r['train_seq_per_s']:.1f} | {r['train_gflop']:.2f} | "
+            f"{r['fwd_utilisation']:.2f} / {r['train_utilisation']:.2f} |"
+        )
+    print("\nPacked / padded, same rows (train step): ")
+    for padded, packed in zip(results[0::2], results[1::2]):
+        print(
+            f"  {padded['model']} L={padded['length']}: "
+            f"{packed['train_seq_per_s'] / padded['train_seq_per_s']:.2f}x sequences/s, "
+            f"step time ratio {packed['train_ms'] / padded['train_ms']:.2f}"
+        )
+    if FLAGS.json:
+        with open(FLAGS.json, "w") as f:
+            json.dump({"matmul_flops_per_s": peak, "results": results}, f, indent=2)
+
+
+if __name__ == "__main__":
+    app.run(main)
