@@ -6,7 +6,8 @@
 Both layouts use the same number of rows of the same length: a padded row holds one sequence
 (about half full), a packed row two (~80% full, three slots), so the compute per step is nearly
 the same (a few more MLM prediction slots) and the packed step processes twice the sequences.
-"fwd" is the evaluation forward pass; "fwd+bwd" the loss gradient with dropout (a train step without the optimizer update).
+"fwd" is the evaluation forward pass; "fwd+bwd" the loss gradient with dropout (a train step
+without the optimizer update).
 Utilisation = (XLA cost-analysis FLOPs / step time) / (measured dense float32 matmul FLOP/s).
 """
 
