@@ -25,6 +25,7 @@ from absl import app, flags
 from bert_flax.config import BertConfig
 from bert_flax.losses import pretraining_loss
 from bert_flax.model import BertForPreTraining
+from bert_flax.synthetic_batches import batch_from_lengths
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("models", ["tiny", "base"], "BertConfig presets.")
@@ -38,44 +39,21 @@ MASKED_FRACTION = 0.15
 
 
 def synthetic_batch(rng, rows: int, length: int, per_row: int, slots: int) -> dict[str, np.ndarray]:
-    """Rows of `per_row` sequences: one fills ~50% of a row, two ~80%.
+    """Rows of `per_row` random sequences: one fills ~50% of a row, two ~80%.
 
     Prediction slots: 15% of the row (BERT's max_predictions_per_seq) for padded rows; for packed
-    rows the same plus one per slot (each sequence masks floor(15%) of its tokens).
+    rows the same plus one per slot (each sequence masks round(15%) of its tokens).
     """
-    predictions = max(1, round(MASKED_FRACTION * length)) + (slots if per_row > 1 else 0)
-    batch = {
-        name: np.zeros((rows, length), np.int32)
-        for name in ("input_ids", "token_type_ids", "segment_ids", "positions")
-    }
-    batch |= {
-        "masked_lm_positions": np.zeros((rows, predictions), np.int32),
-        "masked_lm_ids": np.zeros((rows, predictions), np.int32),
-        "masked_lm_weights": np.zeros((rows, predictions), np.float32),
-        "nsp_positions": np.zeros((rows, slots), np.int32),
-        "next_sentence_labels": np.zeros((rows, slots), np.int32),
-        "sequence_mask": np.zeros((rows, slots), np.float32),
-    }
-    for r in range(rows):
-        low, high = (0.3, 0.7) if per_row == 1 else (0.3, 0.5)
-        lengths = rng.integers(int(low * length), int(high * length) + 1, size=per_row)
-        start = pred = 0
-        for d, n in enumerate(lengths):
-            sl = slice(start, start + n)
-            batch["input_ids"][r, sl] = rng.integers(1000, 30000, n)
-            batch["token_type_ids"][r, start + n // 2 : start + n] = 1
-            batch["segment_ids"][r, sl] = d + 1
-            batch["positions"][r, sl] = np.arange(n)
-            m = max(1, int(MASKED_FRACTION * n))
-            where = start + np.sort(rng.choice(np.arange(1, n), m, replace=False))
-            batch["masked_lm_positions"][r, pred : pred + m] = where
-            batch["masked_lm_ids"][r, pred : pred + m] = rng.integers(1000, 30000, m)
-            batch["masked_lm_weights"][r, pred : pred + m] = 1.0
-            batch["nsp_positions"][r, d] = start
-            batch["next_sentence_labels"][r, d] = rng.integers(0, 2)
-            batch["sequence_mask"][r, d] = 1.0
-            start, pred = start + n, pred + m
-    return batch
+    low, high = (0.3, 0.7) if per_row == 1 else (0.3, 0.5)
+    lengths = rng.integers(int(low * length), int(high * length) + 1, size=(rows, per_row))
+    predictions = round(MASKED_FRACTION * length) + (slots if per_row > 1 else 0)
+    return batch_from_lengths(
+        lengths.tolist(),
+        max_seq_length=length,
+        max_sequences_per_pack=slots,
+        max_predictions=predictions,
+        seed=int(rng.integers(1 << 30)),
+    )
 
 
 def measure(fn: Callable, args: tuple, repeats: int) -> tuple[float, float]:
