@@ -111,9 +111,7 @@ def greedy_pack(
                 state.add((length,) * rest, 1 if rest else 0)
                 break
             contents, count = state.take(room)
-            if (
-                fit == "worst"
-            ):  # one sequence per pack, then these packs have less room than the rest
+            if fit == "worst":  # one per pack: then these packs have less room than the rest
                 used = min(count, remaining)
                 state.add((*contents, length), used)
                 remaining -= used
