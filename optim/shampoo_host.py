@@ -13,6 +13,8 @@ With ``asynchronous=True`` the jitted update never computes roots. The train loo
 
 Swapped-in roots are placed with ``jax.device_put`` on the shardings of the roots they replace,
 so the jitted step sees the same shardings and does not recompile. Only one job is in flight.
+The first call also has the worker compile the host solver (on zeros of the statistics' shapes)
+while the first steps run, so the first root job does not pay for compilation.
 
 Between jobs ``after_step`` touches no device array: it mirrors the update count from ``step``
 (which must grow by one per update). On its first call, and whenever ``step`` does not follow the
@@ -94,6 +96,7 @@ class ShampooHost:
         self._count_offset = 0
         self._failures = 0
         self._catch_up = False
+        self._warmed_up = False
         self._jobs = 0
         self._last_seconds = 0.0
         self._total_seconds = 0.0
@@ -154,6 +157,8 @@ class ShampooHost:
             )
             self._count_offset, self._failures = count - step, failures
             self._catch_up = self._last_due(count) > roots_step
+            if not self._warmed_up:
+                self._warm_up(state)
         self._last_step = step
         return step + self._count_offset
 
@@ -164,16 +169,27 @@ class ShampooHost:
         )
         return -1 if count < start else start + (count - start) // every * every
 
+    def _warm_up(self, state: ShampooState) -> None:
+        """Compile the host solver in the worker now, not inside the first root job."""
+        self._warmed_up = True
+        stats, _, exponents = factor_lists(state.tensors, self.config)
+        if stats:
+            zeros = [np.zeros(s.shape, np.float32) for s in stats]
+            self._pool().submit(self._run, zeros, zeros, exponents)
+
+    def _pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="shampoo-roots"
+            )
+        return self._executor
+
     def _submit(self, state: ShampooState, count: int) -> None:
         stats, roots, exponents = factor_lists(state.tensors, self.config)
         if not stats:
             return
         stats, roots = jax.device_get((stats, roots))
-        if self._executor is None:
-            self._executor = concurrent.futures.ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix="shampoo-roots"
-            )
-        future = self._executor.submit(self._run, stats, roots, exponents)
+        future = self._pool().submit(self._run, stats, roots, exponents)
         self._job = _Job(future, count)
         self._jobs += 1
 
