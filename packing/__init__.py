@@ -13,6 +13,7 @@ from packing import histogram, synthetic
 from packing.api import ALGORITHMS, pack_histogram
 from packing.assign import Assignment, assign_sequences
 from packing.histogram import from_lengths, load_histogram, save_histogram, validate_histogram
+from packing.lp import lower_bound
 from packing.online import OnlinePacker
 from packing.strategy_set import PackingMetrics, StrategySet
 
@@ -26,6 +27,7 @@ __all__ = [
     "from_lengths",
     "histogram",
     "load_histogram",
+    "lower_bound",
     "pack_histogram",
     "save_histogram",
     "synthetic",

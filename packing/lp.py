@@ -21,6 +21,7 @@ import scipy.optimize
 import scipy.sparse
 
 from packing import greedy, nnlshp, pricing, rounding
+from packing import histogram as histogram_lib
 from packing import patterns as patterns_lib
 
 _EPS = 1e-6
@@ -99,6 +100,16 @@ def solve_covering_lp(
 def lp_lower_bound(lp_value: float, tokens: int, max_len: int) -> int:
     """The best valid lower bound on packs: ceil of the LP optimum and of tokens / max_len."""
     return max(math.ceil(lp_value - _EPS), patterns_lib.lower_bound_packs(tokens, max_len))
+
+
+def lower_bound(histogram, max_len: int, max_depth: int | None = 3) -> int:
+    """Fewest packs any packing of ``histogram`` at this depth (0 or None = unlimited) can use.
+
+    The covering LP's optimum rounded up, never less than ``ceil(tokens / max_len)``; compare a
+    strategy set's ``num_packs`` with it to see how far from optimal it is.
+    """
+    _, info = pack_lp(histogram_lib.validate_histogram(histogram, max_len), max_len, max_depth or 0)
+    return info["lower_bound"]
 
 
 def pack_lp(hist: np.ndarray, max_len: int, max_depth: int, *, time_limit: float = 60.0):

@@ -97,6 +97,7 @@ def test_lp_bound_is_a_valid_lower_bound(lengths, max_len, depth):
     best = optimum_packs(lengths, max_len, depth)
     result = packing.pack_histogram(hist, max_len, "lp", depth)
     assert result.info["lower_bound"] <= best <= result.num_packs
+    assert packing.lower_bound(hist, max_len, depth) == result.info["lower_bound"]
     for algorithm in ("spfhp", "lpfhp", "nnlshp") if depth else ("spfhp", "lpfhp"):
         assert packing.pack_histogram(hist, max_len, algorithm, depth).num_packs >= best
 
