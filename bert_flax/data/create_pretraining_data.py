@@ -267,7 +267,10 @@ def create_pretraining_data(
     for split, num_shards in (("train", num_train_shards), ("validation", num_validation_shards)):
         documents = splits[split]
         t0 = time.perf_counter()
-        tokenized = [d for d in tokenization.tokenize_documents(loaded, documents) if d]
+        tokenized = tokenization.tokenize_documents(
+            loaded, documents, progress=progress, desc=f"{split} tokenize"
+        )
+        tokenized = [d for d in tokenized if d]
         tokenize_seconds = time.perf_counter() - t0
         serialized, lengths, recipe = create_examples(
             tokenized,

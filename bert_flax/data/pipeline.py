@@ -382,7 +382,10 @@ def packed_dataset(
         raise ValueError(f"Host {process_index} of {process_count} has no {split} examples.")
 
     def epoch_batches(epoch: int) -> Iterator[tuple[ExampleTable, list[list[int]]]]:
-        epoch_seed = int(np.random.SeedSequence([seed, epoch, process_index]).generate_state(1)[0])
+        # Without shuffling every epoch packs the same way (the seed still fixes which examples
+        # of equal length share a row); with it, each epoch (and host) draws a new order.
+        key = [seed, epoch if shuffle else 0, process_index]
+        epoch_seed = int(np.random.SeedSequence(key).generate_state(1)[0])
         if in_memory:
             windows: Iterator[ExampleTable] = iter([table])
         else:

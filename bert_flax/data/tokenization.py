@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterable, Sequence
 
 import numpy as np
+import tqdm
 from tokenizers import BertWordPieceTokenizer
 from tokenizers.models import WordPiece
 
@@ -147,7 +148,14 @@ def encode(vocab: Vocab, texts: Sequence[str]) -> list[np.ndarray]:
     return [np.asarray(e.ids, dtype=np.int32) for e in encodings]
 
 
-def tokenize_documents(vocab: Vocab, documents: Sequence[Sequence[str]]) -> list[list[np.ndarray]]:
+def tokenize_documents(
+    vocab: Vocab,
+    documents: Sequence[Sequence[str]],
+    *,
+    progress: bool = False,
+    desc: str = "tokenize",
+    chunk_size: int = 8192,
+) -> list[list[np.ndarray]]:
     """Documents (lists of paragraphs) -> lists of sentences as token ids; empty ones dropped."""
     sentences, owners = [], []
     for d, paragraphs in enumerate(documents):
@@ -156,7 +164,14 @@ def tokenize_documents(vocab: Vocab, documents: Sequence[Sequence[str]]) -> list
                 sentences.append(sentence)
                 owners.append(d)
     result: list[list[np.ndarray]] = [[] for _ in documents]
-    for owner, ids in zip(owners, encode(vocab, sentences)):
-        if ids.size:
-            result[owner].append(ids)
+    bar = tqdm.tqdm(
+        total=len(sentences), desc=desc, unit="sent", disable=not progress, mininterval=2
+    )
+    for start in range(0, len(sentences), chunk_size):
+        chunk = encode(vocab, sentences[start : start + chunk_size])
+        for owner, ids in zip(owners[start : start + chunk_size], chunk):
+            if ids.size:
+                result[owner].append(ids)
+        bar.update(len(chunk))
+    bar.close()
     return result

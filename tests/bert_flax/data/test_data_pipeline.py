@@ -141,14 +141,22 @@ def test_host_shards_are_disjoint_and_complete(data_dir, reference, count):
 
 
 def test_seed_determines_the_batches(data_dir):
-    def first(seed):
-        ds = pipeline.packed_dataset(
-            data_dir, batch_size=8, seed=seed, process_index=0, process_count=1
-        )
+    def first(seed, **kwargs):
+        ds = pipeline.packed_dataset(data_dir, batch_size=8, seed=seed, **kwargs)
         return next(ds.as_numpy_iterator())["input_ids"]
 
-    assert np.array_equal(first(1), first(1))
-    assert not np.array_equal(first(1), first(2))
+    one_host = {"process_index": 0, "process_count": 1}
+    assert np.array_equal(first(1), first(1, **one_host))  # default: jax.process_index()/count()
+    assert not np.array_equal(first(1, **one_host), first(2, **one_host))
+
+
+def test_without_shuffle_every_epoch_is_the_same(data_dir):
+    rows = sum(len(b["input_ids"]) for b in epoch(data_dir, batch_size=64, shuffle=False))
+    ds = pipeline.packed_dataset(
+        data_dir, batch_size=rows, shuffle=False, process_index=0, process_count=1
+    )
+    it = ds.as_numpy_iterator()
+    assert np.array_equal(next(it)["input_ids"], next(it)["input_ids"])
 
 
 def test_repeat_flows_across_epochs_with_new_order(data_dir):

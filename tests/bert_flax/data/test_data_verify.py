@@ -93,10 +93,10 @@ def test_missing_and_duplicated_examples_are_counted(data_dir, monkeypatch):
         return ds.take(1).concatenate(ds)
 
     monkeypatch.setattr(pipeline, "packed_dataset", drop_first_batch)
-    report = verify_packing.verify(data_dir, batch_size=16)
+    report = verify_packing.verify(data_dir, split="validation", batch_size=16)
     assert not report["ok"] and report["missing"] >= 16 and report["duplicated"] == 0
     monkeypatch.setattr(pipeline, "packed_dataset", repeat_first_batch)
-    report = verify_packing.verify(data_dir, batch_size=16)
+    report = verify_packing.verify(data_dir, split="validation", batch_size=16)
     assert not report["ok"] and report["duplicated"] >= 16 and report["missing"] == 0
 
 
