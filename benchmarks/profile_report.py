@@ -48,12 +48,11 @@ SETTINGS = [
 
 def shampoo_section(config):
     """Shampoo preconditioning from step 1, roots refreshed every 1000 steps (so the traced steps
-    show its per-step work: statistics and preconditioning products, grafting, update)."""
+    show its per-step work: statistics and preconditioning products, grafting, update); other
+    hyper-parameters keep optim.shampoo's defaults."""
     config.optimizer = ml_collections.ConfigDict(
         {
             "name": "shampoo",
-            "beta1": 0.9,
-            "beta2": 0.999,
             "block_size": 128,
             "weight_decay": 0.01,
             "start_preconditioning_step": 1,
@@ -108,6 +107,7 @@ def main(argv):
     plan = [(m, *s) for m in _MODELS.value for s in SETTINGS]
     measured: dict[str, Ceilings] = {}
     profiles: list[StepProfile] = []
+    failed: list[str] = []
     start = time.perf_counter()
     for i, (model, seq_len, dtype, packed, optimizer) in enumerate(plan):
         name = label(model, seq_len, dtype, packed, optimizer)
@@ -116,13 +116,18 @@ def main(argv):
         print(f"[{i + 1}/{len(plan)}] {name}  (elapsed {elapsed:.0f} s, ETA {eta:.0f} s)",
               file=sys.stderr, flush=True)  # fmt: skip
         config = make_config(model, seq_len, dtype, packed, optimizer)
-        result = configured.profile_config(
-            config,
-            steps=_STEPS.value,
-            warmup=_WARMUP.value,
-            label=name,
-            ceilings=measured.get(dtype, True),
-        )
+        try:
+            result = configured.profile_config(
+                config,
+                steps=_STEPS.value,
+                warmup=_WARMUP.value,
+                label=name,
+                ceilings=measured.get(dtype, True),
+            )
+        except Exception as e:  # report it and go on with the other settings
+            failed.append(f"{name}: {type(e).__name__}: {e}")
+            print(f"FAILED {failed[-1]}", file=sys.stderr, flush=True)
+            continue
         if result.ceilings is not None:
             measured[dtype] = result.ceilings
         profiles.append(result)
@@ -136,6 +141,10 @@ def main(argv):
         print(f"ceiling {dtype}: {c.flops_per_s / 1e9:.1f} GFLOP/s ({c.matmul_size}^3 matmul), "
               f"{c.bytes_per_s / 1e9:.1f} GB/s stream")  # fmt: skip
 
+    for line in failed:
+        print(f"FAILED {line}")
+    if not profiles:
+        raise SystemExit("every setting failed")
     out = _OUT_DIR.value
     with open(os.path.join(out, "profile_report.jsonl"), "w") as f:
         for p in profiles:
