@@ -46,9 +46,8 @@ def exact_patterns(
     if count > max_patterns:
         raise ValueError(
             f"{count:,} exact-fill patterns at max_len={max_len}, max_depth={max_depth} exceed "
-            f"max_patterns={max_patterns:,}; use a smaller depth (3 is the usual choice) or the "
-            "greedy "
-            "algorithms 'lpfhp'/'spfhp', which need no pattern enumeration"
+            f"max_patterns={max_patterns:,}; use a smaller depth (3 is the usual choice), or "
+            "'lp', 'lpfhp' or 'spfhp', which need no full enumeration"
         )
     rows = [np.array([[max_len]], np.int32)]
     # Build patterns with exactly k parts in descending order: parts[0] >= parts[1] >= ... >= 1.
