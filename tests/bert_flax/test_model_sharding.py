@@ -36,7 +36,7 @@ _WORKER = textwrap.dedent(
     from bert_flax.losses import pretraining_loss
     from bert_flax.model import BertForPreTraining
 
-    config = BertConfig(vocab_size=97, hidden_size=32, num_layers=2, num_heads=4,
+    config = BertConfig(vocab_size=97, hidden_size=32, num_layers=1, num_heads=4,
                         intermediate_size=48, max_position_embeddings=32,
                         hidden_dropout_rate=0.0, attention_dropout_rate=0.0)
     rng = np.random.default_rng(0)
