@@ -30,7 +30,7 @@ from bert_flax.synthetic_batches import batch_from_lengths
 FLAGS = flags.FLAGS
 flags.DEFINE_list("models", ["tiny", "base"], "BertConfig presets.")
 flags.DEFINE_list("lengths", ["128", "512"], "Row lengths.")
-flags.DEFINE_string("batch", "tiny:8,base:2", "Rows per batch per preset (preset:rows,...).")
+flags.DEFINE_string("batch", "tiny:8,base:1", "Rows per batch per preset (preset:rows,...).")
 flags.DEFINE_integer("repeats", 3, "Timed calls per measurement (after one warm-up).")
 flags.DEFINE_integer("matmul_size", 1024, "Square float32 matmul size for the peak rate.")
 flags.DEFINE_string("json", None, "Optional path for the results as JSON.")
