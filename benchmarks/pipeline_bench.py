@@ -141,6 +141,7 @@ def plot(results: dict, path: str) -> None:
 def main(argv) -> None:
     del argv
     os.makedirs(FLAGS.workdir, exist_ok=True)
+    print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
     results: dict = {}
     for seq_len in map(int, FLAGS.seq_lengths):
         creation = []
@@ -205,6 +206,7 @@ def main(argv) -> None:
     with open(os.path.join(FLAGS.workdir, "results.json"), "w") as f:
         json.dump({str(k): v for k, v in results.items()}, f, indent=2)
     plot(results, os.path.join(FLAGS.workdir, "pipeline_bench.png"))
+    print(f"load average at the end: {os.getloadavg()[0]:.1f} (shared machines skew all rates)")
     print(f"\nresults.json and pipeline_bench.png in {FLAGS.workdir}")
 
 

@@ -87,3 +87,4 @@ def test_tfds_builder_prepares_a_folder_offline(tmp_path, speeches_dir):
     assert item["id"].decode().endswith(".txt") and b"\n" in item["text"]
     again = tfds_corpus.prepare_corpus(speeches_dir, str(tmp_path / "tfds"))  # reuses the data
     assert again.data_dir == builder.data_dir
+    assert again.info.metadata["stats"] == builder.info.metadata["stats"]  # counts survive reuse
