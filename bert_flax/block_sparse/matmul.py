@@ -60,7 +60,7 @@ def block_sparse_matmul(
 
 def _forward_impl(x2, blocks, layout, impl):
     if impl == "xla":
-        return xla.forward(x2, blocks, layout, x2.dtype)[0]
+        return xla.forward(x2, blocks, layout, x2.dtype)
     return pallas.forward(x2, blocks, layout, interpret=impl == "pallas_interpret")
 
 
@@ -70,17 +70,15 @@ def _matmul(x2, blocks, layout, impl):
 
 
 def _matmul_fwd(x2, blocks, layout, impl):
-    if impl == "xla":
-        y, x_t = xla.forward(x2, blocks, layout, x2.dtype)
-        return y, (x_t, blocks)
     return _forward_impl(x2, blocks, layout, impl), (x2, blocks)
 
 
 def _matmul_bwd(layout, impl, residuals, g):
-    saved, blocks = residuals
+    x2, blocks = residuals
+    g = g.astype(x2.dtype)
     if impl == "xla":
-        return xla.backward(saved, blocks, g.astype(saved.dtype), layout, saved.dtype)
-    return pallas.backward(saved, blocks, g, layout, interpret=impl == "pallas_interpret")
+        return xla.backward(x2, blocks, g, layout)
+    return pallas.backward(x2, blocks, g, layout, interpret=impl == "pallas_interpret")
 
 
 _matmul.defvjp(_matmul_fwd, _matmul_bwd)

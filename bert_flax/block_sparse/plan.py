@@ -77,10 +77,16 @@ def grouped_plan(layout: BlockSparseLayout, by: str, chunk: int) -> GroupedPlan:
 
 
 def default_chunk(
-    layout: BlockSparseLayout, by: str, rows: int, itemsize: int, target_bytes: int
+    layout: BlockSparseLayout,
+    by: str,
+    rows: int,
+    itemsize: int,
+    target_bytes: int,
+    max_chunks: int,
 ) -> int:
-    """Columns per chunk so that one chunk's gathered operand is about `target_bytes`."""
+    """Columns per chunk: one chunk's gathered operand is about `target_bytes`, and there are at
+    most `max_chunks` chunks."""
     groups = layout.out_blocks if by == "out" else layout.in_blocks
-    mean_count = layout.nnz / groups
-    per_column = mean_count * layout.block_size * max(rows, 1) * itemsize
-    return int(np.clip(target_bytes // max(per_column, 1), 1, groups))
+    per_column = layout.nnz / groups * layout.block_size * max(rows, 1) * itemsize
+    chunk = max(1, int(target_bytes // max(per_column, 1)), -(-groups // max_chunks))
+    return min(chunk, groups)

@@ -1,15 +1,17 @@
-"""The XLA implementation: each product is a few batched matmuls over gathered blocks.
+"""The XLA implementation: each product is a few matmuls over gathered blocks.
 
-Everything runs in "transposed space": activations are kept as [blocks, block_size, rows], so a
-gather of block rows copies contiguous [block_size, rows] slabs and feeds `dot_general` without
-a relayout. Per chunk of grouped columns (see `plan.py`):
+Activations stay in their natural [rows, features] layout, viewed as [rows, blocks, block_size].
+Per chunk of grouped columns (see `plan.py`) the needed block columns are gathered into one
+contiguous [chunk, rows, K * block_size] operand (each slice copies `block_size` contiguous
+values of every row) and multiplied in one `dot_general` with a batch dimension:
 
-  forward   y^T[j]  = sum_k W[src_jk, j]^T x^T[src_jk]      (grouped by output column)
-  input grad dx^T[i] = sum_k W[i, src_ik]   g^T[src_ik]      (grouped by input row)
-  weight grad dW[n]  = x^T[row_n] g^T[col_n]^T              (per nonzero, grouped by column)
+  forward     y[:, j]  = sum_k x[:, src_jk] @ W[src_jk, j]        (grouped by output column)
+  input grad  dx[:, i] = sum_k g[:, src_ik] @ W[i, src_ik]^T      (grouped by input row)
+  weight grad dW[n]    = x[:, row_n]^T @ g[:, col_n]              (per nonzero, by column)
 
-so work and memory scale with the nonzero blocks (plus per-chunk padding), and no scatter-add is
-needed: outputs are reassembled with static gathers.
+Work and memory scale with the nonzero blocks (plus per-chunk padding); no scatter-add: results
+are reassembled with static gathers. Small chunks keep each gathered operand in cache, which is
+what makes this fast on CPU; see docs/block_sparse.md for the measurements behind the choices.
 """
 
 from __future__ import annotations
@@ -21,24 +23,17 @@ from jax import lax
 from bert_flax.block_sparse.layout import BlockSparseLayout
 from bert_flax.block_sparse.plan import GroupedPlan, default_chunk, grouped_plan
 
-# One chunk's gathered operand is about this big: small enough to stay in cache on CPU.
-CHUNK_BYTES = 1 << 21
+# One chunk's gathered operand is about this big (small: it stays in cache on CPU), and a pass
+# has at most MAX_CHUNKS chunks (bounds program size and compile time for small blocks).
+CHUNK_BYTES = 1 << 18
+MAX_CHUNKS = 128
 
 
-def to_blocks_t(a: jax.Array, block_size: int) -> jax.Array:
-    """[rows, features] -> [features // block_size, block_size, rows]."""
-    return a.T.reshape(a.shape[1] // block_size, block_size, a.shape[0])
-
-
-def from_blocks_t(a_t: jax.Array) -> jax.Array:
-    """[blocks, block_size, rows] -> [rows, blocks * block_size]."""
-    return a_t.reshape(-1, a_t.shape[-1]).T
-
-
-def _gather_src(src_t: jax.Array, src) -> jax.Array:
+def _gather_columns(a3: jax.Array, src) -> jax.Array:
+    """a3 [rows, blocks, bs], src [C, K] -> [C, rows, K * bs] (block columns side by side)."""
     c, k = src.shape
-    g = jnp.take(src_t, src.reshape(-1), axis=0, mode="clip")
-    return g.reshape(c, k * src_t.shape[1], src_t.shape[2])
+    g = jnp.take(a3, src.reshape(-1), axis=1, mode="clip")  # [rows, C * K, bs]
+    return g.reshape(a3.shape[0], c, k * a3.shape[2]).transpose(1, 0, 2)
 
 
 def _bmm(a: jax.Array, b: jax.Array, contract: tuple[int, int], out_dtype) -> jax.Array:
@@ -46,53 +41,58 @@ def _bmm(a: jax.Array, b: jax.Array, contract: tuple[int, int], out_dtype) -> ja
     return lax.dot_general(a, b, dims, preferred_element_type=jnp.float32).astype(out_dtype)
 
 
-def grouped_product_t(src_t: jax.Array, lhs_blocks: jax.Array, plan: GroupedPlan, out_dtype):
-    """out^T[col] = sum over the col's blocks of lhs_blocks[blk] @ src_t[src]: [cols, bs, rows].
+def _concat(parts: list[jax.Array]) -> jax.Array:
+    return jnp.concatenate(parts, axis=0) if len(parts) > 1 else parts[0]
 
-    `lhs_blocks` [nnz, bs_out, bs_contract] are the stored blocks oriented for this product.
+
+def grouped_product(a2: jax.Array, w_blocks: jax.Array, plan: GroupedPlan, out_dtype):
+    """out[:, col] = sum over col's blocks of a2[:, src] @ w_blocks[blk] -> [rows, cols * bs].
+
+    `w_blocks` [nnz, bs_contract, bs_out] are the stored blocks oriented for this product.
     """
+    rows, bs = a2.shape[0], w_blocks.shape[1]
+    a3 = a2.reshape(rows, -1, bs)
     outs = []
     for ch in plan.chunks:
         c, k = ch.src.shape
-        w = jnp.take(lhs_blocks, ch.blk, axis=0, mode="fill", fill_value=0)  # [C, K, bo, bc]
-        w = w.transpose(0, 2, 1, 3).reshape(c, lhs_blocks.shape[1], k * lhs_blocks.shape[2])
-        outs.append(_bmm(w, _gather_src(src_t, ch.src), (2, 1), out_dtype))  # [C, bo, rows]
-    out = jnp.concatenate(outs, axis=0) if len(outs) > 1 else outs[0]
-    return jnp.take(out, plan.inverse, axis=0, mode="clip")
+        w = jnp.take(w_blocks, ch.blk, axis=0, mode="fill", fill_value=0)  # [C, K, bc, bo]
+        w = w.reshape(c, k * bs, w_blocks.shape[2])
+        outs.append(_bmm(_gather_columns(a3, ch.src), w, (2, 1), out_dtype))  # [C, rows, bo]
+    out = jnp.take(_concat(outs), plan.inverse, axis=0, mode="clip")  # [cols, rows, bo]
+    return out.transpose(1, 0, 2).reshape(rows, -1)
 
 
-def weight_grad_t(x_t: jax.Array, g_t: jax.Array, plan: GroupedPlan, out_dtype) -> jax.Array:
-    """dW[n] = x^T[row_n] @ g^T[col_n]^T for every nonzero n: [nnz, bs_in, bs_out]."""
+def weight_grad(x2: jax.Array, g2: jax.Array, plan: GroupedPlan, bs: int, out_dtype):
+    """dW[n] = x[:, row_n]^T @ g[:, col_n] for every nonzero n: [nnz, bs, bs]."""
+    rows = x2.shape[0]
+    x3, g3 = x2.reshape(rows, -1, bs), g2.reshape(rows, -1, bs)
     parts = []
-    bs = x_t.shape[1]
     for ch in plan.chunks:
         c, k = ch.src.shape
-        g = jnp.take(g_t, ch.cols, axis=0, mode="clip")  # [C, bo, rows]
-        d = _bmm(_gather_src(x_t, ch.src), g, (2, 2), out_dtype)  # [C, K * bi, bo]
-        parts.append(d.reshape(c * k, bs, g_t.shape[1]))
-    padded = jnp.concatenate(parts, axis=0) if len(parts) > 1 else parts[0]
-    return jnp.take(padded, plan.valid, axis=0, mode="clip")
+        g = jnp.take(g3, ch.cols, axis=1, mode="clip").transpose(1, 0, 2)  # [C, rows, bo]
+        d = _bmm(_gather_columns(x3, ch.src), g, (1, 1), out_dtype)  # [C, K * bi, bo]
+        parts.append(d.reshape(c * k, bs, bs))
+    return jnp.take(_concat(parts), plan.valid, axis=0, mode="clip")
 
 
 def plans(layout: BlockSparseLayout, rows: int, itemsize: int) -> tuple[GroupedPlan, GroupedPlan]:
     """(by-output-column plan, by-input-row plan) with chunks sized for `rows` activations."""
-    out = grouped_plan(layout, "out", default_chunk(layout, "out", rows, itemsize, CHUNK_BYTES))
-    inp = grouped_plan(layout, "in", default_chunk(layout, "in", rows, itemsize, CHUNK_BYTES))
-    return out, inp
+
+    def plan(by: str) -> GroupedPlan:
+        chunk = default_chunk(layout, by, rows, itemsize, CHUNK_BYTES, MAX_CHUNKS)
+        return grouped_plan(layout, by, chunk)
+
+    return plan("out"), plan("in")
 
 
 def forward(x2: jax.Array, blocks: jax.Array, layout: BlockSparseLayout, out_dtype):
-    """y = x2 @ W for x2 [rows, in]; returns (y, x_t) with x_t kept for the backward pass."""
+    """y = x2 @ W for x2 [rows, in_features]."""
     plan_out, _ = plans(layout, x2.shape[0], x2.dtype.itemsize)
-    x_t = to_blocks_t(x2, layout.block_size)
-    y_t = grouped_product_t(x_t, jnp.swapaxes(blocks, 1, 2), plan_out, out_dtype)
-    return from_blocks_t(y_t), x_t
+    return grouped_product(x2, blocks, plan_out, out_dtype)
 
 
-def backward(x_t: jax.Array, blocks: jax.Array, g2: jax.Array, layout: BlockSparseLayout, x_dtype):
-    """(dx2 [rows, in], dblocks [nnz, bs, bs]) for upstream gradient g2 [rows, out]."""
+def backward(x2: jax.Array, blocks: jax.Array, g2: jax.Array, layout: BlockSparseLayout):
+    """(dx2 [rows, in], dblocks [nnz, bs, bs]) for the upstream gradient g2 [rows, out]."""
     plan_out, plan_in = plans(layout, g2.shape[0], g2.dtype.itemsize)
-    g_t = to_blocks_t(g2, layout.block_size)
-    dx = from_blocks_t(grouped_product_t(g_t, blocks, plan_in, x_dtype))
-    dblocks = weight_grad_t(x_t, g_t, plan_out, blocks.dtype)
-    return dx, dblocks
+    dx = grouped_product(g2, jnp.swapaxes(blocks, 1, 2), plan_in, x2.dtype)
+    return dx, weight_grad(x2, g2, plan_out, layout.block_size, blocks.dtype)
