@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 CLS_ID, SEP_ID, MASK_ID = 101, 102, 103
-FIRST_WORD_ID = 999  # ids below are [PAD], [unused*], [UNK], [CLS], [SEP], [MASK]
+FIRST_WORD_ID = 999  # bert-base-uncased: ids below are [PAD], [unused*], [UNK], [CLS], [SEP], ...
 MASKED_LM_PROB = 0.15
 
 
@@ -28,6 +28,9 @@ def batch_from_lengths(
     """A batch whose row i packs sequences of lengths `row_lengths[i]` (each at least 2)."""
     rng = np.random.default_rng(seed)
     rows, L, D, P = len(row_lengths), max_seq_length, max_sequences_per_pack, max_predictions
+    if vocab_size <= MASK_ID + 1:
+        raise ValueError(f"vocab_size={vocab_size} leaves no ids after the special ones.")
+    first_word = FIRST_WORD_ID if vocab_size > 2 * FIRST_WORD_ID else MASK_ID + 1
     batch = {
         "input_ids": np.zeros((rows, L), np.int32),
         "token_type_ids": np.zeros((rows, L), np.int32),
@@ -49,7 +52,7 @@ def batch_from_lengths(
         start, candidates = 0, []
         for k, n in enumerate(lengths):
             span = slice(start, start + n)
-            ids = rng.integers(FIRST_WORD_ID, vocab_size, n, dtype=np.int32)
+            ids = rng.integers(first_word, vocab_size, n, dtype=np.int32)
             ids[0], ids[-1] = CLS_ID, SEP_ID
             batch["input_ids"][r, span] = ids
             batch["token_type_ids"][r, start + n // 2 : start + n] = 1

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 from collections.abc import Callable
 from typing import Any
@@ -106,8 +105,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
                 f"{summary} not found: {data.data_dir!r} is not a directory prepared by "
                 "bert_flax.data.create_pretraining_data."
             )
-        with open(summary) as f:
-            prepared_length = json.load(f).get("max_seq_length", data.max_seq_length)
+        prepared_length = _summary(data.data_dir)["options"]["max_seq_length"]
         if prepared_length != data.max_seq_length:
             raise ValueError(
                 f"config.data.max_seq_length={data.max_seq_length} but {data.data_dir} was "
@@ -127,15 +125,32 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
 
 
 def batch_geometry(config: ml_collections.ConfigDict) -> BatchGeometry:
-    """Row shapes from the config: padded rows hold one sequence and its predictions; packed rows
-    hold up to D sequences and at most ~15% of the row's tokens (plus one per sequence) masked."""
+    """Row shapes: padded rows hold one sequence and its predictions; packed rows up to D
+    sequences and the bound on masked positions the data pipeline derives (the same for real and
+    synthetic batches)."""
     data = config.data
-    length = data.max_seq_length
+    length, per_seq, prob = data.max_seq_length, data.max_predictions_per_seq, 0.15
+    if not data.synthetic:
+        options = _summary(data.data_dir)["options"]
+        per_seq, prob = options["max_predictions_per_seq"], options["masked_lm_prob"]
     if not data.packed:
-        return BatchGeometry(length, 1, data.max_predictions_per_seq)
+        return BatchGeometry(length, 1, per_seq)
     depth = data.max_sequences_per_pack
-    predictions = min(depth * data.max_predictions_per_seq, math.ceil(0.15 * length) + depth)
-    return BatchGeometry(length, depth, predictions)
+    return BatchGeometry(length, depth, max_predictions_per_pack(length, depth, prob, per_seq))
+
+
+def max_predictions_per_pack(
+    max_seq_length: int, max_sequences: int, masked_lm_prob: float, max_predictions_per_seq: int
+) -> int:
+    """`bert_flax.data.pipeline.derived_max_predictions` (a test keeps them equal), without
+    importing TensorFlow: a sequence of length l has at most l * p + 1 predictions."""
+    bound = int(np.floor(masked_lm_prob * max_seq_length + 1e-9)) + max_sequences
+    return int(min(max_sequences * max_predictions_per_seq, bound))
+
+
+def _summary(data_dir: str) -> dict:
+    with open(os.path.join(data_dir, "summary.json")) as f:
+        return json.load(f)
 
 
 def packing_factor(config: ml_collections.ConfigDict) -> float:
@@ -160,8 +175,12 @@ def packing_factor(config: ml_collections.ConfigDict) -> float:
 
 
 def model_config_from(config: ml_collections.ConfigDict) -> BertConfig:
+    """The preset with `config.model.overrides`, the compute dtype, and (unless overridden) the
+    vocabulary size of the prepared data."""
     overrides = dict(config.model.overrides.to_dict()) if config.model.overrides else {}
     overrides["dtype"] = config.train.dtype
+    if not config.data.synthetic and "vocab_size" not in overrides:
+        overrides["vocab_size"] = _summary(config.data.data_dir)["vocab"]["size"]
     return BertConfig.preset(config.model.preset, **overrides)
 
 
@@ -190,6 +209,14 @@ def create_train_setup(
     mesh_lib.check_batch_fits(mesh, config.eval.batch_size, 1, "eval")
 
     model_config = model_config_from(config)
+    if not config.data.synthetic:
+        data_vocab = _summary(config.data.data_dir)["vocab"]["size"]
+        if model_config.vocab_size < data_vocab:
+            raise ValueError(
+                f"The model's vocab_size={model_config.vocab_size} is smaller than the "
+                f"vocabulary of {config.data.data_dir} ({data_vocab} ids): out-of-range ids "
+                "would embed as NaN. Drop config.model.overrides.vocab_size or raise it."
+            )
     geometry = batch_geometry(config)
     if geometry.max_seq_length > model_config.max_position_embeddings:
         raise ValueError(

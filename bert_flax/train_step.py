@@ -131,7 +131,7 @@ def make_train_step(
         new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
         metrics = {
             "loss": loss,
-            "grad_norm": optax.global_norm(grads),
+            "grad_norm": optax.tree.norm(grads),
             "learning_rate": jnp.asarray(learning_rate(state.step), jnp.float32),
             **sums,
             **batch_statistics(batch),

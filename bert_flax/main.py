@@ -1,0 +1,28 @@
+r"""Pre-train BERT from a config file:
+
+  python -m bert_flax.main --config=configs/tiny.py --workdir=workdir/tiny \
+      --config.data.data_dir=workdir/sotu_128 [--config.train.steps=100 ...]
+
+The logic lives in `bert_flax.train.train_and_evaluate(config, workdir)`, callable from a notebook.
+"""
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from bert_flax import train
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("workdir", None, "Checkpoints, metrics, TensorBoard logs and plots.")
+config_flags.DEFINE_config_file("config", None, "Config file (e.g. configs/tiny.py).")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    logging.info("Config:\n%s", FLAGS.config)
+    train.train_and_evaluate(FLAGS.config, FLAGS.workdir)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,103 @@
+"""PNG plots of a run's workdir: loss, accuracy and (for real data) the packing report."""
+
+from __future__ import annotations
+
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+from bert_flax.metrics_writer import read_metrics
+
+
+def _series(records: list[dict], key: str) -> tuple[np.ndarray, np.ndarray]:
+    points = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))]
+    if not points:
+        return np.zeros(0), np.zeros(0)
+    steps, values = zip(*points)
+    return np.asarray(steps), np.asarray(values, dtype=np.float64)
+
+
+def plot_curves(workdir: str) -> list[str]:
+    """`loss.png` (train MLM/NSP/total, eval MLM) and `accuracy.png` (train and eval masked-LM
+    accuracy against the most-frequent-token baseline, NSP accuracy)."""
+    metrics = read_metrics(workdir)
+    train, evals = metrics.get("train", []), metrics.get("eval", [])
+    written = []
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for key, label in (
+        ("loss", "train total"),
+        ("mlm_loss", "train MLM"),
+        ("nsp_loss", "train NSP"),
+    ):
+        ax.plot(*_series(train, key), label=label)
+    ax.plot(*_series(evals, "mlm_loss"), "o-", label="eval MLM")
+    ax.set(xlabel="step", ylabel="loss", title="Pre-training loss")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    written.append(_save(fig, workdir, "loss.png"))
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.plot(*_series(train, "mlm_accuracy"), label="train masked-LM")
+    ax.plot(*_series(evals, "masked_lm_accuracy"), "o-", label="eval masked-LM (MLPerf)")
+    ax.plot(*_series(evals, "nsp_accuracy"), "s--", label="eval NSP")
+    _, baseline = _series(evals, "baseline_accuracy")
+    if baseline.size:
+        ax.axhline(baseline[-1], color="gray", ls=":", label="most frequent token")
+    ax.set(xlabel="step", ylabel="accuracy", title="Accuracy", ylim=(0, 1))
+    ax.grid(alpha=0.3)
+    ax.legend()
+    written.append(_save(fig, workdir, "accuracy.png"))
+    return written
+
+
+def plot_packing(data_dir: str, workdir: str) -> str | None:
+    """`packing.png`: the train length histogram and how the strategies fill rows."""
+    import packing
+    from packing import histogram as packing_histogram
+
+    hist_path = os.path.join(data_dir, "histogram.txt")
+    strategies_path = os.path.join(data_dir, "strategies.json")
+    if not (os.path.exists(hist_path) and os.path.exists(strategies_path)):
+        return None
+    hist = packing_histogram.load_histogram(hist_path)
+    strategy_set = packing.StrategySet.load(strategies_path)
+    m = strategy_set.metrics()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    left.bar(np.arange(hist.size), hist, width=1.0)
+    left.set(xlabel="sequence length (tokens)", ylabel="sequences", title="Train lengths")
+    left.set_yscale("log")
+    depths: dict[int, int] = {}
+    for lengths, count in strategy_set.strategies:
+        depths[len(lengths)] = depths.get(len(lengths), 0) + count
+    keys = sorted(depths)
+    right.bar(keys, [depths[k] for k in keys])
+    right.set_xticks(keys)
+    right.set(xlabel="sequences per row", ylabel="rows", title="Packed rows")
+    unpacked = 100.0 * float(m.real_tokens) / (float(m.sequences) * strategy_set.max_len)
+    fig.suptitle(
+        f"{strategy_set.algorithm}: packing factor {m.packing_factor:.3f}, efficiency "
+        f"{m.efficiency:.1f}% (padded {unpacked:.1f}%), {m.packs:,} rows for {m.sequences:,} seqs"
+    )
+    return _save(fig, workdir, "packing.png")
+
+
+def plot_run(workdir: str, data_dir: str | None = None) -> list[str]:
+    """All plots of a run; returns the PNG paths."""
+    written = plot_curves(workdir)
+    if data_dir:
+        path = plot_packing(data_dir, workdir)
+        if path:
+            written.append(path)
+    return written
+
+
+def _save(fig, workdir: str, name: str) -> str:
+    path = os.path.join(workdir, name)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,77 @@
+"""Run in a subprocess by test_train_sharding.py with 8 simulated CPU devices (XLA_FLAGS is set
+before JAX is imported): one train step on a 4 x 2 (data x model) mesh and on 1 device, same
+config, seed and batch. Prints one JSON line with the differences."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import conftest
+import jax
+import numpy as np
+from jax.sharding import AxisType
+
+from bert_flax import mesh as mesh_lib
+from bert_flax.synthetic_batches import random_batch
+from bert_flax.train_setup import create_train_setup
+
+
+def run(mesh, config, batch):
+    setup = create_train_setup(config, mesh=mesh)
+    init = jax.device_get(setup.state.params)
+    state, metrics = setup.train_step(
+        setup.state, mesh_lib.global_batch(mesh, batch), jax.random.key(3)
+    )
+    kernel_specs = {
+        str(leaf.sharding.spec)
+        for leaf in jax.tree_util.tree_leaves(state.params)
+        if leaf.ndim == 2
+    }
+    return init, jax.device_get(state.params), jax.device_get(metrics), kernel_specs
+
+
+def max_diff(a, b) -> float:
+    return max(
+        float(np.max(np.abs(x - y)))
+        for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b))
+    )
+
+
+def main():
+    assert jax.device_count() == 8, jax.devices()
+    geometry = dict(max_seq_length=32, max_sequences_per_pack=3, max_predictions=8)
+    batch = random_batch(16, vocab_size=512, seed=5, **geometry)
+
+    def config(accumulation):
+        c = conftest.tiny_config(**{"train.batch_size": 16, "train.accumulation": accumulation})
+        c.mesh.shape = (4, 1, 2)
+        c.schedule.warmup_steps = 0  # a non-zero learning rate at step 0
+        return c
+
+    one = jax.make_mesh(
+        (1, 1, 1),
+        ("data", "fsdp", "model"),
+        axis_types=(AxisType.Auto,) * 3,
+        devices=jax.devices()[:1],
+    )
+    eight = mesh_lib.create_mesh(config(1).mesh)
+    init1, params1, metrics1, _ = run(one, config(1), batch)
+    out = {"param_change": max_diff(init1, params1), "loss_1": float(metrics1["loss"])}
+    for accumulation in (1, 2):
+        init8, params8, metrics8, specs8 = run(eight, config(accumulation), batch)
+        out[f"m{accumulation}"] = {
+            "init_diff": max_diff(init1, init8),
+            "param_diff": max_diff(params1, params8),
+            "loss": float(metrics8["loss"]),
+            "grad_norm_ratio": float(metrics8["grad_norm"] / metrics1["grad_norm"]),
+            "kernel_specs": sorted(specs8),
+        }
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""Configs that cannot run fail at start, before any compilation, with a message saying why."""
+
+from __future__ import annotations
+
+import pytest
+from jax.sharding import AbstractMesh
+
+from bert_flax import mesh as mesh_lib
+from bert_flax.data.pipeline import derived_max_predictions
+from bert_flax.optimizer_setup import adjust_for_packing, learning_rate_schedule
+from bert_flax.train_setup import create_train_setup, max_predictions_per_pack
+
+
+def abstract_mesh(data=1, fsdp=1, model=1):
+    return AbstractMesh((data, fsdp, model), ("data", "fsdp", "model"))
+
+
+def test_batch_not_divisible_by_data_axes():
+    with pytest.raises(ValueError, match=r"not divisible by the 8 data-parallel shards"):
+        mesh_lib.check_batch_fits(abstract_mesh(data=4, fsdp=2), 12, 1)
+    with pytest.raises(ValueError, match=r"micro-batch of 6 rows.*multiple of 8"):
+        mesh_lib.check_batch_fits(abstract_mesh(data=4), 12, 2)
+    with pytest.raises(ValueError, match="not divisible by accumulation 5"):
+        mesh_lib.check_batch_fits(abstract_mesh(), 12, 5)
+    assert mesh_lib.check_batch_fits(abstract_mesh(data=4, model=2), 16, 2) == 8
+
+
+def test_mesh_larger_than_devices(make_config):
+    config = make_config()
+    config.mesh.shape = (16, 1, 1)
+    with pytest.raises(ValueError, match=r"needs 16 devices.*xla_force_host_platform_device_count"):
+        create_train_setup(config)
+
+
+@pytest.mark.parametrize(
+    ("shape", "axes", "message"),
+    [
+        ((2, 1), ("data", "fsdp", "model"), "differ in length"),
+        ((-1, -1, 1), ("data", "fsdp", "model"), "at most one -1"),
+        ((1, 1, 1), ("data", "tensor", "model"), "distinct names among"),
+        ((3, -1, 1), ("data", "fsdp", "model"), "needs 3 devices"),
+    ],
+)
+def test_bad_mesh_shapes(shape, axes, message):
+    with pytest.raises(ValueError, match=message):
+        mesh_lib.resolve_mesh_shape(shape, axes, num_devices=8)
+
+
+def test_mesh_shape_fills_in_minus_one():
+    assert mesh_lib.resolve_mesh_shape((-1, 2, 1), ("data", "fsdp", "model"), 8) == (4, 2, 1)
+
+
+def test_missing_data(make_config, tmp_path):
+    config = make_config()
+    config.data.synthetic = False
+    with pytest.raises(ValueError, match=r"data_dir is empty.*create_pretraining_data"):
+        create_train_setup(config)
+    config.data.data_dir = str(tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"summary\.json not found"):
+        create_train_setup(config)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("train.dtype", "float16", "dtype='float16' is not one of"),
+        ("train.packing_hparams", "double", "packing_hparams='double'"),
+        ("train.steps", 0, "steps=0 must be positive"),
+        ("eval.every_steps", 0, "every_steps=0 must be positive"),
+        ("schedule.warmup_steps", 10, "warmup_steps=10, total_steps=4"),
+        ("model.preset", "huge", "Unknown BERT preset 'huge'"),
+    ],
+)
+def test_bad_values(make_config, key, value, message):
+    with pytest.raises(ValueError, match=message):
+        create_train_setup(make_config(**{key: value}))
+
+
+def test_unknown_optimizer(make_config):
+    config = make_config()
+    config.optimizer.name = "adagrad"
+    with pytest.raises(ValueError, match="Unknown optimizer 'adagrad'"):
+        create_train_setup(config)
+
+
+def test_schedule_warmup_then_polynomial_decay(make_config):
+    schedule = make_config().schedule
+    schedule.learning_rate, schedule.warmup_steps, schedule.decay_power = 1.0, 10, 2.0
+    lr = learning_rate_schedule(schedule, train_steps=110)
+    assert [float(lr(s)) for s in (0, 5, 10)] == pytest.approx([0.0, 0.5, 1.0])
+    assert float(lr(60)) == pytest.approx(0.25)  # (1 - 50/100) ** 2
+    assert float(lr(110)) == pytest.approx(0.0)
+    schedule.step_offset, schedule.total_steps = 100, 110
+    shifted = learning_rate_schedule(schedule, train_steps=210)
+    assert float(shifted(105)) == pytest.approx(0.5) and float(shifted(50)) == 0.0
+
+
+def test_packing_adjustments(make_config):
+    config = make_config(**{"train.batch_size": 64, "train.accumulation": 8})
+    config.train.packing_hparams = "divide_accumulation"
+    a = adjust_for_packing(config, 2.0)
+    assert (a.batch_size, a.accumulation, a.b1) == (32, 4, 0.9)
+    config.train.accumulation = 1
+    assert adjust_for_packing(config, 2.0, row_multiple=8).batch_size == 32
+    config.train.packing_hparams = "raise_betas"
+    a = adjust_for_packing(config, 2.0)
+    assert (a.batch_size, a.accumulation) == (64, 1)
+    assert (a.b1, a.b2) == pytest.approx((0.81, 0.999**2))
+    config.train.packing_hparams = "none"
+    assert adjust_for_packing(config, 2.0).b1 == 0.9
+
+
+@pytest.mark.parametrize(("length", "depth", "per_seq"), [(128, 3, 20), (512, 3, 80), (64, 1, 5)])
+def test_prediction_bound_matches_pipeline(length, depth, per_seq):
+    expected = derived_max_predictions(length, depth, 0.15, per_seq)
+    assert max_predictions_per_pack(length, depth, 0.15, per_seq) == expected

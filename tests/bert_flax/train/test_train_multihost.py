@@ -1,0 +1,53 @@
+"""Two processes under jax.distributed (CPU, localhost) give the same step as one process."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "multihost_worker.py")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(WORKER))))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def start(process_id: int, num_processes: int, port: int) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("XLA_FLAGS", None)  # one CPU device per process
+    return subprocess.Popen(
+        [sys.executable, WORKER, str(process_id), str(num_processes), str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def result(proc: subprocess.Popen) -> dict:
+    try:
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err[-4000:]
+    return json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_two_processes_match_one():
+    port = free_port()
+    procs = [start(0, 1, 0), start(0, 2, port), start(1, 2, port)]
+    reference, *pair = (result(p) for p in procs)
+    assert reference["devices"] == 1 and all(r["devices"] == 2 for r in pair)
+    for r in pair:
+        assert r["sequences"] == reference["sequences"]
+        assert r["loss"] == pytest.approx(reference["loss"], rel=1e-5)
+        assert r["param_checksum"] == pytest.approx(reference["param_checksum"], rel=1e-5)
