@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -85,16 +86,38 @@ def splash_attention(
 ) -> Array:
     """Pallas splash attention (TPU) with segment ids; `interpret=True` runs it on any backend.
 
-    The kernel is built for one batch element and vmapped. `length` must be a multiple of 128
-    (the TPU lane width); the largest of 512/256/128 dividing it is the block size. Under a
-    multi-device mesh call it inside `jax.shard_map` over the batch axis.
+    `length` must be a multiple of 128 (the TPU lane width); the largest of 512/256/128 dividing
+    it is the block size. Under a mesh (`jax.set_mesh`) with flax logical-axis rules, the kernel
+    runs per shard in `jax.shard_map`, batch and heads split as the rules say.
     """
-    _, length, num_heads, head_dim = q.shape
+    _, length, _, _ = q.shape
     if length % 128:
         raise ValueError(
             f"splash attention needs the row length to be a multiple of 128, got {length}; "
             "pad the rows or use attention_impl='xla'."
         )
+    local = functools.partial(_splash_local, interpret=interpret)
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or mesh.size == 1:
+        return local(q, k, v, segment_ids)
+    qkv_spec = nn.logical_to_mesh_axes(
+        ("activation_batch", "activation_length", "activation_heads", "activation_kv")
+    )
+    if qkv_spec[1] is not None or qkv_spec[3] is not None:
+        raise ValueError(f"splash attention cannot split the length or head_dim: {qkv_spec}.")
+    segment_spec = jax.sharding.PartitionSpec(qkv_spec[0], None)
+    return jax.shard_map(
+        local,
+        mesh=mesh,
+        in_specs=(qkv_spec, qkv_spec, qkv_spec, segment_spec),
+        out_specs=qkv_spec,
+        check_vma=False,
+    )(q, k, v, segment_ids)
+
+
+def _splash_local(q: Array, k: Array, v: Array, segment_ids: Array, *, interpret: bool) -> Array:
+    """Splash attention on one device's shard: a kernel for one row, vmapped over rows."""
+    _, length, num_heads, head_dim = q.shape
     block = next(b for b in (512, 256, 128) if length % b == 0)
     block_sizes = splash.BlockSizes(
         block_q=block,

@@ -1,5 +1,10 @@
 """Attention backends against an independent per-sequence reference."""
 
+import os
+import subprocess
+import sys
+import textwrap
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -85,3 +90,44 @@ def test_fused_backends_reject_attention_dropout():
         with pytest.raises(ValueError, match="attention_dropout_rate"):
             BertConfig.preset("tiny", attention_impl=impl)
         BertConfig.preset("tiny", attention_impl=impl, attention_dropout_rate=0.0)
+
+
+_SHARDED_SPLASH = textwrap.dedent(
+    """
+    import jax, numpy as np, flax.linen as nn
+    from bert_flax import attention, sharding
+
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((4, 128, 4, 16)).astype(np.float32) for _ in range(3))
+    seg = np.zeros((4, 128), np.int32)
+    seg[:, :60], seg[:, 60:100] = 1, 2
+    seg[1, 10:] = 0
+    splash = lambda q: attention.splash_attention(q, k, v, seg, interpret=True)
+    with jax.set_mesh(sharding.create_mesh((2, 1, 2))):
+        with nn.logical_axis_rules(sharding.LOGICAL_AXIS_RULES):
+            out = jax.jit(splash)(q)
+            grad = jax.jit(jax.grad(lambda q: (splash(q) ** 2).sum()))(q)
+    assert out.sharding.spec == jax.sharding.PartitionSpec("data", None, "model"), out.sharding
+    xla = lambda q: attention.xla_attention(q, k, v, seg)
+    np.testing.assert_allclose(out, xla(q), atol=1e-5)
+    np.testing.assert_allclose(grad, jax.grad(lambda q: (xla(q) ** 2).sum())(q), atol=1e-5)
+    print("OK")
+    """
+)
+
+
+@pytest.mark.slow
+def test_splash_under_a_mesh_runs_per_shard():
+    env = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", _SHARDED_SPLASH],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert done.returncode == 0 and "OK" in done.stdout, done.stderr[-4000:]
