@@ -310,6 +310,41 @@ def _online_packs(
         raise RuntimeError(f"The online packer lost {len(pending)} examples.")
 
 
+def pack_stats(
+    data_dir: str,
+    *,
+    split: str = "train",
+    strategies: str | packing.StrategySet | None = None,
+    max_sequences_per_pack: int = 3,
+    process_index: int = 0,
+    process_count: int = 1,
+    seed: int = 0,
+    algorithm: str = "nnlshp",
+) -> dict[str, float]:
+    """What one epoch of ``packed_dataset`` (in-memory strategy mode) gives this host, without
+    building rows: rows, sequences, fallback rows, achieved vs predicted efficiency, packing
+    factor (e.g. to size steps per epoch)."""
+    summary = load_summary(data_dir)
+    L = int(summary["options"]["max_seq_length"])
+    M = int(summary["options"]["max_predictions_per_seq"])
+    files, shard = host_share(records.find_shards(data_dir, split), process_index, process_count)
+    lengths = records.read_table(files, L, M, shard=shard).lengths
+    strategy_set = load_strategies(data_dir, strategies, L, max_sequences_per_pack, algorithm)
+    assignment = packing.assign_sequences(
+        lengths, scale_strategies(strategy_set, len(lengths)), seed=seed
+    )
+    rows = len(assignment.packs)
+    return {
+        "sequences": len(lengths),
+        "rows": rows,
+        "fallback_rows": assignment.fallback_packs,
+        "packing_factor": len(lengths) / max(1, rows),
+        "achieved_efficiency": 100.0 * float(lengths.sum()) / max(1, rows * L),
+        "predicted_efficiency": float(strategy_set.metrics().efficiency),
+        "padded_efficiency": 100.0 * float(lengths.sum()) / max(1, len(lengths) * L),
+    }
+
+
 def packed_dataset(
     data_dir: str,
     *,

@@ -178,7 +178,7 @@ def test_summary_histogram_and_strategies_agree_with_the_shards(data_dir, summar
         assert json.load(f) == summary
 
 
-def test_a_vocabulary_can_be_trained_from_the_corpus(tmp_path, speeches_dir):
+def test_a_vocabulary_can_be_trained_from_the_corpus_without_validation(tmp_path, speeches_dir):
     few = tmp_path / "few"
     few.mkdir()
     for name in sorted(os.listdir(speeches_dir))[:3]:
@@ -189,9 +189,12 @@ def test_a_vocabulary_can_be_trained_from_the_corpus(tmp_path, speeches_dir):
         max_seq_length=64,
         dupe_factor=1,
         train_vocab_size=1500,
+        validation_fraction=0.0,
         num_workers=1,
         progress=False,
     )
+    assert summary["splits"]["validation"]["examples"] == 0
+    assert records.existing_shards(str(tmp_path / "out"), "validation") == []
     assert summary["vocab"]["path"] == str(tmp_path / "out" / "vocab.txt")
     assert summary["vocab"]["size"] <= 1500
     assert summary["vocab"]["special_ids"] == {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}

@@ -94,6 +94,11 @@ def test_achieved_efficiency_matches_the_strategies(packed_epoch, data_dir):
     predicted = packing.StrategySet.load(f"{data_dir}/strategies.json").metrics()
     assert 100 * tokens / (rows * 128) == pytest.approx(predicted.efficiency, abs=0.01)
     assert rows == predicted.packs
+    stats = pipeline.pack_stats(data_dir)
+    assert stats["rows"] == rows and stats["fallback_rows"] == 0
+    assert stats["achieved_efficiency"] == pytest.approx(100 * tokens / (rows * 128))
+    half = pipeline.pack_stats(data_dir, process_index=1, process_count=2)
+    assert half["rows"] < rows and half["sequences"] < stats["sequences"]
 
 
 @pytest.mark.parametrize(
