@@ -106,14 +106,25 @@ class ShampooHost:
     def after_step(self, opt_state: Any, step: int) -> Any:
         if not self.config.asynchronous:
             return opt_state
-        state = find_shampoo_state(opt_state)
-        count = self._mirror_count(state, step)
-        if self._job is not None:
-            in_flight = count - self._job.submitted_at
-            finished = self.config.swap_when_done and self._job.future.done()
-            if finished or in_flight >= self.config.staleness_bound:
-                state = self._swap(state)
-        if self._job is None and (self._catch_up or self.config.refresh_due(count)):
+        resync = self._last_step is None or step != self._last_step + 1
+        state = find_shampoo_state(opt_state) if resync else None
+        if resync:
+            self._resync(state, step)
+        self._last_step = step
+        count = step + self._count_offset
+        submit = self._catch_up or self.config.refresh_due(count)
+        swap = self._job is not None and (
+            (self.config.swap_when_done and self._job.future.done())
+            or count - self._job.submitted_at >= self.config.staleness_bound
+            or submit  # a new job is due: the one in flight goes in first
+        )
+        if not (swap or submit):
+            return opt_state  # the common case: no device array touched, no tree rebuilt
+        if state is None:
+            state = find_shampoo_state(opt_state)
+        if swap:
+            state = self._swap(state)
+        if submit:
             self._catch_up = False
             self._submit(state, count)
             if self._job is not None and self.config.staleness_bound == 0:
@@ -149,18 +160,16 @@ class ShampooHost:
         self._last_step = None
 
     # -- internals -----------------------------------------------------------------------------
-    def _mirror_count(self, state: ShampooState, step: int) -> int:
-        if self._last_step is None or step != self._last_step + 1:
-            self.reset()
-            count, roots_step, failures = (
-                int(x) for x in jax.device_get((state.count, state.roots_step, state.root_failures))
-            )
-            self._count_offset, self._failures = count - step, failures
-            self._catch_up = self._last_due(count) > roots_step
-            if not self._warmed_up:
-                self._warm_up(state)
-        self._last_step = step
-        return step + self._count_offset
+    def _resync(self, state: ShampooState, step: int) -> None:
+        """Drop any job and read the count (and roots bookkeeping) from the state."""
+        self.reset()
+        count, roots_step, failures = (
+            int(x) for x in jax.device_get((state.count, state.roots_step, state.root_failures))
+        )
+        self._count_offset, self._failures = count - step, failures
+        self._catch_up = self._last_due(count) > roots_step
+        if not self._warmed_up:
+            self._warm_up(state)
 
     def _last_due(self, count: int) -> int:
         start, every = (
