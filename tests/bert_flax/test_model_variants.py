@@ -47,14 +47,15 @@ def test_bfloat16_compute_close_to_float32(tiny_config, variables, packed, refer
     out = _apply(tiny_config.replace(dtype="bfloat16"), variables, packed)
     assert out.hidden_states.dtype == jnp.bfloat16
     assert out.mlm_logits.dtype == out.nsp_logits.dtype == jnp.float32
-    # Stated tolerance: logits within 5% of the float32 logits' range, losses within 2%.
+    # Stated tolerance: logits within 3% of the float32 logits' range (measured 0.6% MLM, 1.2%
+    # NSP), the loss within 0.5% (measured 6e-5).
     for name in ("mlm_logits", "nsp_logits"):
         ref = np.asarray(getattr(reference, name))
         err = np.abs(np.asarray(getattr(out, name)) - ref).max()
-        assert err < 0.05 * np.abs(ref).max(), (name, err)
+        assert err < 0.03 * np.abs(ref).max(), (name, err)
     loss_bf16 = pretraining_loss(out, packed)[0]
     loss_fp32 = pretraining_loss(reference, packed)[0]
-    np.testing.assert_allclose(loss_bf16, loss_fp32, rtol=2e-2)
+    np.testing.assert_allclose(loss_bf16, loss_fp32, rtol=5e-3)
 
 
 def test_params_stay_float32_under_bfloat16(tiny_config, packed):
