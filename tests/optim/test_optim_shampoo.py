@@ -246,6 +246,14 @@ def test_restore_recomputes_a_dropped_in_flight_job():
     _, resumed = train(fresh_tx, params, 1, opt_state=opt_state, start=3)[-1]
     assert int(resumed[0].roots_step) == 4  # recomputed at once from the restored statistics
 
+    # With a delay, the recomputed job is still in flight when the next one is due (after
+    # update 5): it goes in first and the due job is submitted, not skipped.
+    delayed_tx = make_shampoo(asynchronous=True, max_staleness=3, swap_when_done=False)
+    _, resumed = train(delayed_tx, params, 2, opt_state=opt_state, start=3)[-1]
+    assert int(resumed[0].roots_step) == 4
+    metrics = optim.host_metrics(delayed_tx, resumed)
+    assert metrics["shampoo/root_jobs"] == 2 and metrics["shampoo/staleness"] == 0
+
 
 def test_failed_roots_keep_the_previous_ones_and_are_counted():
     tx = make_shampoo(start_preconditioning_step=1, preconditioning_compute_steps=1)
