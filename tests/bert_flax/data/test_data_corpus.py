@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -88,3 +90,41 @@ def test_tfds_builder_prepares_a_folder_offline(tmp_path, speeches_dir):
     again = tfds_corpus.prepare_corpus(speeches_dir, str(tmp_path / "tfds"))  # reuses the data
     assert again.data_dir == builder.data_dir
     assert again.info.metadata["stats"] == builder.info.metadata["stats"]  # counts survive reuse
+
+
+@pytest.mark.slow  # a fresh interpreter imports TensorFlow: ~10 s idle, 40 s on a loaded machine
+def test_command_line_writes_a_data_directory(tmp_path, speeches_dir):
+    few = tmp_path / "few"
+    few.mkdir()
+    for name in sorted(os.listdir(speeches_dir))[:3]:
+        (few / name).write_bytes(open(os.path.join(speeches_dir, name), "rb").read())
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bert_flax.data.create_pretraining_data",
+            f"--input={few}",
+            f"--output_dir={out}",
+            "--max_seq_length=64",
+            "--dupe_factor=1",
+            "--num_workers=2",
+            "--num_train_shards=2",
+            "--algorithm=spfhp",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "train examples" in result.stdout and "packing efficiency" in result.stdout
+    names = sorted(p.name for p in out.iterdir())
+    assert names == [
+        "histogram.txt",
+        "strategies.json",
+        "summary.json",
+        "tfds",
+        "train-00000-of-00002.tfrecord",
+        "train-00001-of-00002.tfrecord",
+        "validation-00000-of-00001.tfrecord",
+    ]
