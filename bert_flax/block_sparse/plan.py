@@ -35,6 +35,13 @@ class GroupedPlan:
     padded_slots: int
 
     @property
+    def natural_order(self) -> bool:
+        """One column per chunk, in column order: outputs need no reassembly."""
+        return all(ch.cols.size == 1 for ch in self.chunks) and bool(
+            np.all(self.inverse == np.arange(self.inverse.size))
+        )
+
+    @property
     def padding_overhead(self) -> float:
         """Padded slots / real blocks (1.0 means no padding)."""
         return self.padded_slots / self.valid.size
@@ -42,7 +49,8 @@ class GroupedPlan:
 
 def _build(mask: np.ndarray, block_id: np.ndarray, chunk: int) -> GroupedPlan:
     counts = mask.sum(axis=0)
-    order = np.argsort(-counts, kind="stable")
+    # Sorting by count minimises padding; single-column chunks need none and keep natural order.
+    order = np.arange(counts.size) if chunk == 1 else np.argsort(-counts, kind="stable")
     nnz = int(mask.sum())
     chunks, valid, slot = [], np.empty(nnz, np.int64), 0
     for start in range(0, order.size, chunk):

@@ -26,7 +26,7 @@ from bert_flax.block_sparse.plan import GroupedPlan, default_chunk, grouped_plan
 # One chunk's gathered operand is about this big (small: it stays in cache on CPU), and a pass
 # has at most MAX_CHUNKS chunks (bounds program size and compile time for small blocks).
 CHUNK_BYTES = 1 << 18
-MAX_CHUNKS = 128
+MAX_CHUNKS = 32
 
 
 def _gather_columns(a3: jax.Array, src) -> jax.Array:
@@ -58,6 +58,8 @@ def grouped_product(a2: jax.Array, w_blocks: jax.Array, plan: GroupedPlan, out_d
         w = jnp.take(w_blocks, ch.blk, axis=0, mode="fill", fill_value=0)  # [C, K, bc, bo]
         w = w.reshape(c, k * bs, w_blocks.shape[2])
         outs.append(_bmm(_gather_columns(a3, ch.src), w, (2, 1), out_dtype))  # [C, rows, bo]
+    if plan.natural_order:  # one column per chunk: place them side by side
+        return jnp.concatenate([o[0] for o in outs], axis=1)
     out = jnp.take(_concat(outs), plan.inverse, axis=0, mode="clip")  # [cols, rows, bo]
     return out.transpose(1, 0, 2).reshape(rows, -1)
 
@@ -72,6 +74,8 @@ def weight_grad(x2: jax.Array, g2: jax.Array, plan: GroupedPlan, bs: int, out_dt
         g = jnp.take(g3, ch.cols, axis=1, mode="clip").transpose(1, 0, 2)  # [C, rows, bo]
         d = _bmm(_gather_columns(x3, ch.src), g, (1, 1), out_dtype)  # [C, K * bi, bo]
         parts.append(d.reshape(c * k, bs, bs))
+    if plan.natural_order:  # column-major slots are the canonical block order
+        return _concat(parts)
     return jnp.take(_concat(parts), plan.valid, axis=0, mode="clip")
 
 
