@@ -125,7 +125,7 @@ def bench_one(preset: str, length: int, rows: int, repeats: int, peak: float) ->
         print(
             f"{preset:>5} L={length:<4} {layout:>6}: rows={rows} seqs={sequences:>3.0f} "
             f"fill={r['fill']:.0%} fwd={r['fwd_ms']:8.1f} ms fwd+bwd={r['train_ms']:8.1f} ms "
-            f"{r['train_seq_per_s']:7.1f} seq/s {r['train_gflop']:7.1f} GFLOP "
+            f"{r['train_seq_per_s']:7.2f} seq/s {r['train_gflop']:7.1f} GFLOP "
             f"util={r['train_utilisation']:.2f}",
             flush=True,
         )
