@@ -153,7 +153,7 @@ def main(argv):
         print(
             f"| {r['model']} | {r['length']} | {r['layout']} | {r['sequences']:.0f} | "
             f"{r['fill']:.0%} | {r['fwd_ms']:.1f} | {r['train_ms']:.1f} | "
-            f"{r['train_seq_per_s']:.1f} | {r['train_gflop']:.2f} | "
+            f"{r['train_seq_per_s']:.2f} | {r['train_gflop']:.2f} | "
             f"{r['fwd_utilisation']:.2f} / {r['train_utilisation']:.2f} |"
         )
     print("\nPacked / padded, same rows (train step): ")
