@@ -1,5 +1,6 @@
 """Block-sparse weights: layouts, a matmul whose cost scales with the nonzero blocks, layers."""
 
+from bert_flax.block_sparse.bert import BlockSparseConfig
 from bert_flax.block_sparse.layout import (
     LAYOUT_KINDS,
     BlockSparseLayout,
@@ -16,10 +17,13 @@ from bert_flax.block_sparse.matmul import (
     masked_dense_weight,
     resolve_impl,
 )
+from bert_flax.block_sparse.module import BlockSparseDense
 
 __all__ = [
     "IMPLS",
     "LAYOUT_KINDS",
+    "BlockSparseConfig",
+    "BlockSparseDense",
     "BlockSparseLayout",
     "barabasi_albert_graph",
     "block_sparse_matmul",
