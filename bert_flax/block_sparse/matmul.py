@@ -45,7 +45,7 @@ def block_sparse_matmul(
       layout: the static block structure (hashable; part of the compiled program).
       impl: "auto" (default), "xla", "pallas" or "pallas_interpret" (CPU tests).
 
-    The output dtype is that of `x` (accumulation in float32).
+    The output dtype is that of `x` (accumulation in float32); `blocks` are cast to it.
     """
     if x.shape[-1] != layout.in_features:
         raise ValueError(
@@ -54,6 +54,7 @@ def block_sparse_matmul(
     layout.check_blocks_shape(blocks.shape)
     lead = x.shape[:-1]
     impl = resolve_impl(impl, layout.block_size)
+    blocks = blocks.astype(x.dtype)
     y = _matmul(x.reshape(-1, layout.in_features), blocks, layout, impl)
     return y.reshape(*lead, layout.out_features)
 

@@ -76,6 +76,8 @@ def test_dense_reference_helper_and_dtypes():
     x = jnp.ones((2, 64), jnp.bfloat16)
     y = block_sparse_matmul(x, blocks.astype(jnp.bfloat16), layout)
     assert y.dtype == jnp.bfloat16 and y.shape == (2, 32)
+    dblocks = jax.grad(lambda b: block_sparse_matmul(x, b, layout).sum().astype(float))(blocks)
+    assert dblocks.dtype == jnp.float32  # mixed precision: float32 master blocks
 
 
 def test_errors():
