@@ -209,6 +209,7 @@ def verify(
         corrupted_rows=corrupted_rows,
         problems=problems[:max_problems],
         rows=rows,
+        split=split,
         predicted_efficiency=predicted,
         achieved_efficiency=100.0 * real_tokens / max(1, rows * max_seq_length),
         rows_per_second=rows / seconds if seconds > 0 else float("inf"),
@@ -224,7 +225,11 @@ def format_report(report: Mapping) -> str:
         f"{report['missing']}, duplicated {report['duplicated']}, unknown {report['unknown']}, "
         f"corrupted rows {report['corrupted_rows']}",
         f"rows {report['rows']}, efficiency achieved {report['achieved_efficiency']:.2f}% "
-        + (f"(predicted {predicted:.2f}%)" if predicted is not None else "(streaming)")
+        + (
+            "(streaming)"
+            if predicted is None
+            else f"(the strategies predict {predicted:.2f}% on the train histogram)"
+        )
         + f", {report['rows_per_second']:.0f} rows/s",
         *report["problems"],
         "OK" if report["ok"] else "FAILED",
