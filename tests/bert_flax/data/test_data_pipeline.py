@@ -137,10 +137,13 @@ def test_uncovered_examples_go_to_the_fallback(data_dir, reference):
     assert unpacked(epoch(data_dir, strategies=other)) == reference
 
 
-@pytest.mark.parametrize("count", [2, 3])
-def test_host_shards_are_disjoint_and_complete(data_dir, reference, count):
+@pytest.mark.parametrize("count, streaming", [(2, False), (3, False), (3, True)])
+def test_host_shards_are_disjoint_and_complete(data_dir, reference, count, streaming):
     # 8 shards: 2 hosts read whole files; 3 hosts read every third record.
-    parts = [unpacked(epoch(data_dir, process_index=i, process_count=count)) for i in range(count)]
+    parts = [
+        unpacked(epoch(data_dir, process_index=i, process_count=count, streaming=streaming))
+        for i in range(count)
+    ]
     assert all(sum(p.values()) > 0 for p in parts)
     assert sum(parts, collections.Counter()) == reference
 
