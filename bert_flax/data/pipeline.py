@@ -415,6 +415,11 @@ def packed_dataset(
     table = source.read_all() if in_memory else None
     if table is not None and len(table) == 0:
         raise ValueError(f"Host {process_index} of {process_count} has no {split} examples.")
+    if table is not None and table.num_predictions.max() > P:
+        raise ValueError(
+            f"An example has {table.num_predictions.max()} masked positions, more than "
+            f"max_predictions_per_pack={P}; raise it (or leave it None to derive a safe bound)."
+        )
 
     def epoch_batches(epoch: int) -> Iterator[tuple[ExampleTable, list[list[int]]]]:
         # Without shuffling every epoch packs the same way (the seed still fixes which examples

@@ -276,6 +276,10 @@ def test_bad_arguments_raise_clear_errors(data_dir, tmp_path):
             process_index=0,
             process_count=1,
         )
+    with pytest.raises(ValueError, match="max_predictions_per_pack=10"):
+        pipeline.packed_dataset(
+            data_dir, batch_size=4, max_predictions_per_pack=10, process_index=0, process_count=1
+        )
     with pytest.raises(ValueError, match="batch_size"):
         pipeline.packed_dataset(data_dir, batch_size=0)
 
