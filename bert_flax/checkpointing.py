@@ -77,9 +77,6 @@ class Checkpointer:
             logging.info("Saving checkpoint of step %d", step)
         return saved
 
-    def should_save(self, step: int) -> bool:
-        return self.enabled and self.manager.should_save(step)
-
     def reached_preemption(self, step: int) -> bool:
         """Whether JAX's preemption notice (TPU/multi-host) asks to save at `step`."""
         return self.enabled and self.manager.reached_preemption(step)

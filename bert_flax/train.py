@@ -185,6 +185,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         throughput.reset()
 
     preempted = False
+    deadline = started + 60.0 * config.train.max_minutes if config.train.max_minutes else None
     with checkpointing.PreemptionGuard() as guard:
         for step in range(start_step + 1, total_steps + 1):
             batch = mesh_lib.global_batch(setup.mesh, next(train_iter))
@@ -192,18 +193,19 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
             state = state.replace(opt_state=optim.after_step(setup.tx, state.opt_state, step))
             progress["data_position"] += 1
             pending.append(metrics)
-            last = step == total_steps
+            last = step == total_steps or (deadline is not None and time.perf_counter() > deadline)
             stop = guard.requested or checkpointer.reached_preemption(step)
             if step % config.log.every_steps == 0 or last or stop:
                 flush(step)
             if step % config.eval.every_steps == 0 or last:
                 run_eval(step)
-            if checkpointer.should_save(step) or last or stop:
+            if step % config.checkpoint.every_steps == 0 or last or stop:
                 flush(step)
                 checkpointer.save(step, state, dict(progress), force=last or stop)
             if stop:
                 preempted = True
                 logging.warning("Stopping at step %d after saving (preemption).", step)
+            if stop or last:
                 break
     checkpointer.close()
     writer.close()

@@ -57,6 +57,7 @@ def get_config() -> ml_collections.ConfigDict:
     config.train = ml_collections.ConfigDict()
     config.train.batch_size = 32  # global rows per optimizer step (all micro-batches, all hosts)
     config.train.steps = 1000
+    config.train.max_minutes = 0.0  # > 0: stop (evaluate, save) once training took this long
     config.train.accumulation = 1  # micro-batches per optimizer step (lax.scan)
     config.train.grad_clip_norm = 1.0  # 0 disables clipping
     config.train.dtype = "float32"  # compute dtype: "float32" or "bfloat16" (params stay float32)

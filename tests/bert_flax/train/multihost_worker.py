@@ -42,7 +42,10 @@ def main():
         setup.state, mesh_lib.global_batch(setup.mesh, local), jax.random.key(1)
     )
     leaves = jax.tree_util.tree_leaves(state.params)
-    gathered = [np.asarray(jax.experimental.multihost_utils.process_allgather(x)) for x in leaves]
+    gathered = [
+        np.asarray(jax.experimental.multihost_utils.process_allgather(x, tiled=True))
+        for x in leaves
+    ]
     print(
         json.dumps(
             {

@@ -1,0 +1,287 @@
+r"""Packed vs padded BERT pre-training, timed side by side: real sequences/s and loss per sequence.
+
+    python benchmarks/packed_vs_padded.py                 # tiny BERT on CPU, a few minutes
+    python benchmarks/packed_vs_padded.py --model=base --rows=32 --json   # on an accelerator
+
+Speed: the configured train step (`create_train_setup`, exactly what `bert_flax.main` runs) with
+the same model and the same rows per batch, on sequence lengths drawn from a Wikipedia-like
+histogram at 512 (`packing.synthetic`) and SQuAD 1.1's at 384 (`../shared/data/histograms`).
+Padded rows hold one sequence each; packed rows hold the sequences of a strategy drawn from the
+NNLSHP strategies (depth 3) in proportion to its count, so the realised packing factor is the
+strategies'. Steps alternate packed/padded in rounds and the median step time counts, so load on a
+shared machine hits both alike. The target is a speed-up of at least 0.9x the packing factor
+(Krell et al. realised 1.91x at a packing factor of 2.0).
+
+Learning: the tiny model trains packed and padded on real text (the bundled State of the Union
+corpus at 128 tokens, prepared with `short_seq_prob=0.5` so that rows can pack) for the same
+number of sequences at a constant learning rate; both are evaluated on the same held-out set.
+
+With --json the last line is a JSON object with packing_factor, packed_sequences_per_s,
+padded_sequences_per_s and speedup (of the Wikipedia-like case) and everything else measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import time
+
+import jax
+import numpy as np
+
+import packing
+from bert_flax import mesh as mesh_lib
+from bert_flax import synthetic_batches
+from bert_flax.train_setup import create_train_setup
+from configs import default
+
+SQUAD_HISTOGRAM = os.path.join(
+    os.path.dirname(__file__), "..", "..", "shared", "data", "histograms", "squad_1_1_384.txt"
+)
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="tiny", help="BertConfig preset.")
+    parser.add_argument("--rows", type=int, default=8, help="Rows per batch (both layouts).")
+    parser.add_argument("--rounds", type=int, default=3, help="Alternating timing rounds.")
+    parser.add_argument("--steps", type=int, default=3, help="Timed steps per round and layout.")
+    parser.add_argument("--squad_histogram", default=SQUAD_HISTOGRAM)
+    parser.add_argument("--learn_steps", type=int, default=60, help="Padded steps (0 = skip).")
+    parser.add_argument("--learn_rows", type=int, default=16)
+    parser.add_argument("--learn_data_dir", default="workdir/bench/sotu_128_short")
+    parser.add_argument("--json", action="store_true", help="End with one JSON line.")
+    return parser.parse_args()
+
+
+def speed_config(model: str, max_len: int, rows: int, packed: bool):
+    config = default.get_config()
+    config.model.preset = model
+    config.data.synthetic = True
+    config.data.max_seq_length = max_len
+    config.data.packed = packed
+    config.data.max_sequences_per_pack = 3 if packed else 1
+    config.data.max_predictions_per_seq = int(0.15 * max_len) + 1
+    config.optimizer.name = "lamb"
+    config.schedule.warmup_steps = 0
+    config.train.batch_size = rows
+    config.train.steps = 10_000
+    config.eval.batch_size = rows
+    return config
+
+
+def sample_rows(strategy_set: packing.StrategySet, rows: int, rng) -> list[list[int]]:
+    """Rows drawn from the strategies in proportion to their counts (packed)."""
+    lengths = [list(s) for s, _ in strategy_set.strategies]
+    counts = np.array([c for _, c in strategy_set.strategies], np.float64)
+    picks = rng.choice(len(lengths), size=rows, p=counts / counts.sum())
+    return [lengths[i] for i in picks]
+
+
+def sample_single(histogram: np.ndarray, rows: int, rng) -> list[list[int]]:
+    """One sequence per row with lengths drawn from the histogram (padded)."""
+    p = histogram / histogram.sum()
+    return [[int(n)] for n in rng.choice(len(histogram), size=rows, p=p)]
+
+
+def time_side_by_side(setups: dict, batches: dict, rounds: int, steps: int) -> dict[str, float]:
+    """Median step seconds per layout, alternating layouts every `steps` steps."""
+    states = {name: setup.state for name, setup in setups.items()}
+    times: dict[str, list[float]] = {name: [] for name in setups}
+    rng = jax.random.key(0)
+    for name, setup in setups.items():  # compile and warm up
+        states[name], m = setup.train_step(states[name], batches[name][0], rng)
+        jax.block_until_ready(m)
+    for _ in range(rounds):
+        for name, setup in setups.items():
+            for i in range(steps):
+                batch = batches[name][i % len(batches[name])]
+                t0 = time.perf_counter()
+                states[name], m = setup.train_step(states[name], batch, rng)
+                jax.block_until_ready(m)
+                times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def speed_case(name: str, histogram: np.ndarray, max_len: int, args) -> dict:
+    t0 = time.perf_counter()
+    strategy_set = packing.pack_histogram(histogram, max_len, algorithm="nnlshp", max_depth=3)
+    solve = time.perf_counter() - t0
+    metrics = strategy_set.metrics()
+    rng = np.random.default_rng(0)
+    setups, batches, sequences, real_tokens = {}, {}, {}, {}
+    for layout in ("packed", "padded"):
+        setup = create_train_setup(speed_config(args.model, max_len, args.rows, layout == "packed"))
+        g = setup.geometry
+        local = []
+        for seed in range(2):
+            rows = (
+                sample_rows(strategy_set, args.rows, rng)
+                if layout == "packed"
+                else sample_single(histogram, args.rows, rng)
+            )
+            local.append(
+                synthetic_batches.batch_from_lengths(
+                    rows,
+                    max_seq_length=g.max_seq_length,
+                    max_sequences_per_pack=g.max_sequences_per_pack,
+                    max_predictions=g.max_predictions,
+                    vocab_size=setup.model_config.vocab_size,
+                    seed=seed,
+                )
+            )
+        setups[layout] = setup
+        batches[layout] = [mesh_lib.global_batch(setup.mesh, b) for b in local]
+        sequences[layout] = float(np.mean([b["sequence_mask"].sum() for b in local]))
+        real_tokens[layout] = float(np.mean([(b["segment_ids"] > 0).sum() for b in local]))
+    seconds = time_side_by_side(setups, batches, args.rounds, args.steps)
+    rates = {k: sequences[k] / seconds[k] for k in seconds}
+    realised = sequences["packed"] / sequences["padded"]
+    return {
+        "case": name,
+        "max_seq_length": max_len,
+        "rows": args.rows,
+        "packing_factor": float(metrics.packing_factor),
+        "batch_packing_factor": realised,
+        "efficiency_packed": float(metrics.efficiency),
+        "strategies_solve_seconds": solve,
+        "packed_step_seconds": seconds["packed"],
+        "padded_step_seconds": seconds["padded"],
+        "packed_sequences_per_s": rates["packed"],
+        "padded_sequences_per_s": rates["padded"],
+        "packed_real_tokens_per_s": real_tokens["packed"] / seconds["packed"],
+        "padded_real_tokens_per_s": real_tokens["padded"] / seconds["padded"],
+        "speedup": rates["packed"] / rates["padded"],
+        "speedup_over_packing_factor": rates["packed"] / rates["padded"] / realised,
+    }
+
+
+def learning_config(data_dir: str, rows: int, steps: int, packed: bool):
+    config = default.get_config()
+    config.model.preset = "tiny"
+    config.data.data_dir = data_dir
+    config.data.max_seq_length = 128
+    config.data.packed = packed
+    config.data.max_sequences_per_pack = 3 if packed else 1
+    config.optimizer.name = "adamw"
+    config.schedule.learning_rate = 5e-3
+    config.schedule.end_learning_rate = 5e-3  # constant after warm-up: runs of any length agree
+    config.schedule.warmup_steps = 10
+    config.train.batch_size = rows
+    config.train.steps = steps
+    config.eval.batch_size = rows
+    config.eval.num_batches = 8
+    return config
+
+
+def learning_case(args) -> dict:
+    """Same sequences seen, packed vs padded: held-out MLM loss and accuracy."""
+    from bert_flax import input_pipeline, train
+
+    data_dir = args.learn_data_dir
+    if not os.path.exists(os.path.join(data_dir, "summary.json")):
+        from bert_flax.data.create_pretraining_data import create_pretraining_data
+
+        create_pretraining_data(
+            "sotu", data_dir, max_seq_length=128, dupe_factor=1, short_seq_prob=0.5
+        )
+    strategies = packing.StrategySet.load(os.path.join(data_dir, "strategies.json"))
+    factor = strategies.metrics().packing_factor
+    padded = learning_config(data_dir, args.learn_rows, args.learn_steps, packed=False)
+    packed_steps = math.ceil(args.learn_steps / factor)  # about as many sequences
+    packed = learning_config(data_dir, args.learn_rows, packed_steps, packed=True)
+    eval_set, results = None, {"packing_factor": factor}
+    for layout, config in (("padded", padded), ("packed", packed)):
+        setup = create_train_setup(config)
+        if eval_set is None:  # the same padded held-out batches for both
+            eval_set = input_pipeline.eval_batches(
+                padded, padded.eval.batch_size, setup.geometry, setup.model_config.vocab_size
+            )
+        it = input_pipeline.train_iterator(
+            config, setup.batch_size, setup.geometry, setup.model_config.vocab_size
+        )
+        state, seen, losses, t0 = setup.state, 0.0, [], time.perf_counter()
+        for step in range(config.train.steps):
+            batch = mesh_lib.global_batch(setup.mesh, next(it))
+            state, m = setup.train_step(state, batch, train.step_rng(config.seed, step))
+            seen += float(m["sequences"])
+            losses.append(float(m["mlm_loss/sum"]) / max(float(m["mlm_loss/count"]), 1.0))
+        seconds = time.perf_counter() - t0
+        evaluated = train.evaluate(setup, state.params, eval_set)  # any row shape
+        results[layout] = {
+            "steps": config.train.steps,
+            "sequences_seen": seen,
+            "train_seconds": seconds,
+            "final_train_mlm_loss": float(np.mean(losses[-5:])),
+            "eval_mlm_loss": evaluated["mlm_loss"],
+            "eval_masked_lm_accuracy": evaluated["masked_lm_accuracy"],
+        }
+    return results
+
+
+def main():
+    args = parse_args()
+    print(f"devices: {jax.devices()}  model: {args.model}  rows per batch: {args.rows}")
+    cases = [
+        ("wikipedia-like 512", packing.synthetic.wikipedia_like_histogram(200_000, 512), 512),
+    ]
+    if os.path.exists(args.squad_histogram):
+        cases.append(("SQuAD 1.1 384", packing.load_histogram(args.squad_histogram), 384))
+    else:
+        print(f"skipping SQuAD: {args.squad_histogram} not found")
+    results = [speed_case(name, hist, max_len, args) for name, hist, max_len in cases]
+
+    header = (
+        f"{'case':<20} {'pack.f.':>7} {'packed seq/s':>12} {'padded seq/s':>12} "
+        f"{'speed-up':>8} {'/ p':>6} {'packed s/step':>13} {'padded s/step':>13}"
+    )
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        print(
+            f"{r['case']:<20} {r['batch_packing_factor']:>7.3f} "
+            f"{r['packed_sequences_per_s']:>12.1f} {r['padded_sequences_per_s']:>12.1f} "
+            f"{r['speedup']:>7.2f}x "
+            f"{r['speedup_over_packing_factor']:>6.2f} {r['packed_step_seconds']:>13.3f} "
+            f"{r['padded_step_seconds']:>13.3f}"
+        )
+    print("(pack.f. = sequences per packed row in the timed batches; target: / p >= 0.9)")
+
+    learning = learning_case(args) if args.learn_steps else {}
+    if learning:
+        print(
+            f"\nLearning on real text, packing factor {learning['packing_factor']:.3f} (about the "
+            "same sequences seen, the same held-out padded eval set):"
+        )
+        print(
+            f"{'layout':<8} {'steps':>6} {'sequences':>10} {'seconds':>8} {'train MLM':>10} "
+            f"{'eval MLM':>9} {'eval acc':>9}"
+        )
+        for layout in ("padded", "packed"):
+            r = learning[layout]
+            print(
+                f"{layout:<8} {r['steps']:>6} {r['sequences_seen']:>10.0f} "
+                f"{r['train_seconds']:>8.1f} {r['final_train_mlm_loss']:>10.3f} "
+                f"{r['eval_mlm_loss']:>9.3f} {r['eval_masked_lm_accuracy']:>9.4f}"
+            )
+    if args.json:
+        head = results[0]
+        print(
+            json.dumps(
+                {
+                    "packing_factor": head["batch_packing_factor"],
+                    "packed_sequences_per_s": head["packed_sequences_per_s"],
+                    "padded_sequences_per_s": head["padded_sequences_per_s"],
+                    "speedup": head["speedup"],
+                    "cases": results,
+                    "learning": learning,
+                }
+            )
+        )
+
+
+if __name__ == "__main__":
+    main()
