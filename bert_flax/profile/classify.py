@@ -261,9 +261,28 @@ class Classifier:
         spec = [c for c in dot.op_name.split("/") if "->" in c]
         return re.sub(r"\d+", "#", "/".join(tokens + spec + [primitive]))
 
-    def _is_attention_product(self, dot: hlo.HloInstruction) -> bool:
-        """A batched dot in an attention scope (by module path or frame), or with >= 2 batch
-        dimensions (batch and heads) when the op carries no metadata."""
+    def _operand_op_names(self, outer: hlo.HloInstruction, dot: hlo.HloInstruction) -> list[str]:
+        """op_names of the ops producing a dot's operands (through its fusion's parameters)."""
+        names = []
+        for operand in dot.operands:
+            inst = self.module.instructions.get(operand)
+            if inst is not None and inst.opcode == "parameter" and outer is not dot:
+                index = inst.parameter_number
+                inst = (
+                    self.module.instructions.get(outer.operands[index])
+                    if index < len(outer.operands)
+                    else None
+                )
+            for _ in range(3):  # look through bitcasts/copies XLA added without metadata
+                if inst is None or inst.op_name or not inst.operands:
+                    break
+                inst = self.module.instructions.get(inst.operands[0])
+            names.append(inst.op_name if inst is not None else "")
+        return names
+
+    def _is_attention_product(self, outer: hlo.HloInstruction, dot: hlo.HloInstruction) -> bool:
+        """A batched dot in an attention scope: by its module path or frame or, for dots XLA
+        rewrote without metadata, by the ops that produce its operands."""
         if dot.opcode != "dot" or not dot.int_list_attr("lhs_batch_dims"):
             return False
         if set(_lower_tokens(dot)) & _ATTENTION_SCOPES:
@@ -271,12 +290,40 @@ class Classifier:
         stack = self.module.stack(dot)
         if stack and "attention" in f"{stack[0].file}:{stack[0].function}".lower():
             return True
-        return not dot.op_name and len(dot.int_list_attr("lhs_batch_dims")) >= 2
+        if dot.op_name:
+            return False
+        producers = self._operand_op_names(outer, dot)
+        in_attention = any(
+            {t.lower() for t in op_name_parts(n)[0]} & _ATTENTION_SCOPES for n in producers
+        )
+        return in_attention or len(dot.int_list_attr("lhs_batch_dims")) >= 2
+
+    def _attention_kind_by_shape(self, outer: hlo.HloInstruction, dot: hlo.HloInstruction) -> str:
+        """Scores or context for a dot without metadata. Forward: S = QK^T has the [L, L]
+        output, PV an [L, L] operand. Backward: dP = dO V^T has the [L, L] output (context),
+        dV = P^T dO reads the forward P (context), dQ, dK read the backward dS (scores)."""
+
+        def square(shape: hlo.Shape) -> bool:
+            return len(shape.dims) >= 2 and shape.dims[-1] == shape.dims[-2]
+
+        producers = self._operand_op_names(outer, dot)
+        backward = any("transpose(" in n for n in producers)
+        if square(dot.shape):
+            return "attention_context" if backward else "attention_scores"
+        if not backward:
+            return "attention_context"
+        for operand, producer in zip(dot.operands, producers):
+            inst = self.module.instructions.get(operand)
+            if inst is not None and square(inst.shape):
+                return "attention_scores" if "transpose(" in producer else "attention_context"
+        return "attention_context"
 
     def _find_attention_score_products(self, ops: list[hlo.ExecutedOp]):
         for e in ops:
             dot = _matmul_instruction(self.module, self.module.fused_instructions(e.instruction))
-            if dot is None or not self._is_attention_product(dot) or self._has_vocab(dot):
+            if dot is None or not dot.op_name or self._has_vocab(dot):
+                continue
+            if not self._is_attention_product(e.instruction, dot):
                 continue
             key = self._attention_key(dot)
             if "transpose(" not in dot.op_name and key not in self._attention_keys:
@@ -298,7 +345,7 @@ class Classifier:
         ]
         return any(self.vocab_size in s.dims for s in shapes if not s.is_tuple)
 
-    def _matmul_class(self, dot: hlo.HloInstruction) -> OpClass:
+    def _matmul_class(self, outer: hlo.HloInstruction, dot: hlo.HloInstruction) -> OpClass:
         if dot.opcode == "custom-call" and _ATTENTION_TARGETS.search(
             dot.custom_call_target + " " + dot.op_name
         ):
@@ -306,7 +353,10 @@ class Classifier:
         tokens = _lower_tokens(dot)
         if self._has_vocab(dot):
             return OpClass("mlm_head", f"vocabulary-sized dimension ({self.vocab_size})")
-        if self._is_attention_product(dot):
+        if self._is_attention_product(outer, dot):
+            if not dot.op_name:
+                kind = self._attention_kind_by_shape(outer, dot)
+                return OpClass(kind, "batched dot without metadata, by operand shapes/producers")
             key = self._attention_key(dot)
             kind = "attention_scores" if key in self._score_keys else "attention_context"
             return OpClass(kind, f"batched dot at {key}")
@@ -337,7 +387,7 @@ class Classifier:
             return OpClass("optimizer", "outside autodiff (after the gradients)")
         dot = _matmul_instruction(module, inner)
         if dot is not None:
-            return self._matmul_class(dot)
+            return self._matmul_class(inst, dot)
         if any(_is_loss(module, i) for i in named):
             return OpClass("loss", "frames in a *loss* file")
         votes: dict[str, float] = {}
