@@ -182,12 +182,6 @@ def learning_case(args) -> dict:
     from bert_flax import input_pipeline, train
 
     data_dir = args.learn_data_dir
-    if not os.path.exists(os.path.join(data_dir, "summary.json")):
-        from bert_flax.data.create_pretraining_data import create_pretraining_data
-
-        create_pretraining_data(
-            "sotu", data_dir, max_seq_length=128, dupe_factor=1, short_seq_prob=0.5
-        )
     strategies = packing.StrategySet.load(os.path.join(data_dir, "strategies.json"))
     factor = strategies.metrics().packing_factor
     padded = learning_config(data_dir, args.learn_rows, args.learn_steps, packed=False)
@@ -222,8 +216,21 @@ def learning_case(args) -> dict:
     return results
 
 
+def prepare_learning_data(data_dir: str) -> None:
+    """sotu at 128 with half the sequences shortened (BERT's short_seq_prob), once. Runs before
+    JAX starts threads: the preparation forks worker processes."""
+    if not os.path.exists(os.path.join(data_dir, "summary.json")):
+        from bert_flax.data.create_pretraining_data import create_pretraining_data
+
+        create_pretraining_data(
+            "sotu", data_dir, max_seq_length=128, dupe_factor=1, short_seq_prob=0.5
+        )
+
+
 def main():
     args = parse_args()
+    if args.learn_steps:
+        prepare_learning_data(args.learn_data_dir)
     print(f"devices: {jax.devices()}  model: {args.model}  rows per batch: {args.rows}")
     cases = [
         ("wikipedia-like 512", packing.synthetic.wikipedia_like_histogram(200_000, 512), 512),

@@ -207,6 +207,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
                 logging.warning("Stopping at step %d after saving (preemption).", step)
             if stop or last:
                 break
+    del train_iter  # closes the tf.data generator now rather than at interpreter exit
     checkpointer.close()
     writer.close()
 
