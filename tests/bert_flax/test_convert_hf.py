@@ -71,9 +71,9 @@ def _compare_logits(hf, config, params):
     model = BertForPreTraining(config)
     out = jax.jit(lambda p, b: model.apply({"params": p}, b, deterministic=True))(params, batch)
     mlm = np.asarray(out.mlm_logits)
-    np.testing.assert_allclose(mlm[real], ref.prediction_logits.numpy()[real], atol=1e-4)
+    np.testing.assert_allclose(mlm[real], ref.prediction_logits.numpy()[real], atol=1e-5)
     np.testing.assert_allclose(
-        np.asarray(out.nsp_logits)[:, 0], ref.seq_relationship_logits.numpy(), atol=1e-4
+        np.asarray(out.nsp_logits)[:, 0], ref.seq_relationship_logits.numpy(), atol=1e-5
     )
     assert np.abs(ref.prediction_logits.numpy()[real]).max() > 0.1  # not a trivial agreement
 
