@@ -26,7 +26,7 @@ from bert_flax.block_sparse.plan import GroupedPlan, default_chunk, grouped_plan
 # One chunk's gathered operand is about this big (small: it stays in cache on CPU), and a pass
 # has at most MAX_CHUNKS chunks (bounds program size and compile time for small blocks).
 CHUNK_BYTES = 1 << 18
-MAX_CHUNKS = 32
+MAX_CHUNKS = 128
 
 
 def _gather_columns(a3: jax.Array, src) -> jax.Array:
