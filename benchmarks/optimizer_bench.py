@@ -253,10 +253,21 @@ def main(argv: Iterator[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer steps and sizes")
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
+    parser.add_argument("--parts", default="abc", help="which parts to run, e.g. 'b' or 'ac'")
     args = parser.parse_args(argv)
-    quick = args.quick
     summary: dict[str, object] = {"steps_to_target": {}}
 
+    if "a" in args.parts:
+        part_a(summary, args.quick)
+    if "b" in args.parts:
+        part_b(summary, args.quick)
+    if "c" in args.parts:
+        part_c(summary, args.quick)
+    if args.json:
+        print(json.dumps(summary))
+
+
+def part_a(summary: dict, quick: bool) -> None:
     print("(a) steps to target, best learning rate of a sweep")
     lrs = {name: (1e-2, 3e-2, 1e-1, 3e-1, 1.0) for name in OPTIMIZERS}
     problems = {
@@ -281,6 +292,8 @@ def main(argv: Iterator[str] | None = None) -> None:
     )
     summary["steps_to_target"]["tiny_bert_mlm"] = sweep(mlm, mlm_lrs, mlm_steps, mlm_target)
 
+
+def part_b(summary: dict, quick: bool) -> None:
     print("(b) tiny packed BERT train-step time (vocab 30522), side by side")
     rows, seq_len = (8, 128)
     params, loss, batches = bert_problem(BertConfig.preset("tiny"), rows, seq_len, num_batches=4)
@@ -307,7 +320,7 @@ def main(argv: Iterator[str] | None = None) -> None:
     steps = 10 if quick else 30
     seconds, host = interleaved_step_seconds(timed, params, loss, batches, steps)
     for name in timed:
-        metrics = {k.removeprefix("shampoo/"): round(v, 4) for k, v in host[name].items()}
+        metrics = {k.removeprefix("shampoo/"): float(f"{v:.3g}") for k, v in host[name].items()}
         print(
             f"  {name:<20} {1e3 * seconds[name]:8.1f} ms/step  "
             f"({seconds[name] / seconds['lamb']:.2f}x LAMB)  {metrics or ''}"
@@ -320,6 +333,8 @@ def main(argv: Iterator[str] | None = None) -> None:
     summary["shampoo_sync_over_lamb_step_time"] = seconds["shampoo_sync_n1"] / seconds["lamb"]
     summary["bert_step"] = {"rows": rows, "seq_len": seq_len, "preset": "tiny"}
 
+
+def part_c(summary: dict, quick: bool) -> None:
     print("(c) one inverse 4th root, seconds")
     sizes = (64, 128, 256) if quick else (64, 128, 256, 512, 1024)
     summary["root_seconds"] = {}
@@ -327,9 +342,6 @@ def main(argv: Iterator[str] | None = None) -> None:
         newton, eigh = root_seconds(n, "newton"), root_seconds(n, "eigh")
         summary["root_seconds"][n] = {"newton": newton, "eigh": eigh}
         print(f"  n = {n:<5} newton {1e3 * newton:9.2f} ms   eigh {1e3 * eigh:9.2f} ms")
-
-    if args.json:
-        print(json.dumps(summary))
 
 
 if __name__ == "__main__":

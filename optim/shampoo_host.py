@@ -11,8 +11,8 @@ With ``asynchronous=True`` the jitted update never computes roots. The train loo
    CPU device, in float32 or float64 (``host_root_dtype``). With ``max_staleness=0`` it waits at
    once, so the roots in use equal the synchronous mode's at every step.
 
-Swapped-in roots are placed with ``jax.device_put`` on the shardings of the roots they replace,
-so the jitted step sees the same shardings and does not recompile. Only one job is in flight.
+Swapped-in roots are placed with ``jax.device_put`` like the roots they replace (sharding and
+committedness), so the jitted step does not recompile. Only one job is in flight.
 The first call also has the worker compile the host solver (on zeros of the statistics' shapes)
 while the first steps run, so the first root job does not pay for compilation.
 
@@ -80,9 +80,15 @@ def _replace_shampoo_state(opt_state: Any, new: ShampooState) -> Any:
 
 
 def _put_like(value: np.ndarray, like: Any) -> Any:
-    """``value`` on the device(s) and sharding of ``like``, in ``like``'s dtype."""
+    """``value`` placed like ``like``: same dtype, sharding and committedness.
+
+    Committedness matters too: jit's outputs from uncommitted inputs are uncommitted, and a
+    committed replacement would make the next step recompile.
+    """
     value = np.asarray(value, dtype=like.dtype)
-    return jax.device_put(value, like.sharding) if isinstance(like, jax.Array) else value
+    if not isinstance(like, jax.Array):
+        return value
+    return jax.device_put(value, like.sharding) if like.committed else jax.device_put(value)
 
 
 class ShampooHost:

@@ -198,6 +198,7 @@ def test_async_with_zero_staleness_equals_sync_step_for_step():
         assert_trees_close(p_sync, p_async)
         assert int(s_sync[0].roots_step) == int(s_async[0].roots_step)
     assert int(asynchronous[-1][1][0].roots_step) == 11  # refreshed after updates 2, 5, 8, 11
+    assert jitted_step(tx)._cache_size() == 1  # swapped-in roots did not cause a recompilation
     metrics = optim.host_metrics(tx, asynchronous[-1][1])
     assert metrics["shampoo/root_jobs"] == 4 and metrics["shampoo/staleness"] == 0
     assert metrics["shampoo/root_failures"] == 0 and metrics["shampoo/roots_age"] == 1
