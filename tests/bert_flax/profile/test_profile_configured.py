@@ -67,6 +67,6 @@ def test_profile_of_a_micro_bert_step(tmp_path):
         "embedding",
     ):
         assert name in by_class, name
-    assert p.settings["seq_len"] == 32 and p.settings["optimizer"] == "lamb"
+    assert p.settings["seq_len"] == 32 and p.settings["optimizer"] == config.optimizer.name
     total = json.loads(report.json_lines(p)[-1])
     assert total["class"] == "total" and total["seq_len"] == 32
