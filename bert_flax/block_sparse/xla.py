@@ -7,7 +7,7 @@ values of every row) and multiplied in one `dot_general` with a batch dimension:
 
   forward     y[:, j]  = sum_k x[:, src_jk] @ W[src_jk, j]        (grouped by output column)
   input grad  dx[:, i] = sum_k g[:, src_ik] @ W[i, src_ik]^T      (grouped by input row)
-  weight grad dW[n]    = x[:, row_n]^T @ g[:, col_n]              (per nonzero, by column)
+  weight grad dW[n]    = x[:, row_n]^T @ g[:, col_n]              (same gather of g as dx)
 
 Work and memory scale with the nonzero blocks (plus per-chunk padding); no scatter-add: results
 are reassembled with static gathers. Small chunks keep each gathered operand in cache, which is
@@ -64,19 +64,31 @@ def grouped_product(a2: jax.Array, w_blocks: jax.Array, plan: GroupedPlan, out_d
     return out.transpose(1, 0, 2).reshape(rows, -1)
 
 
-def weight_grad(x2: jax.Array, g2: jax.Array, plan: GroupedPlan, bs: int, out_dtype):
-    """dW[n] = x[:, row_n]^T @ g[:, col_n] for every nonzero n: [nnz, bs, bs]."""
-    rows = x2.shape[0]
+def input_and_weight_grad(
+    x2: jax.Array, blocks: jax.Array, g2: jax.Array, plan_in: GroupedPlan, out_dtypes
+) -> tuple[jax.Array, jax.Array]:
+    """dx = g @ W^T and dW[n] = x[:, row_n]^T @ g[:, col_n], sharing one gather of g.
+
+    Grouped by input row: per chunk, the gathered g [C, rows, K*bs] meets the transposed
+    blocks (dx) and the chunk's own x columns [C, rows, bs] (dW of the row's blocks).
+    """
+    rows, bs = x2.shape[0], blocks.shape[1]
     x3, g3 = x2.reshape(rows, -1, bs), g2.reshape(rows, -1, bs)
-    parts = []
-    for ch in plan.chunks:
+    blocks_t = jnp.swapaxes(blocks, 1, 2)
+    dx_parts, dw_parts = [], []
+    for ch in plan_in.chunks:
         c, k = ch.src.shape
-        g = jnp.take(g3, ch.cols, axis=1, mode="clip").transpose(1, 0, 2)  # [C, rows, bo]
-        d = _bmm(_gather_columns(x3, ch.src), g, (1, 1), out_dtype)  # [C, K * bi, bo]
-        parts.append(d.reshape(c * k, bs, bs))
-    if plan.natural_order:  # column-major slots are the canonical block order
-        return _concat(parts)
-    return jnp.take(_concat(parts), plan.valid, axis=0, mode="clip")
+        g = _gather_columns(g3, ch.src)  # [C, rows, K * bo]
+        w = jnp.take(blocks_t, ch.blk, axis=0, mode="fill", fill_value=0).reshape(c, k * bs, bs)
+        dx_parts.append(_bmm(g, w, (2, 1), out_dtypes[0]))  # [C, rows, bi]
+        x = jnp.take(x3, ch.cols, axis=1, mode="clip").transpose(1, 0, 2)  # [C, rows, bi]
+        d = _bmm(x, g, (1, 1), out_dtypes[1])  # [C, bi, K * bo]
+        dw_parts.append(d.reshape(c, bs, k, bs).transpose(0, 2, 1, 3).reshape(c * k, bs, bs))
+    dblocks = jnp.take(_concat(dw_parts), plan_in.valid, axis=0, mode="clip")
+    if plan_in.natural_order:
+        return jnp.concatenate([o[0] for o in dx_parts], axis=1), dblocks
+    dx = jnp.take(_concat(dx_parts), plan_in.inverse, axis=0, mode="clip")
+    return dx.transpose(1, 0, 2).reshape(rows, -1), dblocks
 
 
 def plans(layout: BlockSparseLayout, rows: int, itemsize: int) -> tuple[GroupedPlan, GroupedPlan]:
@@ -97,6 +109,5 @@ def forward(x2: jax.Array, blocks: jax.Array, layout: BlockSparseLayout, out_dty
 
 def backward(x2: jax.Array, blocks: jax.Array, g2: jax.Array, layout: BlockSparseLayout):
     """(dx2 [rows, in], dblocks [nnz, bs, bs]) for the upstream gradient g2 [rows, out]."""
-    plan_out, plan_in = plans(layout, g2.shape[0], g2.dtype.itemsize)
-    dx = grouped_product(g2, jnp.swapaxes(blocks, 1, 2), plan_in, x2.dtype)
-    return dx, weight_grad(x2, g2, plan_out, layout.block_size, blocks.dtype)
+    _, plan_in = plans(layout, g2.shape[0], g2.dtype.itemsize)
+    return input_and_weight_grad(x2, blocks, g2, plan_in, (x2.dtype, blocks.dtype))
