@@ -19,10 +19,14 @@ def get_config() -> ml_collections.ConfigDict:
     config.data.max_sequences_per_pack = 3
     config.data.max_predictions_per_seq = 20
 
+    # AdamW at 1e-3, batch 16, leaves the unigram plateau within the demo's few CPU minutes
+    # (masked-LM accuracy 0.105 vs 0.076 for always predicting the most frequent token after 257
+    # steps); at 3e-3 (batch 32) or 1e-2 (batch 16) it was still on the plateau then.
+    # bert_base/bert_large use LAMB.
     config.optimizer.name = "adamw"
-    config.schedule.learning_rate = 3e-3
+    config.schedule.learning_rate = 1e-3
     config.schedule.warmup_steps = 30
-    config.train.batch_size = 32
+    config.train.batch_size = 16
     config.train.steps = 600
     config.train.packing_hparams = "none"
 
