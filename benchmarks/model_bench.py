@@ -23,9 +23,10 @@ import numpy as np
 from absl import app, flags
 
 from bert_flax.config import BertConfig
+from bert_flax.data.contract import RowShape
+from bert_flax.data.synthetic import batch_from_lengths
 from bert_flax.losses import pretraining_loss
 from bert_flax.model import BertForPreTraining
-from bert_flax.synthetic_batches import batch_from_lengths
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("models", ["tiny", "base"], "BertConfig presets.")
@@ -47,13 +48,8 @@ def synthetic_batch(rng, rows: int, length: int, per_row: int, slots: int) -> di
     low, high = (0.3, 0.7) if per_row == 1 else (0.3, 0.5)
     lengths = rng.integers(int(low * length), int(high * length) + 1, size=(rows, per_row))
     predictions = round(MASKED_FRACTION * length) + (slots if per_row > 1 else 0)
-    return batch_from_lengths(
-        lengths.tolist(),
-        max_seq_length=length,
-        max_sequences_per_pack=slots,
-        max_predictions=predictions,
-        seed=int(rng.integers(1 << 30)),
-    )
+    shape = RowShape(length, slots, predictions)
+    return batch_from_lengths(lengths.tolist(), shape, seed=int(rng.integers(1 << 30)))
 
 
 def measure(fn: Callable, args: tuple, repeats: int) -> tuple[float, float]:

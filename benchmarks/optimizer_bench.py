@@ -31,8 +31,10 @@ import optax
 from flax.core import meta
 
 import optim
-from bert_flax import losses, synthetic_batches
+from bert_flax import losses
 from bert_flax.config import BertConfig
+from bert_flax.data import synthetic
+from bert_flax.data.contract import RowShape
 from bert_flax.model import BertForPreTraining
 from optim import matrix_roots
 
@@ -97,23 +99,17 @@ TOPIC_SIZE = 16
 
 def topic_batch(config: BertConfig, rows: int, seq_len: int, depth: int, seed: int) -> Batch:
     """A packed batch whose words come from one topic (a range of TOPIC_SIZE ids) per sequence."""
-    batch = synthetic_batches.random_batch(
-        rows,
-        max_seq_length=seq_len,
-        max_sequences_per_pack=depth,
-        max_predictions=max(4, seq_len * 3 // 20),
-        vocab_size=config.vocab_size,
-        seed=seed,
-    )
+    shape = RowShape(seq_len, depth, max(4, seq_len * 3 // 20))
+    batch = synthetic.random_batch(rows, shape, vocab_size=config.vocab_size, seed=seed)
     rng = np.random.default_rng(seed + 7)
-    first = synthetic_batches.MASK_ID + 1
+    first = synthetic.MASK_ID + 1
     topics = (config.vocab_size - first) // TOPIC_SIZE
     seg = batch["segment_ids"]
     topic_of = rng.integers(0, topics, size=(rows, depth + 1))
     words = first + TOPIC_SIZE * np.take_along_axis(topic_of, seg, 1)
     words = words + rng.integers(0, TOPIC_SIZE, size=seg.shape)
     ids = batch["input_ids"]
-    is_word = (ids >= first) | (ids == synthetic_batches.MASK_ID)
+    is_word = (ids >= first) | (ids == synthetic.MASK_ID)
     original = np.where(is_word, words, ids).astype(np.int32)
     rows_idx = np.arange(rows)[:, None]
     batch["masked_lm_ids"] = np.where(
@@ -121,7 +117,7 @@ def topic_batch(config: BertConfig, rows: int, seq_len: int, depth: int, seed: i
     ).astype(np.int32)
     masked = np.zeros_like(seg, bool)
     masked[rows_idx, batch["masked_lm_positions"]] = batch["masked_lm_weights"] > 0
-    batch["input_ids"] = np.where(masked, synthetic_batches.MASK_ID, original).astype(np.int32)
+    batch["input_ids"] = np.where(masked, synthetic.MASK_ID, original).astype(np.int32)
     return {k: jnp.asarray(v) for k, v in batch.items()}
 
 

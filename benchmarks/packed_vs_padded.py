@@ -33,8 +33,8 @@ import jax
 import numpy as np
 
 import packing
-from bert_flax import mesh as mesh_lib
-from bert_flax import synthetic_batches
+from bert_flax import sharding
+from bert_flax.data import synthetic
 from bert_flax.train_setup import create_train_setup
 from configs import default
 
@@ -115,7 +115,6 @@ def speed_case(name: str, histogram: np.ndarray, max_len: int, args) -> dict:
     setups, batches, sequences, real_tokens = {}, {}, {}, {}
     for layout in ("packed", "padded"):
         setup = create_train_setup(speed_config(args.model, max_len, args.rows, layout == "packed"))
-        g = setup.geometry
         local = []
         for seed in range(2):
             rows = (
@@ -124,17 +123,12 @@ def speed_case(name: str, histogram: np.ndarray, max_len: int, args) -> dict:
                 else sample_single(histogram, args.rows, rng)
             )
             local.append(
-                synthetic_batches.batch_from_lengths(
-                    rows,
-                    max_seq_length=g.max_seq_length,
-                    max_sequences_per_pack=g.max_sequences_per_pack,
-                    max_predictions=g.max_predictions,
-                    vocab_size=setup.model_config.vocab_size,
-                    seed=seed,
+                synthetic.batch_from_lengths(
+                    rows, setup.row_shape, vocab_size=setup.model_config.vocab_size, seed=seed
                 )
             )
         setups[layout] = setup
-        batches[layout] = [mesh_lib.global_batch(setup.mesh, b) for b in local]
+        batches[layout] = [sharding.global_batch(setup.mesh, b) for b in local]
         sequences[layout] = float(np.mean([b["sequence_mask"].sum() for b in local]))
         real_tokens[layout] = float(np.mean([(b["segment_ids"] > 0).sum() for b in local]))
     seconds = time_side_by_side(setups, batches, args.rounds, args.steps)
@@ -192,14 +186,14 @@ def learning_case(args) -> dict:
         setup = create_train_setup(config)
         if eval_set is None:  # the same padded held-out batches for both
             eval_set = input_pipeline.eval_batches(
-                padded, padded.eval.batch_size, setup.geometry, setup.model_config.vocab_size
+                padded, padded.eval.batch_size, setup.row_shape, setup.model_config.vocab_size
             )
         it = input_pipeline.train_iterator(
-            config, setup.batch_size, setup.geometry, setup.model_config.vocab_size
+            config, setup.batch_size, setup.row_shape, setup.model_config.vocab_size
         )
         state, seen, losses, t0 = setup.state, 0.0, [], time.perf_counter()
         for step in range(config.train.steps):
-            batch = mesh_lib.global_batch(setup.mesh, next(it))
+            batch = sharding.global_batch(setup.mesh, next(it))
             state, m = setup.train_step(state, batch, train.step_rng(config.seed, step))
             seen += float(m["sequences"])
             losses.append(float(m["mlm_loss/sum"]) / max(float(m["mlm_loss/count"]), 1.0))

@@ -10,8 +10,10 @@ Shapes: q, k, v are [batch, length, heads, head_dim]; segment_ids is [batch, len
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
+from collections.abc import Callable
 
 import flax.linen as nn
 import jax
@@ -144,6 +146,36 @@ def _splash_local(q: Array, k: Array, v: Array, segment_ids: Array, *, interpret
     return _zero_padding(out, segment_ids)
 
 
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    """An attention kernel `fn(q, k, v, segment_ids, *, dropout_rate, dropout_rng,
+    deterministic)`; `supports_dropout` says whether it implements attention dropout (configs
+    asking for dropout on one that does not are rejected by `BertConfig`)."""
+
+    fn: Callable[..., Array]
+    supports_dropout: bool
+    description: str
+
+
+def _cudnn(q: Array, k: Array, v: Array, segment_ids: Array, **_) -> Array:
+    return jax_nn_attention(q, k, v, segment_ids)
+
+
+def _splash(q: Array, k: Array, v: Array, segment_ids: Array, **_) -> Array:
+    interpret = jax.default_backend() != "tpu"
+    if interpret:
+        _log_once(f"attention_impl='splash' on {jax.default_backend()}: Pallas interpret mode.")
+    return splash_attention(q, k, v, segment_ids, interpret=interpret)
+
+
+# The backends `BertConfig.attention_impl` may name; adding one here is all it takes.
+BACKENDS: dict[str, Backend] = {
+    "xla": Backend(xla_attention, True, "dense mask, two einsums; any backend"),
+    "cudnn": Backend(_cudnn, False, "jax.nn.dot_product_attention; cuDNN on GPU"),
+    "splash": Backend(_splash, False, "Pallas splash attention; TPU (interpret mode elsewhere)"),
+}
+
+
 def attention(
     q: Array,
     k: Array,
@@ -155,22 +187,15 @@ def attention(
     dropout_rng: Array | None = None,
     deterministic: bool = True,
 ) -> Array:
-    """Dispatches to the backend named by `BertConfig.attention_impl`."""
-    if impl == "xla":
-        return xla_attention(
-            q,
-            k,
-            v,
-            segment_ids,
-            dropout_rate=dropout_rate,
-            dropout_rng=dropout_rng,
-            deterministic=deterministic,
-        )
-    if impl == "cudnn":
-        return jax_nn_attention(q, k, v, segment_ids)
-    if impl == "splash":
-        interpret = jax.default_backend() != "tpu"
-        if interpret:
-            _log_once(f"attention_impl='splash' on {jax.default_backend()}: Pallas interpret mode.")
-        return splash_attention(q, k, v, segment_ids, interpret=interpret)
-    raise ValueError(f"Unknown attention impl {impl!r}; use 'xla', 'cudnn' or 'splash'.")
+    """Dispatches to the backend named by `BertConfig.attention_impl` (a key of `BACKENDS`)."""
+    if impl not in BACKENDS:
+        raise ValueError(f"Unknown attention impl {impl!r}; use one of {sorted(BACKENDS)}.")
+    return BACKENDS[impl].fn(
+        q,
+        k,
+        v,
+        segment_ids,
+        dropout_rate=dropout_rate,
+        dropout_rng=dropout_rng,
+        deterministic=deterministic,
+    )

@@ -13,11 +13,11 @@ import os
 import signal
 from typing import Any
 
-import jax
 import orbax.checkpoint as ocp
 from absl import logging
 
-from bert_flax.train_state import TrainState
+from bert_flax import sharding
+from bert_flax.train_step import TrainState
 
 
 class Checkpointer:
@@ -48,9 +48,7 @@ class Checkpointer:
         step = self.latest_step()
         if step is None:
             return None
-        target = jax.tree_util.tree_map(
-            lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), state, state_shardings
-        )
+        target = sharding.abstract_arrays(state, state_shardings)
         restored = self.manager.restore(
             step,
             args=ocp.args.Composite(

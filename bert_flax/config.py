@@ -8,9 +8,9 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from bert_flax import attention
 from bert_flax.block_sparse.bert import BlockSparseConfig
 
-ATTENTION_IMPLS = ("xla", "cudnn", "splash")
 HIDDEN_ACTS = ("gelu", "gelu_tanh", "relu", "silu")
 REMAT_POLICIES = ("none", "full", "dots")
 
@@ -47,8 +47,9 @@ class BertConfig:
       dtype: compute dtype (e.g. "bfloat16"); softmax, LayerNorm statistics and logits are
         always float32.
       param_dtype: parameter dtype (float32 unless you know why not).
-      attention_impl: "xla" (dense mask, any backend), "cudnn" (`jax.nn.dot_product_attention`,
-        cuDNN on GPU) or "splash" (Pallas splash attention on TPU).
+      attention_impl: a key of `bert_flax.attention.BACKENDS`: "xla" (dense mask, any backend),
+        "cudnn" (`jax.nn.dot_product_attention`, cuDNN on GPU) or "splash" (Pallas splash
+        attention on TPU).
       pre_layer_norm: False for the original post-LN BERT, True for pre-LN layers (with a final
         LayerNorm after the last layer).
       remat_policy: activation rematerialisation per layer: "none", "full" or "dots"
@@ -85,16 +86,20 @@ class BertConfig:
                 f"hidden_size={self.hidden_size} is not divisible by num_heads={self.num_heads}."
             )
         for field, value, allowed in (
-            ("attention_impl", self.attention_impl, ATTENTION_IMPLS),
+            ("attention_impl", self.attention_impl, tuple(attention.BACKENDS)),
             ("hidden_act", self.hidden_act, HIDDEN_ACTS),
             ("remat_policy", self.remat_policy, REMAT_POLICIES),
         ):
             if value not in allowed:
                 raise ValueError(f"{field}={value!r} is not one of {allowed}.")
-        if self.attention_impl != "xla" and self.attention_dropout_rate > 0:
+        if (
+            self.attention_dropout_rate > 0
+            and not attention.BACKENDS[self.attention_impl].supports_dropout
+        ):
+            with_dropout = [k for k, b in attention.BACKENDS.items() if b.supports_dropout]
             raise ValueError(
                 f"attention_impl={self.attention_impl!r} has no attention-probability dropout; "
-                "set attention_dropout_rate=0.0 or use attention_impl='xla'."
+                f"set attention_dropout_rate=0.0 or use attention_impl in {with_dropout}."
             )
 
     @property

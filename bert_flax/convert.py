@@ -27,7 +27,8 @@ import numpy as np
 from absl import app, flags, logging
 
 from bert_flax.config import BertConfig
-from bert_flax.model import MODEL_FEATURES, BertForPreTraining
+from bert_flax.data.contract import MODEL_FEATURES
+from bert_flax.model import BertForPreTraining
 
 Params = dict[str, Any]
 

@@ -14,13 +14,13 @@ r"""`make demo`: prepare the bundled corpus, pack it, pre-train the tiny packed 
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
 from absl import app, flags, logging
 
 from bert_flax import train
+from bert_flax.data.contract import SUMMARY_FILE, PreparedData
 from configs import tiny
 
 FLAGS = flags.FLAGS
@@ -32,11 +32,9 @@ flags.DEFINE_integer("dupe_factor", 1, "Times each document is masked differentl
 
 def prepare_data(data_dir: str, max_seq_length: int, dupe_factor: int) -> dict:
     """The bundled corpus as pre-training data in `data_dir` (reused when already there)."""
-    summary_path = os.path.join(data_dir, "summary.json")
-    if os.path.exists(summary_path):
+    if os.path.exists(os.path.join(data_dir, SUMMARY_FILE)):
         logging.info("Reusing prepared data in %s", data_dir)
-        with open(summary_path) as f:
-            return json.load(f)
+        return PreparedData.load(data_dir).summary
     from bert_flax.data.create_pretraining_data import create_pretraining_data
 
     return create_pretraining_data(

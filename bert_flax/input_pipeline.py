@@ -3,7 +3,7 @@
 Real data comes from `bert_flax.data.pipeline.packed_dataset` (packed, or padded with
 `config.data.packed=False`); `config.data.synthetic` gives random packed batches instead. Every
 process reads its own shard (`process_index`/`process_count`) and yields
-`global_rows / process_count` rows; `mesh.global_batch` assembles the global array. Iterators
+`global_rows / process_count` rows; `sharding.global_batch` assembles the global array. Iterators
 start at a given position (batches already consumed), which is how a resumed run continues with
 the data it has not seen yet.
 """
@@ -17,7 +17,8 @@ import jax
 import ml_collections
 import numpy as np
 
-from bert_flax import synthetic_batches
+from bert_flax.data import synthetic
+from bert_flax.data.contract import RowShape
 
 Batch = dict[str, np.ndarray]
 
@@ -29,7 +30,7 @@ def local_rows(global_rows: int) -> int:
 def synthetic_iterator(
     config: ml_collections.ConfigDict,
     rows: int,
-    geometry,
+    shape: RowShape,
     vocab_size: int,
     *,
     start: int = 0,
@@ -39,14 +40,7 @@ def synthetic_iterator(
     for index in itertools.count(start):
         key = [config.seed, salt, index, jax.process_index()]
         seed = int(np.random.SeedSequence(key).generate_state(1)[0])
-        yield synthetic_batches.random_batch(
-            local_rows(rows),
-            max_seq_length=geometry.max_seq_length,
-            max_sequences_per_pack=geometry.max_sequences_per_pack,
-            max_predictions=geometry.max_predictions,
-            vocab_size=vocab_size,
-            seed=seed,
-        )
+        yield synthetic.random_batch(local_rows(rows), shape, vocab_size=vocab_size, seed=seed)
 
 
 def dataset(config: ml_collections.ConfigDict, split: str, rows: int, *, train: bool):
@@ -69,11 +63,16 @@ def dataset(config: ml_collections.ConfigDict, split: str, rows: int, *, train: 
 
 
 def train_iterator(
-    config: ml_collections.ConfigDict, rows: int, geometry, vocab_size: int, *, start: int = 0
+    config: ml_collections.ConfigDict,
+    rows: int,
+    shape: RowShape,
+    vocab_size: int,
+    *,
+    start: int = 0,
 ) -> Iterator[Batch]:
     """Endless training batches from position `start` on."""
     if config.data.synthetic:
-        return synthetic_iterator(config, rows, geometry, vocab_size, start=start)
+        return synthetic_iterator(config, rows, shape, vocab_size, start=start)
     ds = dataset(config, config.data.train_split, rows, train=True)
     if start:
         ds = ds.skip(start)
@@ -81,12 +80,12 @@ def train_iterator(
 
 
 def eval_batches(
-    config: ml_collections.ConfigDict, rows: int, geometry, vocab_size: int
+    config: ml_collections.ConfigDict, rows: int, shape: RowShape, vocab_size: int
 ) -> list[Batch]:
     """The fixed evaluation set: `config.eval.num_batches` batches (0 = the whole split)."""
     num = config.eval.num_batches
     if config.data.synthetic:
-        it = synthetic_iterator(config, rows, geometry, vocab_size, salt=1)
+        it = synthetic_iterator(config, rows, shape, vocab_size, salt=1)
         return list(itertools.islice(it, num or 1))
     ds = dataset(config, config.data.eval_split, rows, train=False)
     batches = list(itertools.islice(ds.as_numpy_iterator(), num or None))

@@ -1,7 +1,7 @@
 """Packed BERT for pre-training: encoder, MLM head (tied decoder) and per-sequence NSP head.
 
-The model consumes the packed-batch contract of DESIGN.md (a padded batch is the same contract
-with one sequence per row):
+The model consumes the packed-batch contract (`bert_flax.data.contract`; a padded batch is the
+same contract with one sequence per row):
 
     model = BertForPreTraining(BertConfig.preset("tiny"))
     variables = model.init(jax.random.key(0), batch, deterministic=True)
@@ -18,9 +18,9 @@ import flax.linen as nn
 import flax.struct
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from bert_flax.config import BertConfig
+from bert_flax.data.contract import MODEL_FEATURES
 from bert_flax.layers import (
     BATCH_LENGTH_EMBED,
     BertEmbeddings,
@@ -31,52 +31,6 @@ from bert_flax.layers import (
 )
 
 Array = jax.Array
-
-MODEL_FEATURES = (
-    "input_ids",
-    "token_type_ids",
-    "segment_ids",
-    "positions",
-    "masked_lm_positions",
-    "nsp_positions",
-)
-_ROW_FEATURES = ("input_ids", "token_type_ids", "segment_ids", "positions")
-_PREDICTION_FEATURES = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
-_SLOT_FEATURES = ("nsp_positions", "next_sentence_labels", "sequence_mask")
-
-
-def check_batch(batch: Mapping[str, np.ndarray], config: BertConfig) -> None:
-    """Host-side check of a (numpy) batch against the packed-batch contract and the config.
-
-    Inside jit, out-of-range ids give NaN embeddings and predictions outside every sequence are
-    silently left out of the per-sequence losses; call this on a first batch to fail early with
-    a message naming the feature. Raises ValueError.
-    """
-    features = (*_ROW_FEATURES, *_PREDICTION_FEATURES, *_SLOT_FEATURES)
-    missing = [name for name in features if name not in batch]
-    if missing:
-        raise ValueError(f"Batch lacks features {missing} (see the contract in DESIGN.md).")
-    b = {name: np.asarray(batch[name]) for name in features}
-    for group in (_ROW_FEATURES, _PREDICTION_FEATURES, _SLOT_FEATURES):
-        shapes = {name: b[name].shape for name in group}
-        if len(set(shapes.values())) != 1 or b[group[0]].ndim != 2:
-            raise ValueError(f"Features {list(group)} need one shared [batch, n] shape: {shapes}.")
-    length, slots = b["input_ids"].shape[1], b["nsp_positions"].shape[1]
-    limits = {
-        "input_ids": (config.vocab_size, "vocab_size"),
-        "token_type_ids": (config.type_vocab_size, "type_vocab_size"),
-        "positions": (config.max_position_embeddings, "max_position_embeddings"),
-        "segment_ids": (slots + 1, "the number of sequence slots + 1"),
-        "masked_lm_positions": (length, "the row length"),
-        "nsp_positions": (length, "the row length"),
-    }
-    for name, (limit, what) in limits.items():
-        low, high = int(b[name].min()), int(b[name].max())
-        if low < 0 or high >= limit:
-            raise ValueError(f"{name} spans [{low}, {high}], outside [0, {limit}) ({what}).")
-    owner = np.take_along_axis(b["segment_ids"], b["masked_lm_positions"], axis=1)
-    if np.any((b["masked_lm_weights"] > 0) & (owner == 0)):
-        raise ValueError("Some real masked_lm_positions point at padding (segment_ids == 0).")
 
 
 @flax.struct.dataclass
@@ -189,8 +143,8 @@ class BertForPreTraining(nn.Module):
         missing = [name for name in MODEL_FEATURES if name not in batch]
         if missing:
             raise KeyError(
-                f"Batch lacks features {missing}; the packed-batch contract (DESIGN.md) needs "
-                f"{list(MODEL_FEATURES)}."
+                f"Batch lacks features {missing}; the model reads {list(MODEL_FEATURES)} "
+                "(bert_flax.data.contract)."
             )
         hidden = self.bert(
             batch["input_ids"],

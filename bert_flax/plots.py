@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from bert_flax.metrics_writer import read_metrics
+from bert_flax.metrics import read_metrics
 
 
 def _series(records: list[dict], key: str) -> tuple[np.ndarray, np.ndarray]:

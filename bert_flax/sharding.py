@@ -1,33 +1,43 @@
-"""Logical-axis rules (t5x style) and helpers that turn them into `NamedSharding`s.
+"""Partitioning, in the t5x manner: one logical-axis rule table and everything derived from it.
 
-Parameters and activations of the model are annotated with logical axis names; this table maps
-them onto the mesh axes "data" (pure data parallelism), "fsdp" (data parallelism with sharded
-parameters and optimizer state) and "model" (tensor parallelism):
+Parameters and activations of the model carry logical axis names; `LOGICAL_AXIS_RULES` maps them
+onto the mesh axes "data" (pure data parallelism), "fsdp" (data parallelism with sharded
+parameters and optimizer state) and "model" (tensor parallelism). The batch axes, every
+`NamedSharding` (parameters, optimizer state, batches) and the context a traced step runs in
+all come from this table, so one edit here changes the layout everywhere:
 
-    mesh = create_mesh((n_data, n_fsdp, n_model))
-    with jax.set_mesh(mesh), nn.logical_axis_rules(LOGICAL_AXIS_RULES):
-        ...  # jit the step with out_shardings=param_shardings(abstract_variables, mesh)
+    mesh = create_mesh((-1, 1, 1))              # (data, fsdp, model); -1 = remaining devices
+    rules = rules_for_mesh(mesh)
+    shardings = param_shardings(jax.eval_shape(init, key), mesh, rules)
+    step = jit_partitioned(step_fn, mesh, rules, in_shardings=..., out_shardings=...)
 
 A mesh axis of size 1 makes its rules a no-op, so one table serves every layout.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import flax.linen as nn
 import jax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+import numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 MESH_AXES = ("data", "fsdp", "model")
 
 Rules = Sequence[tuple[str, str | tuple[str, ...] | None]]
 
+# The logical name of every batch feature's leading dimension.
+BATCH = "activation_batch"
+
 LOGICAL_AXIS_RULES: Rules = (
     # Activations: batch over data and fsdp; tensor-parallel dims over model.
-    ("activation_batch", ("data", "fsdp")),
+    (BATCH, ("data", "fsdp")),
     ("activation_length", None),
     ("activation_embed", None),
     ("activation_mlp", "model"),
@@ -48,19 +58,141 @@ LOGICAL_AXIS_RULES: Rules = (
 )
 
 
-def create_mesh(shape: Sequence[int], axis_names: Sequence[str] = MESH_AXES, **kwargs) -> Mesh:
-    """`jax.make_mesh` with Auto axis types, which flax's logical constraints require.
+# -- The mesh ------------------------------------------------------------------------------------
 
-    (Since JAX 0.7 `jax.make_mesh` defaults to Explicit axes, under which the model's gathers
-    would need explicit output shardings.) `kwargs` go to `jax.make_mesh` (e.g. `devices`).
+
+def resolve_mesh_shape(
+    shape: Sequence[int], axes: Sequence[str], num_devices: int
+) -> tuple[int, ...]:
+    """Replaces one -1 in `shape` by the devices left over; checks the product fits the devices."""
+    shape, axes = tuple(int(s) for s in shape), tuple(axes)
+    if len(shape) != len(axes):
+        raise ValueError(f"config.mesh.shape {shape} and config.mesh.axes {axes} differ in length.")
+    unknown = sorted(set(axes) - set(MESH_AXES))
+    if unknown or len(set(axes)) != len(axes):
+        raise ValueError(
+            f"config.mesh.axes {axes} must be distinct names among {MESH_AXES}; got {unknown}."
+        )
+    if shape.count(-1) > 1 or any(s == 0 or s < -1 for s in shape):
+        raise ValueError(f"config.mesh.shape {shape}: positive sizes and at most one -1.")
+    fixed = math.prod(s for s in shape if s != -1)
+    if fixed > num_devices or num_devices % fixed:
+        raise ValueError(
+            f"config.mesh.shape {shape} needs {fixed} devices (or a multiple, with -1), but there "
+            f"are {num_devices} ({jax.default_backend()}). Shrink the mesh, or on CPU simulate "
+            "devices with XLA_FLAGS=--xla_force_host_platform_device_count=N."
+        )
+    if -1 in shape:
+        shape = tuple(num_devices // fixed if s == -1 else s for s in shape)
+    return shape
+
+
+def create_mesh(
+    shape: Sequence[int],
+    axes: Sequence[str] = MESH_AXES,
+    devices: Sequence[jax.Device] | None = None,
+) -> Mesh:
+    """`jax.make_mesh` over `devices` (default: all) with one size possibly -1.
+
+    Axis types are Auto, which flax's logical constraints need (since JAX 0.7 `jax.make_mesh`
+    defaults to Explicit axes, under which the model's gathers would need explicit shardings).
     """
-    axis_types = (jax.sharding.AxisType.Auto,) * len(axis_names)
-    return jax.make_mesh(tuple(shape), tuple(axis_names), axis_types=axis_types, **kwargs)
+    devices = list(jax.devices() if devices is None else devices)
+    shape = resolve_mesh_shape(shape, axes, len(devices))
+    axes = tuple(axes)
+    return jax.make_mesh(shape, axes, axis_types=(AxisType.Auto,) * len(axes), devices=devices)
 
 
-def logical_to_mesh_specs(logical_specs: Any, rules: Rules = LOGICAL_AXIS_RULES) -> Any:
-    """Tree of logical `PartitionSpec`s -> tree of mesh `PartitionSpec`s."""
-    return nn.logical_to_mesh(logical_specs, rules)
+def rules_for_mesh(mesh: Mesh, rules: Rules = LOGICAL_AXIS_RULES) -> list[tuple[str, Any]]:
+    """The rules with mesh axes that `mesh` does not have dropped (e.g. a data-only mesh)."""
+    out = []
+    for logical, axes in rules:
+        if axes is None or isinstance(axes, str):
+            out.append((logical, axes if axes in mesh.axis_names else None))
+        else:
+            kept = tuple(a for a in axes if a in mesh.axis_names)
+            out.append((logical, kept or None))
+    return out
+
+
+@contextlib.contextmanager
+def partitioning(mesh: Mesh, rules: Rules):
+    """Inside a traced function: flax logical-axis rules plus the mesh that activation
+    constraints (`nn.with_logical_constraint`) resolve against."""
+    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), nn.logical_axis_rules(rules):
+        yield
+
+
+def jit_partitioned(fn: Callable, mesh: Mesh, rules: Rules, **jit_kwargs: Any) -> Callable:
+    """`jax.jit(fn, **jit_kwargs)` with `fn` traced inside `partitioning(mesh, rules)`."""
+
+    @functools.wraps(fn)
+    def partitioned(*args: Any) -> Any:
+        with partitioning(mesh, rules):
+            return fn(*args)
+
+    return jax.jit(partitioned, **jit_kwargs)
+
+
+# -- Batches -------------------------------------------------------------------------------------
+
+
+def batch_axes(mesh: Mesh, rules: Rules = LOGICAL_AXIS_RULES) -> tuple[str, ...]:
+    """The mesh axes a batch's leading dimension is split over: the rule for `BATCH`."""
+    axes = dict(rules_for_mesh(mesh, rules))[BATCH]
+    return (axes,) if isinstance(axes, str) else tuple(axes or ())
+
+
+def data_parallel_size(mesh: Mesh) -> int:
+    """Number of batch shards: the product of the batch axes' sizes."""
+    return math.prod(mesh.shape[a] for a in batch_axes(mesh))
+
+
+def batch_sharding(mesh: Mesh) -> NamedSharding:
+    """Every batch feature: the leading dimension over the batch axes, the rest replicated."""
+    return NamedSharding(mesh, PartitionSpec(batch_axes(mesh)))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, PartitionSpec())
+
+
+def check_batch_fits(mesh: Mesh, global_rows: int, accumulation: int, what: str = "batch") -> int:
+    """Checks that every micro-batch splits evenly over data shards and hosts; returns its rows."""
+    if global_rows <= 0 or accumulation <= 0:
+        raise ValueError(f"{what}: batch_size {global_rows} and accumulation {accumulation} > 0.")
+    if global_rows % accumulation:
+        raise ValueError(
+            f"{what}: batch_size {global_rows} is not divisible by accumulation {accumulation}."
+        )
+    micro = global_rows // accumulation
+    shards = data_parallel_size(mesh)
+    if micro % shards:
+        raise ValueError(
+            f"{what}: the micro-batch of {micro} rows (batch_size {global_rows} / accumulation "
+            f"{accumulation}) is not divisible by the {shards} data-parallel shards of mesh "
+            f"{dict(mesh.shape)}; make batch_size a multiple of {shards * accumulation}."
+        )
+    if global_rows % jax.process_count():
+        raise ValueError(
+            f"{what}: batch_size {global_rows} is not divisible by {jax.process_count()} processes."
+        )
+    return micro
+
+
+def global_batch(mesh: Mesh, local_batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:
+    """Assembles each process's rows into one global array per feature, split over the batch axes.
+
+    Every process passes its own `batch_size / process_count` rows (in process order).
+    """
+    sharding = batch_sharding(mesh)
+    return {
+        name: jax.make_array_from_process_local_data(sharding, np.asarray(value))
+        for name, value in local_batch.items()
+    }
+
+
+# -- Parameters and state ------------------------------------------------------------------------
 
 
 def _fit_to_shape(spec: PartitionSpec, shape: tuple[int, ...], mesh: Mesh, path: str):
@@ -68,9 +200,7 @@ def _fit_to_shape(spec: PartitionSpec, shape: tuple[int, ...], mesh: Mesh, path:
     fitted = []
     for dim, (size, axes) in enumerate(zip(shape, tuple(spec) + (None,) * len(shape))):
         names = (axes,) if isinstance(axes, str) else tuple(axes or ())
-        shards = 1
-        for name in names:
-            shards *= mesh.shape[name]
+        shards = math.prod(mesh.shape[name] for name in names)
         if size % shards:
             logging.warning(
                 "Not sharding dim %d (size %d) of %s over %s (%d shards): not divisible; "
@@ -89,8 +219,10 @@ def _fit_to_shape(spec: PartitionSpec, shape: tuple[int, ...], mesh: Mesh, path:
 def unbox(variables: Any) -> Any:
     """Strips the logical-axis boxes without `nn.unbox`'s sharding constraints.
 
-    (`nn.unbox` re-applies the rules, which fails for dims that `param_shardings` chose to
-    replicate because the mesh does not divide them.)
+    `nn.unbox` re-applies the rules, asking for a split of the dimensions that `param_shardings`
+    replicates because the mesh does not divide them: on concrete arrays that raises
+    `IndivisibleError` (the 30,522-word vocabulary over a 4-way "model" axis), under jit it
+    requests an uneven split. This keeps each leaf's sharding as it is.
     """
     return jax.tree.map(
         lambda x: x.unbox(apply_constraint=False) if isinstance(x, nn.Partitioned) else x,
@@ -105,7 +237,7 @@ def param_shardings(abstract_variables: Any, mesh: Mesh, rules: Rules = LOGICAL_
     Dims whose size the mesh axes do not divide (e.g. a 30,522-word vocabulary over 4-way
     "model") are replicated, and a warning names them.
     """
-    mesh_specs = logical_to_mesh_specs(nn.get_partition_spec(abstract_variables), rules)
+    mesh_specs = nn.logical_to_mesh(nn.get_partition_spec(abstract_variables), rules)
     shapes = unbox(abstract_variables)
 
     def to_sharding(path, spec, leaf):
@@ -118,7 +250,50 @@ def param_shardings(abstract_variables: Any, mesh: Mesh, rules: Rules = LOGICAL_
     )
 
 
-def batch_sharding(mesh: Mesh, rules: Rules = LOGICAL_AXIS_RULES) -> NamedSharding:
-    """Sharding of every batch feature: the leading (batch) dim over the activation_batch axes."""
-    spec = nn.logical_to_mesh_axes(("activation_batch",), rules)
-    return NamedSharding(mesh, spec)
+def mirror_shardings(tree: Any, params: Any, shardings: Any, mesh: Mesh) -> Any:
+    """Shardings for `tree` (e.g. an optimizer state): subtrees shaped like `params` take
+    the parameters' shardings leaf by leaf (where shapes match); other leaves are replicated."""
+    params_def = jax.tree_util.tree_structure(params)
+    param_leaves = params_def.flatten_up_to(params)
+    sharding_leaves = params_def.flatten_up_to(shardings)
+
+    def mirrors_params(node: Any) -> bool:
+        try:
+            return jax.tree_util.tree_structure(node) == params_def
+        except TypeError:
+            return False
+
+    def assign(node: Any) -> Any:
+        if mirrors_params(node):
+            leaves = params_def.flatten_up_to(node)
+            return params_def.unflatten(
+                [
+                    s if getattr(x, "shape", None) == p.shape else replicated(mesh)
+                    for x, p, s in zip(leaves, param_leaves, sharding_leaves)
+                ]
+            )
+        return replicated(mesh)
+
+    return jax.tree_util.tree_map(assign, tree, is_leaf=mirrors_params)
+
+
+def state_shardings(abstract_state: Any, boxed_params: Any, mesh: Mesh, rules: Rules) -> Any:
+    """Shardings of a train state (a struct with `step`, `params`, `opt_state`).
+
+    Parameters follow the rules; optimizer-state leaves that mirror a parameter (Adam/LAMB
+    moments, ...) inherit its sharding; everything else (step counters, Shampoo statistics, ...)
+    is replicated.
+    """
+    params = param_shardings(boxed_params, mesh, rules)
+    return abstract_state.replace(
+        step=replicated(mesh),
+        params=params,
+        opt_state=mirror_shardings(abstract_state.opt_state, abstract_state.params, params, mesh),
+    )
+
+
+def abstract_arrays(tree: Any, shardings: Any) -> Any:
+    """`ShapeDtypeStruct`s of `tree` with `shardings` (what orbax restores into)."""
+    return jax.tree_util.tree_map(
+        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings
+    )

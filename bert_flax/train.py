@@ -27,9 +27,8 @@ import numpy as np
 from absl import logging
 
 import optim
-from bert_flax import checkpointing, input_pipeline, plots, train_metrics
-from bert_flax import mesh as mesh_lib
-from bert_flax.metrics_writer import MetricsWriter
+from bert_flax import checkpointing, input_pipeline, metrics, plots, sharding
+from bert_flax.data.contract import check_batch
 from bert_flax.train_setup import TrainSetup, create_train_setup
 
 
@@ -70,8 +69,8 @@ def maybe_initialize_distributed(config: ml_collections.ConfigDict) -> None:
 
 def evaluate(setup: TrainSetup, params: Any, batches: list[dict[str, np.ndarray]]) -> dict:
     """Metrics over the fixed eval set; `masked_lm_accuracy` is correct / all masked tokens."""
-    steps = [setup.eval_step(params, mesh_lib.global_batch(setup.mesh, b)) for b in batches]
-    summary = train_metrics.summarize(train_metrics.sum_metrics(steps))
+    steps = [setup.eval_step(params, sharding.global_batch(setup.mesh, b)) for b in batches]
+    summary = metrics.summarize(metrics.sum_metrics(steps))
     return {k: v for k, v in summary.items() if k not in ("steps", "loss")}
 
 
@@ -92,9 +91,9 @@ def describe(setup: TrainSetup) -> dict[str, Any]:
         "accumulation": a.accumulation,
         "micro_batch_rows": a.batch_size // a.accumulation,
         "betas": [a.b1, a.b2],
-        "max_seq_length": setup.geometry.max_seq_length,
-        "max_sequences_per_row": setup.geometry.max_sequences_per_pack,
-        "max_predictions_per_row": setup.geometry.max_predictions,
+        "max_seq_length": setup.row_shape.max_seq_length,
+        "max_sequences_per_row": setup.row_shape.max_sequences_per_pack,
+        "max_predictions_per_row": setup.row_shape.max_predictions_per_pack,
     }
 
 
@@ -105,7 +104,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     setup = create_train_setup(config)
     total_steps = config.train.steps
     vocab = setup.model_config.vocab_size
-    writer = MetricsWriter(workdir)
+    writer = metrics.MetricsWriter(workdir)
     info = describe(setup)
     logging.info("Setup: %s", json.dumps(info))
     if writer.enabled:
@@ -132,9 +131,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     start_step = int(jax.device_get(state.step))
 
     train_iter = input_pipeline.train_iterator(
-        config, setup.batch_size, setup.geometry, vocab, start=progress["data_position"]
+        config, setup.batch_size, setup.row_shape, vocab, start=progress["data_position"]
     )
-    eval_set = input_pipeline.eval_batches(config, config.eval.batch_size, setup.geometry, vocab)
+    eval_set = input_pipeline.eval_batches(config, config.eval.batch_size, setup.row_shape, vocab)
+    check_batch(eval_set[0], setup.model_config, setup.row_shape)
     frequent_id, baseline = input_pipeline.most_frequent_token_accuracy(eval_set)
     logging.info(
         "Eval: %d batches; always predicting token %d scores masked-LM accuracy %.4f",
@@ -144,7 +144,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     )
 
     pending: list[dict[str, jax.Array]] = []
-    throughput = train_metrics.Throughput()
+    throughput = metrics.Throughput()
     train_summary: dict[str, float] = {}
     eval_summary: dict[str, float] = {}
     started = time.perf_counter()
@@ -154,17 +154,17 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         nonlocal pending, train_summary
         if not pending:
             return
-        total = train_metrics.sum_metrics(pending)
+        total = metrics.sum_metrics(pending)
         pending = []
         progress["sequences_seen"] += total.get("sequences", 0.0)
         train_summary = {
-            **train_metrics.summarize(total),
+            **metrics.summarize(total),
             **throughput.measure(total),
             **optim.host_metrics(setup.tx, state.opt_state),
         }
         train_summary["sequences_seen"] = progress["sequences_seen"]
         writer.write("train", step, train_summary)
-        logging.info("%s", train_metrics.progress_line(step, total_steps, train_summary))
+        logging.info("%s", metrics.progress_line(step, total_steps, train_summary))
 
     def run_eval(step: int) -> None:
         nonlocal eval_summary
@@ -188,11 +188,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     deadline = started + 60.0 * config.train.max_minutes if config.train.max_minutes else None
     with checkpointing.PreemptionGuard() as guard:
         for step in range(start_step + 1, total_steps + 1):
-            batch = mesh_lib.global_batch(setup.mesh, next(train_iter))
-            state, metrics = setup.train_step(state, batch, step_rng(config.seed, step - 1))
+            local = next(train_iter)
+            if step == start_step + 1:
+                check_batch(local, setup.model_config, setup.row_shape)
+            batch = sharding.global_batch(setup.mesh, local)
+            state, step_metrics = setup.train_step(state, batch, step_rng(config.seed, step - 1))
             state = state.replace(opt_state=optim.after_step(setup.tx, state.opt_state, step))
             progress["data_position"] += 1
-            pending.append(metrics)
+            pending.append(step_metrics)
             last = step == total_steps or (deadline is not None and time.perf_counter() > deadline)
             stop = guard.requested or checkpointer.reached_preemption(step)
             if step % config.log.every_steps == 0 or last or stop:

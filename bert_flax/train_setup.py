@@ -1,4 +1,4 @@
-"""`create_train_setup(config)`: exactly the configured model, mesh, sharded state and step.
+"""`create_train_setup(config)`: exactly the configured model, mesh, sharded state and steps.
 
 The train loop (`bert_flax.train`), the profiler and the benchmarks all build their step here,
 so what they measure is what trains:
@@ -6,13 +6,15 @@ so what they measure is what trains:
     setup = create_train_setup(configs.tiny.get_config())
     batch = setup.make_batch(seed=0)                     # a global, sharded (synthetic) batch
     state, metrics = setup.train_step(setup.state, batch, jax.random.key(1))
+
+`create_train_setup` reads top to bottom as the recipe: prepared data -> mesh -> packing
+adjustment -> model -> optimizer -> state -> steps. The helpers below it are those steps.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -23,24 +25,29 @@ import numpy as np
 import optax
 from jax.sharding import Mesh
 
-from bert_flax import mesh as mesh_lib
-from bert_flax import sharding, synthetic_batches
+import optim
+from bert_flax import sharding, train_step
 from bert_flax.config import BertConfig
+from bert_flax.data import synthetic
+from bert_flax.data.contract import PreparedData, RowShape
 from bert_flax.model import BertForPreTraining
-from bert_flax.optimizer_setup import PackingAdjustment, adjust_for_packing, create_optimizer
-from bert_flax.train_state import TrainState, count_params, create_sharded_state
-from bert_flax.train_step import jit_train_step, make_eval_step, make_train_step
+from bert_flax.train_step import TrainState
 
 DTYPES = ("float32", "bfloat16")
+PACKING_HPARAMS = ("none", "divide_accumulation", "raise_betas")
+# The masking rate of synthetic batches (prepared data state their own).
+SYNTHETIC_MASKED_LM_PROB = 0.15
 
 
 @dataclasses.dataclass(frozen=True)
-class BatchGeometry:
-    """Fixed shapes of a batch: row length L, sequences per row D, predictions per row P."""
+class PackingAdjustment:
+    """Hyper-parameters after adapting to the packing factor (Krell et al., 2021, Sec. 4)."""
 
-    max_seq_length: int
-    max_sequences_per_pack: int
-    max_predictions: int
+    packing_factor: float
+    batch_size: int  # rows per optimizer step
+    accumulation: int
+    b1: float | None
+    b2: float | None
 
 
 @dataclasses.dataclass
@@ -49,14 +56,15 @@ class TrainSetup:
     adjustments (`adjustment`); `train_step` is jitted with shardings and donates its state."""
 
     config: ml_collections.ConfigDict
-    model_config: BertConfig
-    model: BertForPreTraining
+    data: PreparedData | None  # None for synthetic batches
+    row_shape: RowShape
     mesh: Mesh
     rules: list
+    adjustment: PackingAdjustment
+    model_config: BertConfig
+    model: BertForPreTraining
     tx: optax.GradientTransformation
     learning_rate: optax.Schedule
-    adjustment: PackingAdjustment
-    geometry: BatchGeometry
     state: TrainState
     state_shardings: TrainState
     train_step: Callable[[TrainState, Any, jax.Array], tuple[TrainState, dict]]
@@ -72,45 +80,122 @@ class TrainSetup:
 
     @property
     def num_params(self) -> int:
-        return count_params(self.state.params)
+        return sum(int(x.size) for x in jax.tree_util.tree_leaves(self.state.params))
 
     def make_batch(self, seed: int = 0, rows: int | None = None) -> dict[str, jax.Array]:
         """A synthetic global batch of `rows` (default: one optimizer step), sharded."""
         rows = self.batch_size if rows is None else rows
-        local_rows = rows // jax.process_count()
-        local = synthetic_batches.random_batch(
-            local_rows,
-            max_seq_length=self.geometry.max_seq_length,
-            max_sequences_per_pack=self.geometry.max_sequences_per_pack,
-            max_predictions=self.geometry.max_predictions,
+        local = synthetic.random_batch(
+            rows // jax.process_count(),
+            self.row_shape,
             vocab_size=self.model_config.vocab_size,
             seed=seed * jax.process_count() + jax.process_index(),
         )
-        return mesh_lib.global_batch(self.mesh, local)
+        return sharding.global_batch(self.mesh, local)
+
+
+def create_train_setup(
+    config: ml_collections.ConfigDict,
+    mesh: Mesh | None = None,
+    *,
+    packing_factor_override: float | None = None,
+) -> TrainSetup:
+    """Builds the model, mesh, sharded TrainState and the jitted train/eval steps of `config`.
+
+    Args:
+      config: a config as in `configs/default.py`.
+      mesh: a mesh to use instead of the one `config.mesh` describes.
+      packing_factor_override: the packing factor to adapt hyper-parameters to, instead of the
+        one of the data's strategies.
+
+    Raises:
+      ValueError/FileNotFoundError: on configs that cannot run (message says what to change).
+    """
+    validate_config(config)
+    # Prepared data: the row shape and (unless synthetic) vocabulary and packing factor.
+    data = None if config.data.synthetic else prepared_data(config)
+    row_shape = row_shape_of(config, data)
+
+    # Mesh and the logical-axis rules it supports.
+    if mesh is None:
+        mesh = sharding.create_mesh(config.mesh.shape, config.mesh.axes)
+    rules = sharding.rules_for_mesh(mesh)
+
+    # Packing adjustment: rows per step, micro-batches and betas for the packing factor.
+    factor = packing_factor_override
+    if factor is None:
+        factor = packing_factor(config, data)
+    adjustment = adjust_for_packing(config, factor, sharding.data_parallel_size(mesh))
+    sharding.check_batch_fits(mesh, adjustment.batch_size, adjustment.accumulation, "train")
+    sharding.check_batch_fits(mesh, config.eval.batch_size, 1, "eval")
+
+    # Model.
+    model_config = model_config_from(config, data, row_shape)
+    model = BertForPreTraining(model_config)
+
+    # Optimizer.
+    tx, schedule = create_optimizer(config, adjustment)
+
+    # State, initialised directly sharded.
+    state, state_shardings = create_sharded_state(
+        model, row_shape, tx, mesh, rules, jax.random.key(config.seed)
+    )
+
+    # Steps: the pure functions of `train_step`, bound and jitted with shardings.
+    mlm_normalization = config.train.mlm_normalization
+    batch, replicated = sharding.batch_sharding(mesh), sharding.replicated(mesh)
+    jitted_train_step = sharding.jit_partitioned(
+        functools.partial(
+            train_step.train_step,
+            model=model,
+            tx=tx,
+            learning_rate=schedule,
+            accumulation=adjustment.accumulation,
+            mlm_normalization=mlm_normalization,
+        ),
+        mesh,
+        rules,
+        in_shardings=(state_shardings, batch, replicated),
+        out_shardings=(state_shardings, replicated),
+        donate_argnums=(0,),
+    )
+    jitted_eval_step = sharding.jit_partitioned(
+        functools.partial(train_step.eval_step, model=model, mlm_normalization=mlm_normalization),
+        mesh,
+        rules,
+        in_shardings=(None, batch),
+        out_shardings=replicated,
+    )
+    return TrainSetup(
+        config=config,
+        data=data,
+        row_shape=row_shape,
+        mesh=mesh,
+        rules=rules,
+        adjustment=adjustment,
+        model_config=model_config,
+        model=model,
+        tx=tx,
+        learning_rate=schedule,
+        state=state,
+        state_shardings=state_shardings,
+        train_step=jitted_train_step,
+        eval_step=jitted_eval_step,
+    )
+
+
+# -- Config and prepared data --------------------------------------------------------------------
 
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
-    """Fails early, with what to change, on configs that cannot run."""
+    """Fails early, with what to change, on configs that cannot run (before reading any data)."""
     data, train = config.data, config.train
-    if not data.synthetic:
-        if not data.data_dir:
-            raise ValueError(
-                "config.data.data_dir is empty: prepare data with `python -m "
-                "bert_flax.data.create_pretraining_data --output_dir=DIR ...` and pass "
-                "--config.data.data_dir=DIR (or --config.data.synthetic=True for random batches)."
-            )
-        summary = os.path.join(data.data_dir, "summary.json")
-        if not os.path.exists(summary):
-            raise FileNotFoundError(
-                f"{summary} not found: {data.data_dir!r} is not a directory prepared by "
-                "bert_flax.data.create_pretraining_data."
-            )
-        prepared_length = _summary(data.data_dir)["options"]["max_seq_length"]
-        if prepared_length != data.max_seq_length:
-            raise ValueError(
-                f"config.data.max_seq_length={data.max_seq_length} but {data.data_dir} was "
-                f"prepared with max_seq_length={prepared_length}."
-            )
+    if not data.synthetic and not data.data_dir:
+        raise ValueError(
+            "config.data.data_dir is empty: prepare data with `python -m "
+            "bert_flax.data.create_pretraining_data --output_dir=DIR ...` and pass "
+            "--config.data.data_dir=DIR (or --config.data.synthetic=True for random batches)."
+        )
     if train.dtype not in DTYPES:
         raise ValueError(f"config.train.dtype={train.dtype!r} is not one of {DTYPES}.")
     if train.steps <= 0:
@@ -124,146 +209,180 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
             )
 
 
-def batch_geometry(config: ml_collections.ConfigDict) -> BatchGeometry:
-    """Row shapes: padded rows hold one sequence and its predictions; packed rows up to D
-    sequences and the bound on masked positions the data pipeline derives (the same for real and
-    synthetic batches)."""
-    data = config.data
-    length, per_seq, prob = data.max_seq_length, data.max_predictions_per_seq, 0.15
-    if not data.synthetic:
-        options = _summary(data.data_dir)["options"]
-        per_seq, prob = options["max_predictions_per_seq"], options["masked_lm_prob"]
-    if not data.packed:
-        return BatchGeometry(length, 1, per_seq)
-    depth = data.max_sequences_per_pack
-    return BatchGeometry(length, depth, max_predictions_per_pack(length, depth, prob, per_seq))
+def prepared_data(config: ml_collections.ConfigDict) -> PreparedData:
+    """`config.data.data_dir`, checked against the config."""
+    data = PreparedData.load(config.data.data_dir)
+    if data.max_seq_length != config.data.max_seq_length:
+        raise ValueError(
+            f"config.data.max_seq_length={config.data.max_seq_length} but "
+            f"{config.data.data_dir} was prepared with max_seq_length={data.max_seq_length}."
+        )
+    return data
 
 
-def max_predictions_per_pack(
-    max_seq_length: int, max_sequences: int, masked_lm_prob: float, max_predictions_per_seq: int
-) -> int:
-    """`bert_flax.data.pipeline.derived_max_predictions` (a test keeps them equal), without
-    importing TensorFlow: a sequence of length l has at most l * p + 1 predictions."""
-    bound = int(np.floor(masked_lm_prob * max_seq_length + 1e-9)) + max_sequences
-    return int(min(max_sequences * max_predictions_per_seq, bound))
+def row_shape_of(config: ml_collections.ConfigDict, data: PreparedData | None) -> RowShape:
+    """The batches' row shape: from the prepared data, or for synthetic batches from the config
+    (the same bound on masked positions either way)."""
+    depth, packed = config.data.max_sequences_per_pack, config.data.packed
+    if data is not None:
+        return data.row_shape(depth, packed=packed)
+    return RowShape.bounded(
+        config.data.max_seq_length,
+        depth,
+        masked_lm_prob=SYNTHETIC_MASKED_LM_PROB,
+        max_predictions_per_seq=config.data.max_predictions_per_seq,
+        packed=packed,
+    )
 
 
-def _summary(data_dir: str) -> dict:
-    with open(os.path.join(data_dir, "summary.json")) as f:
-        return json.load(f)
-
-
-def packing_factor(config: ml_collections.ConfigDict) -> float:
+def packing_factor(config: ml_collections.ConfigDict, data: PreparedData | None) -> float:
     """Mean sequences per row: 1 unpacked, else from the data's strategies (or, for synthetic
     batches, from the random row generator)."""
-    data = config.data
-    if not data.packed:
+    if not config.data.packed:
         return 1.0
-    if data.synthetic:
-        rows = synthetic_batches.random_row_lengths(
-            256, data.max_seq_length, data.max_sequences_per_pack, seed=config.seed
-        )
-        return float(np.mean([len(r) for r in rows]))
-    import packing
-
-    path = os.path.join(data.data_dir, "strategies.json")
-    if not os.path.exists(path):
-        raise FileNotFoundError(
-            f"{path} not found; rerun bert_flax.data.create_pretraining_data (it writes it)."
-        )
-    return float(packing.StrategySet.load(path).metrics().packing_factor)
+    if data is not None:
+        return data.packing_factor()
+    rows = synthetic.random_row_lengths(
+        256, config.data.max_seq_length, config.data.max_sequences_per_pack, seed=config.seed
+    )
+    return float(np.mean([len(r) for r in rows]))
 
 
-def model_config_from(config: ml_collections.ConfigDict) -> BertConfig:
+def adjust_for_packing(
+    config: ml_collections.ConfigDict, packing_factor: float, row_multiple: int = 1
+) -> PackingAdjustment:
+    """Applies `config.train.packing_hparams` for rows holding `packing_factor` sequences.
+
+    "divide_accumulation": about p times fewer rows per step, so a step still sees about as many
+    sequences as unpacked: the number of micro-batches is divided by p (or, without accumulation,
+    the batch, rounded to a multiple of `row_multiple`, the data-parallel size). "raise_betas":
+    same rows, p times more sequences per step, and the betas raised to the power p.
+    """
+    mode = config.train.packing_hparams
+    if mode not in PACKING_HPARAMS:
+        raise ValueError(f"config.train.packing_hparams={mode!r} is not one of {PACKING_HPARAMS}.")
+    if packing_factor < 1.0:
+        raise ValueError(f"packing factor {packing_factor} < 1: rows hold at least one sequence.")
+    batch, accumulation = config.train.batch_size, config.train.accumulation
+    b1, b2 = config.optimizer.get("b1"), config.optimizer.get("b2")
+    if mode == "divide_accumulation":
+        if accumulation > 1:
+            micro = batch // accumulation
+            accumulation = max(1, round(accumulation / packing_factor))
+            batch = micro * accumulation
+        else:
+            batch = max(row_multiple, round(batch / packing_factor / row_multiple) * row_multiple)
+    elif mode == "raise_betas":
+        if b1 is None or b2 is None:
+            raise ValueError(
+                "packing_hparams='raise_betas' needs config.optimizer.b1 and b2 "
+                f"(optimizer {config.optimizer.name!r} has none)."
+            )
+        b1, b2 = optim.adjust_betas_for_packing(b1, b2, packing_factor)
+    return PackingAdjustment(packing_factor, batch, accumulation, b1, b2)
+
+
+# -- Model ---------------------------------------------------------------------------------------
+
+
+def model_config_from(
+    config: ml_collections.ConfigDict, data: PreparedData | None, row_shape: RowShape
+) -> BertConfig:
     """The preset with `config.model.overrides`, the compute dtype, and (unless overridden) the
-    vocabulary size of the prepared data."""
+    vocabulary size of the prepared data; checked against the data and the row shape."""
     overrides = dict(config.model.overrides.to_dict()) if config.model.overrides else {}
     overrides["dtype"] = config.train.dtype
-    if not config.data.synthetic and "vocab_size" not in overrides:
-        overrides["vocab_size"] = _summary(config.data.data_dir)["vocab"]["size"]
-    return BertConfig.preset(config.model.preset, **overrides)
-
-
-def create_train_setup(
-    config: ml_collections.ConfigDict,
-    mesh: Mesh | None = None,
-    *,
-    packing_factor_override: float | None = None,
-) -> TrainSetup:
-    """Builds model, mesh, sharded TrainState and the jitted train/eval steps from `config`.
-
-    Args:
-      config: a config as in `configs/default.py`.
-      mesh: a mesh to use instead of the one `config.mesh` describes.
-      packing_factor_override: the packing factor to adapt hyper-parameters to, instead of the
-        one of the data's strategies.
-
-    Raises:
-      ValueError/FileNotFoundError: on configs that cannot run (message says what to change).
-    """
-    validate_config(config)
-    mesh = mesh_lib.create_mesh(config.mesh) if mesh is None else mesh
-    p = packing_factor(config) if packing_factor_override is None else packing_factor_override
-    adjustment = adjust_for_packing(config, p, mesh_lib.data_parallel_size(mesh))
-    mesh_lib.check_batch_fits(mesh, adjustment.batch_size, adjustment.accumulation, "train")
-    mesh_lib.check_batch_fits(mesh, config.eval.batch_size, 1, "eval")
-
-    model_config = model_config_from(config)
-    if not config.data.synthetic:
-        data_vocab = _summary(config.data.data_dir)["vocab"]["size"]
-        if model_config.vocab_size < data_vocab:
-            raise ValueError(
-                f"The model's vocab_size={model_config.vocab_size} is smaller than the "
-                f"vocabulary of {config.data.data_dir} ({data_vocab} ids): out-of-range ids "
-                "would embed as NaN. Drop config.model.overrides.vocab_size or raise it."
-            )
-    geometry = batch_geometry(config)
-    if geometry.max_seq_length > model_config.max_position_embeddings:
+    if data is not None and "vocab_size" not in overrides:
+        overrides["vocab_size"] = data.vocab_size
+    model_config = BertConfig.preset(config.model.preset, **overrides)
+    if data is not None and model_config.vocab_size < data.vocab_size:
         raise ValueError(
-            f"config.data.max_seq_length={geometry.max_seq_length} exceeds the model's "
+            f"The model's vocab_size={model_config.vocab_size} is smaller than the "
+            f"vocabulary of {data.data_dir} ({data.vocab_size} ids): out-of-range ids "
+            "would embed as NaN. Drop config.model.overrides.vocab_size or raise it."
+        )
+    if row_shape.max_seq_length > model_config.max_position_embeddings:
+        raise ValueError(
+            f"config.data.max_seq_length={row_shape.max_seq_length} exceeds the model's "
             f"max_position_embeddings={model_config.max_position_embeddings}."
         )
-    model = BertForPreTraining(model_config)
-    rules = mesh_lib.rules_for_mesh(sharding.LOGICAL_AXIS_RULES, mesh)
-    tx, schedule = create_optimizer(config, adjustment)
+    return model_config
 
-    example = synthetic_batches.random_batch(
-        1,
-        max_seq_length=geometry.max_seq_length,
-        max_sequences_per_pack=geometry.max_sequences_per_pack,
-        max_predictions=geometry.max_predictions,
-        vocab_size=model_config.vocab_size,
+
+# -- Optimizer -----------------------------------------------------------------------------------
+
+
+def learning_rate_schedule(schedule: ml_collections.ConfigDict, train_steps: int) -> optax.Schedule:
+    """Linear warm-up from 0 to the peak, then polynomial decay to `end_learning_rate`.
+
+    The schedule starts at step `schedule.step_offset` (0 before it) and decays over
+    `schedule.total_steps` steps (0: until `train_steps`).
+    """
+    offset = schedule.get("step_offset", 0)
+    total = schedule.get("total_steps", 0) or (train_steps - offset)
+    warmup = schedule.warmup_steps
+    if total <= 0 or warmup < 0 or warmup > total:
+        raise ValueError(
+            f"Bad schedule: warmup_steps={warmup}, total_steps={total} (step_offset={offset}); "
+            "need 0 <= warmup_steps <= total_steps and total_steps > 0."
+        )
+    peak = schedule.learning_rate
+    decay = optax.polynomial_schedule(
+        init_value=peak,
+        end_value=schedule.end_learning_rate,
+        power=schedule.decay_power,
+        transition_steps=max(total - warmup, 1),
     )
+    warm = optax.linear_schedule(0.0, peak, max(warmup, 1))
+    phase = optax.join_schedules([warm, decay], [warmup])
+    return phase if offset == 0 else (lambda step: phase(step - offset))
+
+
+def create_optimizer(
+    config: ml_collections.ConfigDict, adjustment: PackingAdjustment
+) -> tuple[optax.GradientTransformation, optax.Schedule]:
+    """`optim.create(config.optimizer)` with the schedule, clipping and packing-adjusted betas.
+
+    Keep the returned transformation itself for `optim.after_step` (host work, e.g. Shampoo).
+    """
+    schedule = learning_rate_schedule(config.schedule, config.train.steps)
+    overrides = {"learning_rate": schedule}
+    if adjustment.b1 is not None and "b1" in config.optimizer:
+        overrides.update(b1=adjustment.b1, b2=adjustment.b2)
+    if config.train.grad_clip_norm:
+        overrides["grad_clip_norm"] = config.train.grad_clip_norm
+    return optim.create(config.optimizer, **overrides), schedule
+
+
+# -- State ---------------------------------------------------------------------------------------
+
+
+def create_sharded_state(
+    model: BertForPreTraining,
+    row_shape: RowShape,
+    tx: optax.GradientTransformation,
+    mesh: Mesh,
+    rules: sharding.Rules,
+    rng: jax.Array,
+) -> tuple[TrainState, TrainState]:
+    """A TrainState initialised directly sharded, and its tree of shardings.
+
+    The initialisation is traced with `jax.eval_shape` (no memory) to derive every leaf's
+    sharding, then run under `jax.jit(..., out_shardings=...)`, so no device ever holds a full
+    unsharded copy.
+    """
+    example = synthetic.random_batch(1, row_shape, vocab_size=model.config.vocab_size)
     example = jax.tree_util.tree_map(jnp.asarray, example)
 
     def init_params(rng: jax.Array) -> Any:
         return model.init(rng, example, deterministic=True)["params"]
 
-    rng = jax.random.key(config.seed)
-    state, state_shardings = create_sharded_state(init_params, tx, mesh, rules, rng)
-    step = make_train_step(
-        model,
-        tx,
-        schedule,
-        mesh,
-        rules,
-        accumulation=adjustment.accumulation,
-        mlm_normalization=config.train.mlm_normalization,
-    )
-    return TrainSetup(
-        config=config,
-        model_config=model_config,
-        model=model,
-        mesh=mesh,
-        rules=rules,
-        tx=tx,
-        learning_rate=schedule,
-        adjustment=adjustment,
-        geometry=geometry,
-        state=state,
-        state_shardings=state_shardings,
-        train_step=jit_train_step(step, state_shardings, mesh),
-        eval_step=make_eval_step(
-            model, mesh, rules, mlm_normalization=config.train.mlm_normalization
-        ),
-    )
+    def init_state(rng: jax.Array) -> TrainState:
+        with sharding.partitioning(mesh, rules):
+            params = sharding.unbox(init_params(rng))
+        return TrainState.create(params, tx)
+
+    with sharding.partitioning(mesh, rules):
+        boxed = jax.eval_shape(init_params, rng)
+    shardings = sharding.state_shardings(jax.eval_shape(init_state, rng), boxed, mesh, rules)
+    return jax.jit(init_state, out_shardings=shardings)(rng), shardings

@@ -1,32 +1,182 @@
-"""One jitted train step for every optimizer, and the eval step.
+"""The pre-training step shared by every optimizer, and the eval step: pure functions.
 
-`train_step(state, batch, rng) -> (state, metrics)`: the batch holds all rows of one optimizer
-step (global, sharded over the data axes); with `accumulation = m` it is split into m micro-batches
-scanned with `lax.scan`, and the summed gradient equals that of the whole batch: each micro-batch
-loss term is weighted by its share of the batch's sequences (or tokens, per the loss's own
-normalisation), so packed micro-batches holding different numbers of sequences add up exactly.
-Metrics are global sums and counts (they aggregate over steps and hosts) plus scalars.
+    step = jax.jit(functools.partial(train_step, model=model, tx=tx, learning_rate=schedule,
+                                     accumulation=1, mlm_normalization="per_sequence"))
+    state, metrics = step(state, batch, rng)
+
+`create_train_setup` binds them this way, with the shardings of the state and batch, the
+partitioning context (`sharding.jit_partitioned`) and donation of the input state.
+
+The batch holds all rows of one optimizer step (global, sharded over the batch axes); with
+`accumulation = m` it is split into m micro-batches scanned with `lax.scan`, and the summed
+gradient equals that of the whole batch: each micro-batch's loss terms are divided by the whole
+batch's counts (sequences, or tokens per the loss's own normalisation), so packed micro-batches
+holding different numbers of sequences add up exactly. Metrics are global sums and counts (they
+aggregate over steps and hosts) plus scalars.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
+import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from bert_flax import losses
-from bert_flax import mesh as mesh_lib
-from bert_flax.train_state import LogicalRules, TrainState
+from bert_flax import losses, sharding
 
 Batch = Mapping[str, jax.Array]
 Metrics = dict[str, jax.Array]
 # Terms of the pre-training objective: loss == sum of sum/count of these metrics.
 LOSS_TERMS = ("mlm_loss", "nsp_loss")
+
+
+@flax.struct.dataclass
+class TrainState:
+    """Everything a step updates; the optimizer itself (an optax transformation) is static."""
+
+    step: jax.Array
+    params: Any
+    opt_state: optax.OptState
+
+    @classmethod
+    def create(cls, params: Any, tx: optax.GradientTransformation) -> TrainState:
+        return cls(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
+
+
+def train_step(
+    state: TrainState,
+    batch: Batch,
+    rng: jax.Array,
+    *,
+    model: nn.Module,
+    tx: optax.GradientTransformation,
+    learning_rate: optax.Schedule,
+    accumulation: int = 1,
+    mlm_normalization: str = "per_sequence",
+) -> tuple[TrainState, Metrics]:
+    """One optimizer step on `batch` (all its micro-batches); `rng` drives dropout."""
+    if accumulation == 1:
+        grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+        (loss, metrics), grads = grad_fn(
+            state.params, batch, rng, model=model, mlm_normalization=mlm_normalization
+        )
+        sums = flatten_sums(metrics)
+    else:
+        loss, grads, sums = accumulated_gradients(
+            state.params,
+            batch,
+            rng,
+            model=model,
+            accumulation=accumulation,
+            mlm_normalization=mlm_normalization,
+        )
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
+    metrics = {
+        "loss": loss,
+        "grad_norm": optax.tree.norm(grads),
+        "learning_rate": jnp.asarray(learning_rate(state.step), jnp.float32),
+        **sums,
+        **batch_statistics(batch),
+    }
+    return new_state, metrics
+
+
+def eval_step(
+    params: Any, batch: Batch, *, model: nn.Module, mlm_normalization: str = "per_sequence"
+) -> Metrics:
+    """Sums and counts of the pre-training metrics on `batch`, without dropout.
+
+    `masked_lm_accuracy` counts correct masked tokens over all masked tokens of the evaluation
+    set (the MLPerf BERT metric); the model's own per-sequence metrics are reported beside it.
+    """
+    output = model.apply({"params": params}, batch, deterministic=True)
+    _, metrics = losses.pretraining_loss(output, batch, mlm_normalization=mlm_normalization)
+    weights = batch["masked_lm_weights"]
+    correct = jnp.argmax(output.mlm_logits, axis=-1) == batch["masked_lm_ids"]
+    metrics = dict(metrics)
+    metrics["masked_lm_accuracy"] = (jnp.sum(weights * correct), jnp.sum(weights))
+    return {**flatten_sums(metrics), **batch_statistics(batch)}
+
+
+def loss_fn(
+    params: Any, batch: Batch, rng: jax.Array, *, model: nn.Module, mlm_normalization: str
+) -> tuple[jax.Array, dict[str, tuple[jax.Array, jax.Array]]]:
+    """The pre-training loss of `batch` with dropout, and its (sum, count) metrics."""
+    output = model.apply({"params": params}, batch, deterministic=False, rngs={"dropout": rng})
+    return losses.pretraining_loss(output, batch, mlm_normalization=mlm_normalization)
+
+
+# -- Micro-batch accumulation --------------------------------------------------------------------
+
+
+def split_micro_batches(batch: Batch, accumulation: int) -> Batch:
+    """[B, ...] -> [m, B/m, ...]; micro-batch j holds rows j, j+m, ... so that each stays evenly
+    spread over the data-parallel devices (no data moves between devices)."""
+
+    def split(x: jax.Array) -> jax.Array:
+        x = x.reshape(x.shape[0] // accumulation, accumulation, *x.shape[1:]).swapaxes(0, 1)
+        return nn.with_logical_constraint(x, (None, sharding.BATCH))
+
+    return jax.tree_util.tree_map(split, batch)
+
+
+def loss_term_counts(
+    params: Any, batch: Batch, *, model: nn.Module, mlm_normalization: str
+) -> dict[str, jax.Array]:
+    """The denominators of the whole batch's loss terms. They depend on the batch only, so XLA
+    drops the (zero) logits this evaluates the loss on and keeps the counts."""
+    shapes = jax.eval_shape(
+        lambda p, b: model.apply({"params": p}, b, deterministic=True), params, batch
+    )
+    zeros = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+    _, metrics = losses.pretraining_loss(zeros, batch, mlm_normalization=mlm_normalization)
+    return {k: jnp.maximum(metrics[k][1], 1.0) for k in LOSS_TERMS}
+
+
+def accumulated_gradients(
+    params: Any,
+    batch: Batch,
+    rng: jax.Array,
+    *,
+    model: nn.Module,
+    accumulation: int,
+    mlm_normalization: str,
+) -> tuple[jax.Array, Any, Metrics]:
+    """(loss, gradient, summed metrics) of `batch` as `accumulation` scanned micro-batches; the
+    gradient equals the whole batch's."""
+    counts = loss_term_counts(params, batch, model=model, mlm_normalization=mlm_normalization)
+    micro_batches = split_micro_batches(batch, accumulation)
+
+    def share_of_loss(p, micro, r):
+        _, metrics = loss_fn(p, micro, r, model=model, mlm_normalization=mlm_normalization)
+        return sum(metrics[k][0] / counts[k] for k in LOSS_TERMS), flatten_sums(metrics)
+
+    micro_grad = jax.grad(share_of_loss, has_aux=True)
+
+    def body(carry, xs):
+        grads, sums = carry
+        index, micro = xs
+        g, micro_sums = micro_grad(params, micro, jax.random.fold_in(rng, index))
+        return (jax.tree.map(jnp.add, grads, g), jax.tree.map(jnp.add, sums, micro_sums)), None
+
+    first = jax.tree_util.tree_map(lambda x: x[0], micro_batches)
+    sums_shape = jax.eval_shape(lambda: micro_grad(params, first, rng)[1])
+    init = (
+        jax.tree_util.tree_map(jnp.zeros_like, params),
+        jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), sums_shape),
+    )
+    (grads, sums), _ = jax.lax.scan(body, init, (jnp.arange(accumulation), micro_batches))
+    loss = sum(sums[f"{k}/sum"] / counts[k] for k in LOSS_TERMS)
+    return loss, grads, sums
+
+
+# -- Metrics -------------------------------------------------------------------------------------
 
 
 def batch_statistics(batch: Batch) -> Metrics:
@@ -42,138 +192,9 @@ def batch_statistics(batch: Batch) -> Metrics:
 
 
 def flatten_sums(metrics: Mapping[str, tuple[jax.Array, jax.Array]]) -> Metrics:
+    """{name: (sum, count)} -> {"name/sum": sum, "name/count": count} as float32."""
     out = {}
     for name, (total, count) in metrics.items():
         out[f"{name}/sum"] = jnp.asarray(total, jnp.float32)
         out[f"{name}/count"] = jnp.asarray(count, jnp.float32)
     return out
-
-
-def split_micro_batches(batch: Batch, accumulation: int, mesh: Mesh) -> Batch:
-    """[B, ...] -> [m, B/m, ...]; micro-batch j holds rows j, j+m, ... so that each stays evenly
-    spread over the data-parallel devices (no data moves between devices)."""
-    sharding = NamedSharding(mesh, PartitionSpec(None, mesh_lib.batch_axes(mesh)))
-
-    def split(x: jax.Array) -> jax.Array:
-        x = x.reshape(x.shape[0] // accumulation, accumulation, *x.shape[1:]).swapaxes(0, 1)
-        return jax.lax.with_sharding_constraint(x, sharding)
-
-    return jax.tree_util.tree_map(split, batch)
-
-
-def make_train_step(
-    model: nn.Module,
-    tx: optax.GradientTransformation,
-    learning_rate: optax.Schedule,
-    mesh: Mesh,
-    rules: LogicalRules,
-    *,
-    accumulation: int = 1,
-    mlm_normalization: str = "per_sequence",
-) -> Callable[[TrainState, Batch, jax.Array], tuple[TrainState, Metrics]]:
-    """The un-jitted step; `jit_train_step` adds shardings and donation."""
-
-    def loss_fn(params: Any, batch: Batch, rng: jax.Array):
-        output = model.apply({"params": params}, batch, deterministic=False, rngs={"dropout": rng})
-        loss, metrics = losses.pretraining_loss(output, batch, mlm_normalization=mlm_normalization)
-        return loss, (output, metrics)
-
-    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-
-    def loss_term_counts(params: Any, batch: Batch) -> dict[str, jax.Array]:
-        # The denominators of the whole batch's loss; they depend on the batch only, so XLA drops
-        # the (zero) logits computation and keeps the counts.
-        shapes = jax.eval_shape(
-            lambda p, b: model.apply({"params": p}, b, deterministic=True), params, batch
-        )
-        zeros = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-        _, metrics = losses.pretraining_loss(zeros, batch, mlm_normalization=mlm_normalization)
-        return {k: jnp.maximum(metrics[k][1], 1.0) for k in LOSS_TERMS}
-
-    def accumulated_grads(params: Any, batch: Batch, rng: jax.Array):
-        counts = loss_term_counts(params, batch)
-        micro_batches = split_micro_batches(batch, accumulation, mesh)
-
-        def objective(p, micro, r):
-            _, (_, metrics) = loss_fn(p, micro, r)
-            share = sum(metrics[k][0] / counts[k] for k in LOSS_TERMS)
-            return share, metrics
-
-        micro_grad = jax.grad(objective, has_aux=True)
-
-        def body(carry, xs):
-            grads, sums = carry
-            index, micro = xs
-            g, metrics = micro_grad(params, micro, jax.random.fold_in(rng, index))
-            grads = jax.tree_util.tree_map(jnp.add, grads, g)
-            sums = jax.tree_util.tree_map(jnp.add, sums, flatten_sums(metrics))
-            return (grads, sums), None
-
-        first = jax.tree_util.tree_map(lambda x: x[0], micro_batches)
-        sums_shape = jax.eval_shape(lambda: flatten_sums(micro_grad(params, first, rng)[1]))
-        init = (
-            jax.tree_util.tree_map(jnp.zeros_like, params),
-            jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), sums_shape),
-        )
-        (grads, sums), _ = jax.lax.scan(body, init, (jnp.arange(accumulation), micro_batches))
-        loss = sum(sums[f"{k}/sum"] / counts[k] for k in LOSS_TERMS)
-        return loss, grads, sums
-
-    def train_step(state: TrainState, batch: Batch, rng: jax.Array):
-        with mesh_lib.partitioning(mesh, rules):
-            if accumulation == 1:
-                (loss, (_, metrics)), grads = grad_fn(state.params, batch, rng)
-                sums = flatten_sums(metrics)
-            else:
-                loss, grads, sums = accumulated_grads(state.params, batch, rng)
-        updates, opt_state = tx.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
-        new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
-        metrics = {
-            "loss": loss,
-            "grad_norm": optax.tree.norm(grads),
-            "learning_rate": jnp.asarray(learning_rate(state.step), jnp.float32),
-            **sums,
-            **batch_statistics(batch),
-        }
-        return new_state, metrics
-
-    return train_step
-
-
-def jit_train_step(
-    train_step: Callable, state_shardings: TrainState, mesh: Mesh
-) -> Callable[[TrainState, Batch, jax.Array], tuple[TrainState, Metrics]]:
-    """`jax.jit` with explicit in/out shardings; the input state is donated."""
-    return jax.jit(
-        train_step,
-        in_shardings=(state_shardings, mesh_lib.batch_sharding(mesh), mesh_lib.replicated(mesh)),
-        out_shardings=(state_shardings, mesh_lib.replicated(mesh)),
-        donate_argnums=(0,),
-    )
-
-
-def make_eval_step(
-    model: nn.Module, mesh: Mesh, rules: LogicalRules, *, mlm_normalization: str = "per_sequence"
-) -> Callable[[Any, Batch], Metrics]:
-    """Jitted `eval_step(params, batch) -> metrics` (sums and counts).
-
-    `masked_lm_accuracy` counts correct masked tokens over all masked tokens of the evaluation
-    set (the MLPerf BERT metric); the model's own per-sequence metrics are reported beside it.
-    """
-
-    def eval_step(params: Any, batch: Batch) -> Metrics:
-        with mesh_lib.partitioning(mesh, rules):
-            output = model.apply({"params": params}, batch, deterministic=True)
-            _, metrics = losses.pretraining_loss(output, batch, mlm_normalization=mlm_normalization)
-        weights = batch["masked_lm_weights"]
-        correct = jnp.argmax(output.mlm_logits, axis=-1) == batch["masked_lm_ids"]
-        metrics = dict(metrics)
-        metrics["masked_lm_accuracy"] = (jnp.sum(weights * correct), jnp.sum(weights))
-        return {**flatten_sums(metrics), **batch_statistics(batch)}
-
-    return jax.jit(
-        eval_step,
-        in_shardings=(None, mesh_lib.batch_sharding(mesh)),
-        out_shardings=mesh_lib.replicated(mesh),
-    )

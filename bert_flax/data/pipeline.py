@@ -1,7 +1,7 @@
 """The packed tf.data input pipeline: pre-training records -> fixed-shape packed batches.
 
     ds = packed_dataset("/tmp/sotu128", batch_size=32)          # packed, D = 3
-    batch = next(ds.as_numpy_iterator())                         # the contract in DESIGN.md
+    batch = next(ds.as_numpy_iterator())                         # bert_flax.data.contract
     base = packed_dataset("/tmp/sotu128", batch_size=32, packed=False)   # padded, D = 1
 
 How rows are made (``packed=True``, the default):
@@ -23,7 +23,6 @@ How rows are made (``packed=True``, the default):
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections.abc import Iterator, Sequence
 
@@ -32,61 +31,26 @@ import tensorflow as tf
 
 import packing
 from bert_flax.data import records
+from bert_flax.data.contract import (
+    FEATURES,
+    FLOAT_FEATURES,
+    STRATEGIES_FILE,
+    PreparedData,
+    RowShape,
+    feature_dtype,
+)
 from bert_flax.data.records import ExampleTable
 from packing import histogram as packing_histogram
-
-ROW_FEATURES = ("input_ids", "token_type_ids", "segment_ids", "positions")
-PREDICTION_FEATURES = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
-SEQUENCE_FEATURES = ("nsp_positions", "next_sentence_labels", "sequence_mask")
-FLOAT_FEATURES = ("masked_lm_weights", "sequence_mask")
-
-
-@dataclasses.dataclass(frozen=True)
-class RowShape:
-    """L (tokens per row), D (sequences per row), P (masked positions per row)."""
-
-    max_seq_length: int
-    max_sequences_per_pack: int
-    max_predictions_per_pack: int
-
-    def feature_shape(self, name: str) -> tuple[int]:
-        if name in ROW_FEATURES:
-            return (self.max_seq_length,)
-        if name in PREDICTION_FEATURES:
-            return (self.max_predictions_per_pack,)
-        return (self.max_sequences_per_pack,)
 
 
 def dataset_spec(shape: RowShape, batch_size: int | None) -> dict[str, tf.TensorSpec]:
     """The element spec of ``packed_dataset``: every feature of the contract, batch dim first."""
     return {
         name: tf.TensorSpec(
-            (batch_size, *shape.feature_shape(name)),
-            tf.float32 if name in FLOAT_FEATURES else tf.int32,
-            name=name,
+            (batch_size, *shape.feature_shape(name)), tf.as_dtype(feature_dtype(name)), name=name
         )
-        for name in ROW_FEATURES + PREDICTION_FEATURES + SEQUENCE_FEATURES
+        for name in FEATURES
     }
-
-
-def load_summary(data_dir: str) -> dict:
-    path = os.path.join(data_dir, "summary.json")
-    if not os.path.isfile(path):
-        raise FileNotFoundError(
-            f"{path} is missing: {data_dir!r} is not an output of "
-            "`python -m bert_flax.data.create_pretraining_data`."
-        )
-    with open(path) as f:
-        return json.load(f)
-
-
-def derived_max_predictions(
-    max_seq_length: int, max_sequences: int, masked_lm_prob: float, max_predictions_per_seq: int
-) -> int:
-    """The most masked positions a row can hold: sequence i predicts at most
-    ``min(M, max(1, round(l_i * p)))`` <= l_i * p + 1 tokens, and sum(l_i) <= L."""
-    bound = int(np.floor(masked_lm_prob * max_seq_length + 1e-9)) + max_sequences
-    return int(min(max_sequences * max_predictions_per_seq, bound))
 
 
 def build_rows(table: ExampleTable, packs: Sequence[Sequence[int]], shape: RowShape) -> dict:
@@ -163,7 +127,7 @@ def load_strategies(
     if isinstance(strategies, packing.StrategySet):
         strategy_set = strategies
     else:
-        path = strategies or os.path.join(data_dir, "strategies.json")
+        path = strategies or os.path.join(data_dir, STRATEGIES_FILE)
         if os.path.isfile(path):
             strategy_set = packing.StrategySet.load(path)
         elif strategies:
@@ -324,9 +288,8 @@ def pack_stats(
     """What one epoch of ``packed_dataset`` (in-memory strategy mode) gives this host, without
     building rows: rows, sequences, fallback rows, achieved vs predicted efficiency, packing
     factor (e.g. to size steps per epoch)."""
-    summary = load_summary(data_dir)
-    L = int(summary["options"]["max_seq_length"])
-    M = int(summary["options"]["max_predictions_per_seq"])
+    data = PreparedData.load(data_dir)
+    L, M = data.max_seq_length, data.max_predictions_per_seq
     files, shard = host_share(records.find_shards(data_dir, split), process_index, process_count)
     lengths = records.read_table(files, L, M, shard=shard).lengths
     strategy_set = load_strategies(data_dir, strategies, L, max_sequences_per_pack, algorithm)
@@ -377,7 +340,7 @@ def packed_dataset(
         with ``algorithm`` from histogram.txt if missing).
       max_sequences_per_pack: D, the sequence slots per row.
       max_predictions_per_pack: P; default a bound no pack can exceed (see
-        ``derived_max_predictions``); a pack over an explicit P raises.
+        ``contract.max_predictions_per_pack``); a pack over an explicit P raises.
       shuffle, seed: shuffle files, examples within each length, and pack order, per epoch.
       repeat: loop over epochs forever (rows flow across epoch boundaries).
       process_index, process_count: this host's share (default jax.process_index()/count()).
@@ -392,15 +355,12 @@ def packed_dataset(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
     if max_sequences_per_pack < 1:
         raise ValueError(f"max_sequences_per_pack must be >= 1, got {max_sequences_per_pack}.")
-    summary = load_summary(data_dir)
-    options = summary["options"]
-    L = int(options["max_seq_length"])
-    M = int(options["max_predictions_per_seq"])
-    D = max_sequences_per_pack if packed else 1
-    P = max_predictions_per_pack or (
-        derived_max_predictions(L, D, float(options["masked_lm_prob"]), M) if packed else M
-    )
-    shape = RowShape(L, D, P)
+    data = PreparedData.load(data_dir)
+    L, M = data.max_seq_length, data.max_predictions_per_seq
+    shape = data.row_shape(max_sequences_per_pack, packed=packed)
+    if max_predictions_per_pack:
+        shape = dataclasses.replace(shape, max_predictions_per_pack=max_predictions_per_pack)
+    D, P = shape.max_sequences_per_pack, shape.max_predictions_per_pack
     if process_index is None or process_count is None:
         import jax  # only to learn this host's place; the pipeline itself is TF + numpy
 

@@ -24,6 +24,7 @@ import tensorflow as tf
 from absl import app, flags
 
 from bert_flax.data import pipeline, records
+from bert_flax.data.contract import PreparedData
 
 ExampleKey = tuple[bytes, bytes, bytes, bytes, int]
 
@@ -162,9 +163,8 @@ def verify(
     max_problems: int = 5,
 ) -> dict:
     """Run one epoch and return the report (see the module docstring)."""
-    summary = pipeline.load_summary(data_dir)
-    cls_id = int(summary["vocab"]["special_ids"]["cls"])
-    max_seq_length = int(summary["options"]["max_seq_length"])
+    data = PreparedData.load(data_dir)
+    cls_id, max_seq_length = data.cls_id, data.max_seq_length
     reference = reference_examples(records.find_shards(data_dir, split))
     dataset = pipeline.packed_dataset(
         data_dir,

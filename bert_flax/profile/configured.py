@@ -2,7 +2,7 @@
 
     result = profile_config(configs.tiny.get_config(), steps=3)
 
-The step comes from `bert_flax.train_setup.create_train_setup` (model, packing geometry,
+The step comes from `bert_flax.train_setup.create_train_setup` (model, row shape,
 optimizer, dtype, accumulation, mesh); the batch is a synthetic one of the configured shapes,
 since the profile measures the compiled step, not the input pipeline.
 """

@@ -92,6 +92,27 @@ def test_fused_backends_reject_attention_dropout():
         BertConfig.preset("tiny", attention_impl=impl, attention_dropout_rate=0.0)
 
 
+def test_a_backend_added_to_the_registry_is_accepted_and_used(monkeypatch, qkv_segments):
+    """Adding a backend touches `attention.BACKENDS` only: the config accepts its name and the
+    layer dispatches to it."""
+    calls = []
+
+    def traced_xla(*args, **kwargs):
+        calls.append(kwargs)
+        return attention.xla_attention(*args, **kwargs)
+
+    with pytest.raises(ValueError, match="attention_impl='reference' is not one of"):
+        BertConfig.preset("tiny", attention_impl="reference")
+    backend = attention.Backend(traced_xla, supports_dropout=False, description="test")
+    monkeypatch.setitem(attention.BACKENDS, "reference", backend)
+    with pytest.raises(ValueError, match=r"use attention_impl in \['xla'\]"):
+        BertConfig.preset("tiny", attention_impl="reference")
+    BertConfig.preset("tiny", attention_impl="reference", attention_dropout_rate=0.0)
+    out = attention.attention(*qkv_segments, impl="reference")
+    np.testing.assert_allclose(out, reference(*qkv_segments), atol=1e-5)
+    assert len(calls) == 1 and calls[0]["deterministic"]
+
+
 _SHARDED_SPLASH = textwrap.dedent(
     """
     import jax, numpy as np, flax.linen as nn

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from bert_flax.config import BertConfig
-from bert_flax.model import MODEL_FEATURES, BertForPreTraining, check_batch
+from bert_flax.data.contract import MODEL_FEATURES
+from bert_flax.model import BertForPreTraining
 
 # (layers, hidden, heads) of the original BERT and of Turc et al. (2019) compact models.
 PUBLISHED_SHAPES = {
@@ -59,25 +60,3 @@ def test_missing_feature_is_named(tiny_config):
     batch = {name: np.zeros((1, 4), np.int32) for name in MODEL_FEATURES if name != "positions"}
     with pytest.raises(KeyError, match="positions"):
         BertForPreTraining(tiny_config).init(jax.random.key(0), batch, deterministic=True)
-
-
-def test_check_batch_names_the_bad_feature(tiny_config, sequences, make_batch):
-    batch = make_batch([sequences[:2], sequences[2:]], 24, 3, 8)
-    check_batch(batch, tiny_config)
-    cases = {
-        "input_ids": ("input_ids", tiny_config.vocab_size),
-        "positions": ("positions", tiny_config.max_position_embeddings),
-        "segment_ids": ("segment_ids", 4),
-    }
-    for name, (feature, value) in cases.items():
-        bad = {k: v.copy() for k, v in batch.items()}
-        bad[feature][0, 0] = value
-        with pytest.raises(ValueError, match=name):
-            check_batch(bad, tiny_config)
-    bad = {k: v.copy() for k, v in batch.items()}
-    bad["masked_lm_positions"][0, 0] = 23  # padding position with weight 1
-    with pytest.raises(ValueError, match="point at padding"):
-        check_batch(bad, tiny_config)
-    bad = {k: v for k, v in batch.items() if k != "sequence_mask"}
-    with pytest.raises(ValueError, match="sequence_mask"):
-        check_batch(bad, tiny_config)

@@ -10,9 +10,10 @@ import pytest
 
 from bert_flax.block_sparse.bert import BlockSparseConfig
 from bert_flax.config import BertConfig
+from bert_flax.data.contract import RowShape
+from bert_flax.data.synthetic import random_batch
 from bert_flax.losses import pretraining_loss
 from bert_flax.model import BertForPreTraining
-from bert_flax.synthetic_batches import random_batch
 
 VOCAB, LENGTH = 256, 32
 
@@ -31,14 +32,7 @@ def _model(num_layers=2, **block_sparse):
 
 
 def _batch(seed=0):
-    batch = random_batch(
-        4,
-        max_seq_length=LENGTH,
-        max_sequences_per_pack=2,
-        max_predictions=6,
-        vocab_size=VOCAB,
-        seed=seed,
-    )
+    batch = random_batch(4, RowShape(LENGTH, 2, 6), vocab_size=VOCAB, seed=seed)
     return {k: jnp.asarray(v) for k, v in batch.items()}
 
 

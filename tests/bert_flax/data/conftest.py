@@ -39,6 +39,6 @@ def data_dir(tmp_path_factory, speeches_dir) -> str:
 
 @pytest.fixture(scope="session")
 def summary(data_dir) -> dict:
-    from bert_flax.data.pipeline import load_summary
+    from bert_flax.data.contract import PreparedData
 
-    return load_summary(data_dir)
+    return PreparedData.load(data_dir).summary

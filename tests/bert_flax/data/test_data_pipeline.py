@@ -11,6 +11,7 @@ import pytest
 
 import packing
 from bert_flax.data import pipeline, records
+from bert_flax.data.contract import RowShape, max_predictions_per_pack
 from bert_flax.data.verify_packing import example_key, reference_examples, unpack_row
 
 CLS = 101
@@ -50,7 +51,7 @@ def test_packed_epoch_recovers_every_example_exactly_once(packed_epoch, referenc
 
 def test_packed_rows_follow_the_contract(packed_epoch, summary):
     L = summary["options"]["max_seq_length"]
-    P = pipeline.derived_max_predictions(L, 3, 0.15, summary["options"]["max_predictions_per_seq"])
+    P = max_predictions_per_pack(L, 3, 0.15, summary["options"]["max_predictions_per_seq"])
     batch = packed_epoch[0]
     shapes = {k: (v.shape, v.dtype) for k, v in batch.items()}
     expected = {
@@ -218,7 +219,7 @@ def test_build_rows_matches_a_token_by_token_reference(data_dir):
         table.lengths, packing.StrategySet.load(f"{data_dir}/strategies.json"), seed=3
     )
     packs = [assignment.packs[i] for i in rng.choice(len(assignment.packs), 40, replace=False)]
-    shape = pipeline.RowShape(128, 3, 22)
+    shape = RowShape(128, 3, 22)
     got = pipeline.build_rows(table, packs, shape)
     want = naive_rows(table, packs, 128, 3, 22)
     assert got.keys() == want.keys()
@@ -230,18 +231,11 @@ def test_build_rows_rejects_overfull_packs(data_dir):
     table = records.read_table(records.find_shards(data_dir, "train")[:1], 128, 20)
     long = [int(i) for i in np.flatnonzero(table.lengths == 128)[:2]]
     with pytest.raises(ValueError, match="more than L=128"):
-        pipeline.build_rows(table, [long], pipeline.RowShape(128, 3, 40))
+        pipeline.build_rows(table, [long], RowShape(128, 3, 40))
     with pytest.raises(ValueError, match="more than D=1"):
-        pipeline.build_rows(table, [[0, 1]], pipeline.RowShape(256, 1, 40))
+        pipeline.build_rows(table, [[0, 1]], RowShape(256, 1, 40))
     with pytest.raises(ValueError, match="max_predictions_per_pack=5"):
-        pipeline.build_rows(table, [long[:1]], pipeline.RowShape(128, 1, 5))
-
-
-def test_derived_prediction_bound_is_tight_enough():
-    # floor(0.15 * 128) + 3 = 22, well under 3 * 20; one sequence alone keeps its own cap.
-    assert pipeline.derived_max_predictions(128, 3, 0.15, 20) == 22
-    assert pipeline.derived_max_predictions(128, 1, 0.15, 20) == 20
-    assert pipeline.derived_max_predictions(512, 3, 0.15, 77) == 79
+        pipeline.build_rows(table, [long[:1]], RowShape(128, 1, 5))
 
 
 def test_bad_arguments_raise_clear_errors(data_dir, tmp_path):

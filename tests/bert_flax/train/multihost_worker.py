@@ -14,9 +14,9 @@ import conftest
 import jax
 import numpy as np
 
-from bert_flax import mesh as mesh_lib
-from bert_flax import train
-from bert_flax.synthetic_batches import random_batch
+from bert_flax import sharding, train
+from bert_flax.data.contract import RowShape
+from bert_flax.data.synthetic import random_batch
 from bert_flax.train_setup import create_train_setup
 
 ROWS = 8
@@ -33,13 +33,11 @@ def main():
         config.distributed.process_id = process_id
         train.maybe_initialize_distributed(config)
     setup = create_train_setup(config)
-    batch = random_batch(
-        ROWS, max_seq_length=32, max_sequences_per_pack=3, max_predictions=8, vocab_size=512, seed=4
-    )
+    batch = random_batch(ROWS, RowShape(32, 3, 8), vocab_size=512, seed=4)
     rows = ROWS // num_processes
     local = {k: v[process_id * rows : (process_id + 1) * rows] for k, v in batch.items()}
     state, metrics = setup.train_step(
-        setup.state, mesh_lib.global_batch(setup.mesh, local), jax.random.key(1)
+        setup.state, sharding.global_batch(setup.mesh, local), jax.random.key(1)
     )
     leaves = jax.tree_util.tree_leaves(state.params)
     gathered = [

@@ -15,8 +15,9 @@ import jax
 import numpy as np
 from jax.sharding import AxisType
 
-from bert_flax import mesh as mesh_lib
-from bert_flax.synthetic_batches import random_batch
+from bert_flax import sharding
+from bert_flax.data.contract import RowShape
+from bert_flax.data.synthetic import random_batch
 from bert_flax.train_setup import create_train_setup
 
 
@@ -24,7 +25,7 @@ def run(mesh, config, batch):
     setup = create_train_setup(config, mesh=mesh)
     init = jax.device_get(setup.state.params)
     state, metrics = setup.train_step(
-        setup.state, mesh_lib.global_batch(mesh, batch), jax.random.key(3)
+        setup.state, sharding.global_batch(mesh, batch), jax.random.key(3)
     )
     kernel_specs = {
         str(leaf.sharding.spec)
@@ -43,8 +44,7 @@ def max_diff(a, b) -> float:
 
 def main():
     assert jax.device_count() == 8, jax.devices()
-    geometry = dict(max_seq_length=32, max_sequences_per_pack=3, max_predictions=8)
-    batch = random_batch(16, vocab_size=512, seed=5, **geometry)
+    batch = random_batch(16, RowShape(32, 3, 8), vocab_size=512, seed=5)
 
     def config(accumulation):
         c = conftest.tiny_config(**{"train.batch_size": 16, "train.accumulation": accumulation})
@@ -58,7 +58,7 @@ def main():
         axis_types=(AxisType.Auto,) * 3,
         devices=jax.devices()[:1],
     )
-    eight = mesh_lib.create_mesh(config(1).mesh)
+    eight = sharding.create_mesh(config(1).mesh.shape, config(1).mesh.axes)
     init1, params1, metrics1, _ = run(one, config(1), batch)
     out = {"param_change": max_diff(init1, params1), "loss_1": float(metrics1["loss"])}
     for accumulation in (1, 2):

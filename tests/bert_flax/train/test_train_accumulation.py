@@ -6,8 +6,9 @@ import jax
 import numpy as np
 import pytest
 
-from bert_flax import mesh as mesh_lib
-from bert_flax.synthetic_batches import random_batch
+from bert_flax import sharding
+from bert_flax.data.contract import RowShape
+from bert_flax.data.synthetic import random_batch
 from bert_flax.train_setup import create_train_setup
 
 ROWS, MICRO_BATCHES = 16, 4
@@ -16,16 +17,14 @@ ROWS, MICRO_BATCHES = 16, 4
 def one_step(config, batch):
     setup = create_train_setup(config)
     state, metrics = setup.train_step(
-        setup.state, mesh_lib.global_batch(setup.mesh, batch), jax.random.key(0)
+        setup.state, sharding.global_batch(setup.mesh, batch), jax.random.key(0)
     )
     return jax.device_get(state.params), jax.device_get(metrics)
 
 
 @pytest.mark.slow
 def test_accumulation_equals_full_batch(make_config):
-    batch = random_batch(
-        ROWS, max_seq_length=32, max_sequences_per_pack=3, max_predictions=8, vocab_size=512, seed=1
-    )
+    batch = random_batch(ROWS, RowShape(32, 3, 8), vocab_size=512, seed=1)
     # Micro-batch j holds rows j, j + m, ...: their sequence counts differ, so a plain mean of
     # micro-batch losses would not be the full-batch loss; the test can tell them apart.
     per_micro = batch["sequence_mask"].reshape(ROWS // MICRO_BATCHES, MICRO_BATCHES, -1).sum((0, 2))

@@ -5,10 +5,8 @@ from __future__ import annotations
 import pytest
 from jax.sharding import AbstractMesh
 
-from bert_flax import mesh as mesh_lib
-from bert_flax.data.pipeline import derived_max_predictions
-from bert_flax.optimizer_setup import adjust_for_packing, learning_rate_schedule
-from bert_flax.train_setup import create_train_setup, max_predictions_per_pack
+from bert_flax import sharding
+from bert_flax.train_setup import adjust_for_packing, create_train_setup, learning_rate_schedule
 
 
 def abstract_mesh(data=1, fsdp=1, model=1):
@@ -17,12 +15,12 @@ def abstract_mesh(data=1, fsdp=1, model=1):
 
 def test_batch_not_divisible_by_data_axes():
     with pytest.raises(ValueError, match=r"not divisible by the 8 data-parallel shards"):
-        mesh_lib.check_batch_fits(abstract_mesh(data=4, fsdp=2), 12, 1)
+        sharding.check_batch_fits(abstract_mesh(data=4, fsdp=2), 12, 1)
     with pytest.raises(ValueError, match=r"micro-batch of 6 rows.*multiple of 8"):
-        mesh_lib.check_batch_fits(abstract_mesh(data=4), 12, 2)
+        sharding.check_batch_fits(abstract_mesh(data=4), 12, 2)
     with pytest.raises(ValueError, match="not divisible by accumulation 5"):
-        mesh_lib.check_batch_fits(abstract_mesh(), 12, 5)
-    assert mesh_lib.check_batch_fits(abstract_mesh(data=4, model=2), 16, 2) == 8
+        sharding.check_batch_fits(abstract_mesh(), 12, 5)
+    assert sharding.check_batch_fits(abstract_mesh(data=4, model=2), 16, 2) == 8
 
 
 def test_mesh_larger_than_devices(make_config):
@@ -43,11 +41,11 @@ def test_mesh_larger_than_devices(make_config):
 )
 def test_bad_mesh_shapes(shape, axes, message):
     with pytest.raises(ValueError, match=message):
-        mesh_lib.resolve_mesh_shape(shape, axes, num_devices=8)
+        sharding.resolve_mesh_shape(shape, axes, num_devices=8)
 
 
 def test_mesh_shape_fills_in_minus_one():
-    assert mesh_lib.resolve_mesh_shape((-1, 2, 1), ("data", "fsdp", "model"), 8) == (4, 2, 1)
+    assert sharding.resolve_mesh_shape((-1, 2, 1), ("data", "fsdp", "model"), 8) == (4, 2, 1)
 
 
 def test_missing_data(make_config, tmp_path):
@@ -108,9 +106,3 @@ def test_packing_adjustments(make_config):
     assert (a.b1, a.b2) == pytest.approx((0.81, 0.999**2))
     config.train.packing_hparams = "none"
     assert adjust_for_packing(config, 2.0).b1 == 0.9
-
-
-@pytest.mark.parametrize(("length", "depth", "per_seq"), [(128, 3, 20), (512, 3, 80), (64, 1, 5)])
-def test_prediction_bound_matches_pipeline(length, depth, per_seq):
-    expected = derived_max_predictions(length, depth, 0.15, per_seq)
-    assert max_predictions_per_pack(length, depth, 0.15, per_seq) == expected

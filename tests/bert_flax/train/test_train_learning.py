@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bert_flax import train
-from bert_flax.metrics_writer import read_metrics
+from bert_flax.metrics import read_metrics
 
 STEPS = 40
 

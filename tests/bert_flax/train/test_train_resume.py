@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from bert_flax import checkpointing, train
-from bert_flax.metrics_writer import read_metrics
+from bert_flax.metrics import read_metrics
 from bert_flax.train_setup import create_train_setup
 
 N = 3

@@ -6,7 +6,9 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 
+import numpy as np
 import pytest
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sharded_step_worker.py")
@@ -41,3 +43,79 @@ def test_eight_devices_match_one():
         assert run["loss"] == pytest.approx(out["loss_1"], rel=LOSS_RTOL)
         assert run["grad_norm_ratio"] == pytest.approx(1.0, rel=1e-4)
         assert run["param_diff"] < PARAM_ATOL, out
+
+
+_FULL_VOCAB_OVER_FOUR = textwrap.dedent(
+    """
+    import json, sys
+    import flax.linen as nn, jax, numpy as np
+    sys.path.insert(0, sys.argv[1])
+    import conftest
+    from bert_flax import sharding
+    from bert_flax.data.synthetic import random_batch
+    from bert_flax.train_setup import create_train_setup
+
+    config = conftest.tiny_config(**{"train.batch_size": 8})
+    config.model.overrides.vocab_size = 30522  # 30522 % 4 == 2: the vocab dim is replicated
+    config.schedule.warmup_steps = 0
+    out, key = {}, jax.random.key(0)
+    for name, shape in (("one", (1, 1, 1)), ("four", (1, 1, 4))):
+        config.mesh.shape = shape
+        devices = jax.devices()[: int(np.prod(shape))]
+        setup = create_train_setup(config, mesh=sharding.create_mesh(shape, devices=devices))
+        batch = random_batch(8, setup.row_shape, vocab_size=30522, seed=2)
+        state, metrics = setup.train_step(
+            setup.state, sharding.global_batch(setup.mesh, batch), jax.random.key(0)
+        )
+        params = state.params
+        table = params["bert"]["embeddings"]["word_embeddings"]["embedding"]
+        kernel = params["bert"]["layer_0"]["ffn"]["intermediate"]["kernel"]
+        out[name] = {
+            "loss": float(metrics["loss"]),
+            "table_spec": str(table.sharding.spec),
+            "kernel_spec": str(kernel.sharding.spec),
+            "table": np.asarray(jax.device_get(table))[:50].tolist(),
+        }
+    boxed = jax.jit(
+        lambda k: setup.model.init(k, batch, deterministic=True),
+        out_shardings=sharding.param_shardings(
+            jax.eval_shape(lambda k: setup.model.init(k, batch, deterministic=True), key),
+            setup.mesh,
+            setup.rules,
+        ),
+    )(key)
+    with sharding.partitioning(setup.mesh, setup.rules), jax.set_mesh(setup.mesh):
+        unboxed = sharding.unbox(boxed)["params"]["bert"]["embeddings"]["word_embeddings"]
+        out["unbox_spec"] = str(unboxed["embedding"].sharding.spec)
+        try:
+            nn.unbox(boxed)
+            out["nn_unbox"] = "ok"
+        except ValueError as error:  # jax's IndivisibleError
+            out["nn_unbox"] = type(error).__name__
+    print(json.dumps(out))
+    """
+)
+
+
+@pytest.mark.slow
+def test_full_vocabulary_over_a_four_way_model_axis():
+    """The 30,522-word table cannot be split 4 ways: it is replicated (not an error in
+    `nn.unbox`), the FFN is split, and the step equals the 1-device step."""
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    result = subprocess.run(
+        [sys.executable, "-c", _FULL_VOCAB_OVER_FOUR, os.path.dirname(WORKER)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    four, one = out["four"], out["one"]
+    assert "model" not in four["table_spec"], four["table_spec"]
+    assert out["unbox_spec"] == four["table_spec"]
+    assert out["nn_unbox"] == "IndivisibleError", out["nn_unbox"]  # why sharding.unbox exists
+    assert "model" in four["kernel_spec"], four["kernel_spec"]
+    assert four["loss"] == pytest.approx(one["loss"], rel=LOSS_RTOL)
+    np.testing.assert_allclose(four["table"], one["table"], atol=PARAM_ATOL)

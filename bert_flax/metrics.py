@@ -1,21 +1,29 @@
-"""Host-side aggregation of train/eval metrics and the console progress line.
+"""Training metrics on the host: aggregation, the console progress line, and where they are written.
 
 Steps return global sums and counts (`name/sum`, `name/count`) plus scalars; `summarize` turns
 sums over any number of steps into means, and `Throughput` adds sequences/s, real tokens/s and
-padding fraction for a wall-clock interval.
+padding fraction for a wall-clock interval. `MetricsWriter` (process 0 only) appends them to
+`workdir/metrics.jsonl`, one object per (split, step): `{"split": "train", "step": 100,
+"mlm_loss": ...}`, and to TensorBoard under `workdir/tensorboard/` as `split/name`; a resumed run
+appends, and `read_metrics` keeps the last record per (split, step).
 """
 
 from __future__ import annotations
 
+import json
+import math
+import os
 import time
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import jax
 import numpy as np
 
+METRICS_FILE = "metrics.jsonl"
+
 # Scalars averaged over the steps of an interval (all others are summed).
 AVERAGED = ("loss", "grad_norm", "learning_rate")
-COUNTERS = ("rows", "sequences", "real_tokens", "tokens", "masked_tokens")
 
 
 def sum_metrics(steps: Iterable[Mapping[str, jax.Array]]) -> dict[str, float]:
@@ -87,3 +95,63 @@ def format_seconds(seconds: float) -> str:
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
+# -- Writing and reading -----------------------------------------------------------------------
+
+
+class MetricsWriter:
+    def __init__(self, workdir: str, *, enabled: bool | None = None, tensorboard: bool = True):
+        self.enabled = jax.process_index() == 0 if enabled is None else enabled
+        self.path = os.path.join(workdir, METRICS_FILE)
+        self._tb = None
+        if self.enabled:
+            os.makedirs(workdir, exist_ok=True)
+            if tensorboard:
+                from tensorboardX import SummaryWriter
+
+                self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+
+    def write(self, split: str, step: int, scalars: Mapping[str, float]) -> None:
+        if not self.enabled:
+            return
+        record = {"split": split, "step": int(step), **{k: _plain(v) for k, v in scalars.items()}}
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self._tb is not None:
+            for name, value in scalars.items():
+                if isinstance(value, (int, float)) and math.isfinite(value):
+                    self._tb.add_scalar(f"{split}/{name}", value, step)
+            self._tb.flush()
+
+    def write_text(self, tag: str, text: str) -> None:
+        if self.enabled and self._tb is not None:
+            self._tb.add_text(tag, text, 0)
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def read_metrics(workdir: str) -> dict[str, list[dict[str, Any]]]:
+    """Records per split sorted by step, the last one winning where a resumed run repeated it."""
+    path = os.path.join(workdir, METRICS_FILE)
+    by_key: dict[tuple[str, int], dict[str, Any]] = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                if line.strip():
+                    record = json.loads(line)
+                    by_key[(record["split"], record["step"])] = record
+    out: dict[str, list[dict[str, Any]]] = {}
+    for (split, _), record in sorted(by_key.items()):
+        out.setdefault(split, []).append(record)
+    return out

@@ -1,8 +1,11 @@
-"""Random batches in the packed-batch format (docs/DESIGN: the packed-batch contract).
+"""Random batches of the packed-batch contract (`bert_flax.data.contract`), without TensorFlow.
 
 For benchmarks, the profiler and tests: any per-row list of sequence lengths becomes a valid
 packed batch (random WordPiece ids, [CLS]/[SEP] markers, 15% masked positions, NSP labels). A
-padded batch is the same with one sequence per row (D = 1).
+padded batch is the same with one sequence per row (D = 1):
+
+    shape = RowShape(128, 3, 22)
+    batch = random_batch(32, shape, vocab_size=30522, seed=0)
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from bert_flax.data.contract import FEATURES, RowShape, feature_dtype
+
 CLS_ID, SEP_ID, MASK_ID = 101, 102, 103
 FIRST_WORD_ID = 999  # bert-base-uncased: ids below are [PAD], [unused*], [UNK], [CLS], [SEP], ...
 MASKED_LM_PROB = 0.15
@@ -18,30 +23,20 @@ MASKED_LM_PROB = 0.15
 
 def batch_from_lengths(
     row_lengths: Sequence[Sequence[int]],
+    shape: RowShape,
     *,
-    max_seq_length: int,
-    max_sequences_per_pack: int,
-    max_predictions: int,
     vocab_size: int = 30522,
     seed: int = 0,
 ) -> dict[str, np.ndarray]:
     """A batch whose row i packs sequences of lengths `row_lengths[i]` (each at least 2)."""
     rng = np.random.default_rng(seed)
-    rows, L, D, P = len(row_lengths), max_seq_length, max_sequences_per_pack, max_predictions
+    rows, L, D = len(row_lengths), shape.max_seq_length, shape.max_sequences_per_pack
+    P = shape.max_predictions_per_pack
     if vocab_size <= MASK_ID + 1:
         raise ValueError(f"vocab_size={vocab_size} leaves no ids after the special ones.")
     first_word = FIRST_WORD_ID if vocab_size > 2 * FIRST_WORD_ID else MASK_ID + 1
     batch = {
-        "input_ids": np.zeros((rows, L), np.int32),
-        "token_type_ids": np.zeros((rows, L), np.int32),
-        "segment_ids": np.zeros((rows, L), np.int32),
-        "positions": np.zeros((rows, L), np.int32),
-        "masked_lm_positions": np.zeros((rows, P), np.int32),
-        "masked_lm_ids": np.zeros((rows, P), np.int32),
-        "masked_lm_weights": np.zeros((rows, P), np.float32),
-        "nsp_positions": np.zeros((rows, D), np.int32),
-        "next_sentence_labels": np.zeros((rows, D), np.int32),
-        "sequence_mask": np.zeros((rows, D), np.float32),
+        name: np.zeros((rows, *shape.feature_shape(name)), feature_dtype(name)) for name in FEATURES
     }
     for r, lengths in enumerate(row_lengths):
         if len(lengths) > D or sum(lengths) > L or min(lengths, default=2) < 2:
@@ -89,21 +84,8 @@ def random_row_lengths(
 
 
 def random_batch(
-    rows: int,
-    *,
-    max_seq_length: int,
-    max_sequences_per_pack: int,
-    max_predictions: int,
-    vocab_size: int = 30522,
-    seed: int = 0,
+    rows: int, shape: RowShape, *, vocab_size: int = 30522, seed: int = 0
 ) -> dict[str, np.ndarray]:
     """A random packed batch (D = 1 gives a padded one)."""
-    lengths = random_row_lengths(rows, max_seq_length, max_sequences_per_pack, seed)
-    return batch_from_lengths(
-        lengths,
-        max_seq_length=max_seq_length,
-        max_sequences_per_pack=max_sequences_per_pack,
-        max_predictions=max_predictions,
-        vocab_size=vocab_size,
-        seed=seed + 1,
-    )
+    lengths = random_row_lengths(rows, shape.max_seq_length, shape.max_sequences_per_pack, seed)
+    return batch_from_lengths(lengths, shape, vocab_size=vocab_size, seed=seed + 1)

@@ -1,0 +1,216 @@
+"""The packed-batch contract between the data pipeline and the model, in code (no TensorFlow).
+
+A batch is a dict of fixed-shape arrays, batch dimension first. Per row, with L the row length,
+D the most sequences per row and P the most masked positions per row (`RowShape`):
+
+| feature                | dtype   | shape | meaning                                            |
+|------------------------|---------|-------|----------------------------------------------------|
+| `input_ids`            | int32   | [L]   | WordPiece ids, 0 = padding                         |
+| `token_type_ids`       | int32   | [L]   | BERT sentence A/B                                  |
+| `segment_ids`          | int32   | [L]   | sequence of the row: 1..k, 0 = padding             |
+| `positions`            | int32   | [L]   | position within its own sequence, from 0           |
+| `masked_lm_positions`  | int32   | [P]   | row indices of the masked tokens                   |
+| `masked_lm_ids`        | int32   | [P]   | their original ids                                 |
+| `masked_lm_weights`    | float32 | [P]   | 1 for a real prediction, 0 for padding             |
+| `nsp_positions`        | int32   | [D]   | row index of each sequence's [CLS] token           |
+| `next_sentence_labels` | int32   | [D]   | NSP label per sequence (0 = IsNext)                |
+| `sequence_mask`        | float32 | [D]   | 1 for a real sequence, 0 for an empty slot         |
+
+A padded (unpacked) batch is the same with D = 1. Attention connects only tokens with equal
+`segment_ids`; losses are per sequence, then averaged over real sequences (docs/design.md).
+
+    data = PreparedData.load("workdir/sotu_128")   # what create_pretraining_data wrote
+    shape = data.row_shape(max_sequences_per_pack=3)
+    check_batch(next(batches), model_config, shape)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from bert_flax.config import BertConfig
+
+ROW_FEATURES = ("input_ids", "token_type_ids", "segment_ids", "positions")
+PREDICTION_FEATURES = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
+SEQUENCE_FEATURES = ("nsp_positions", "next_sentence_labels", "sequence_mask")
+FEATURES = ROW_FEATURES + PREDICTION_FEATURES + SEQUENCE_FEATURES
+FLOAT_FEATURES = ("masked_lm_weights", "sequence_mask")
+# What the model reads; the other features are targets and weights of the losses.
+MODEL_FEATURES = (*ROW_FEATURES, "masked_lm_positions", "nsp_positions")
+
+SUMMARY_FILE = "summary.json"
+STRATEGIES_FILE = "strategies.json"
+
+
+def feature_dtype(name: str) -> np.dtype:
+    return np.dtype(np.float32 if name in FLOAT_FEATURES else np.int32)
+
+
+def max_predictions_per_pack(
+    max_seq_length: int, max_sequences: int, masked_lm_prob: float, max_predictions_per_seq: int
+) -> int:
+    """The most masked positions a row can hold: sequence i predicts at most
+    `min(M, max(1, round(l_i * p)))` <= l_i * p + 1 tokens, and sum(l_i) <= L."""
+    bound = math.floor(masked_lm_prob * max_seq_length + 1e-9) + max_sequences
+    return int(min(max_sequences * max_predictions_per_seq, bound))
+
+
+@dataclasses.dataclass(frozen=True)
+class RowShape:
+    """L (tokens per row), D (sequences per row), P (masked positions per row)."""
+
+    max_seq_length: int
+    max_sequences_per_pack: int
+    max_predictions_per_pack: int
+
+    @classmethod
+    def bounded(
+        cls,
+        max_seq_length: int,
+        max_sequences_per_pack: int,
+        *,
+        masked_lm_prob: float,
+        max_predictions_per_seq: int,
+        packed: bool = True,
+    ) -> RowShape:
+        """Rows holding up to D sequences and the most predictions they can (padded: D = 1 and
+        the per-sequence maximum M)."""
+        if not packed:
+            return cls(max_seq_length, 1, max_predictions_per_seq)
+        bound = max_predictions_per_pack(
+            max_seq_length, max_sequences_per_pack, masked_lm_prob, max_predictions_per_seq
+        )
+        return cls(max_seq_length, max_sequences_per_pack, bound)
+
+    def feature_shape(self, name: str) -> tuple[int]:
+        if name in ROW_FEATURES:
+            return (self.max_seq_length,)
+        if name in PREDICTION_FEATURES:
+            return (self.max_predictions_per_pack,)
+        if name in SEQUENCE_FEATURES:
+            return (self.max_sequences_per_pack,)
+        raise KeyError(f"{name!r} is not a feature of the packed-batch contract: {FEATURES}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class PreparedData:
+    """A directory written by `bert_flax.data.create_pretraining_data`, read from its summary."""
+
+    data_dir: str
+    summary: dict[str, Any]
+
+    @classmethod
+    def load(cls, data_dir: str) -> PreparedData:
+        path = os.path.join(data_dir, SUMMARY_FILE)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(
+                f"{path} not found: {data_dir!r} is not a directory prepared by "
+                "`python -m bert_flax.data.create_pretraining_data --output_dir=DIR`."
+            )
+        with open(path) as f:
+            return cls(data_dir, json.load(f))
+
+    @property
+    def max_seq_length(self) -> int:
+        return int(self.summary["options"]["max_seq_length"])
+
+    @property
+    def max_predictions_per_seq(self) -> int:
+        return int(self.summary["options"]["max_predictions_per_seq"])
+
+    @property
+    def masked_lm_prob(self) -> float:
+        return float(self.summary["options"]["masked_lm_prob"])
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.summary["vocab"]["size"])
+
+    @property
+    def cls_id(self) -> int:
+        return int(self.summary["vocab"]["special_ids"]["cls"])
+
+    @property
+    def splits(self) -> dict[str, int]:
+        """Examples per split, e.g. {"train": 9000, "validation": 1000}."""
+        return {
+            name: int(sum(split.get("examples_per_shard", ())))
+            for name, split in self.summary.get("splits", {}).items()
+        }
+
+    @property
+    def strategies_path(self) -> str:
+        return os.path.join(self.data_dir, STRATEGIES_FILE)
+
+    def row_shape(self, max_sequences_per_pack: int, *, packed: bool = True) -> RowShape:
+        return RowShape.bounded(
+            self.max_seq_length,
+            max_sequences_per_pack,
+            masked_lm_prob=self.masked_lm_prob,
+            max_predictions_per_seq=self.max_predictions_per_seq,
+            packed=packed,
+        )
+
+    def packing_factor(self) -> float:
+        """Mean sequences per row of the packing strategies (strategies.json)."""
+        import packing  # numpy/scipy only, but only needed here
+
+        if not os.path.isfile(self.strategies_path):
+            raise FileNotFoundError(
+                f"{self.strategies_path} not found; rerun bert_flax.data.create_pretraining_data "
+                "(it writes it)."
+            )
+        return float(packing.StrategySet.load(self.strategies_path).metrics().packing_factor)
+
+
+def check_batch(
+    batch: Mapping[str, np.ndarray], config: BertConfig, shape: RowShape | None = None
+) -> None:
+    """Host-side check of a (numpy) batch against the contract, the model config and `shape`.
+
+    Inside jit, out-of-range ids give NaN embeddings and predictions outside every sequence are
+    silently left out of the per-sequence losses; the training loop calls this on its first
+    batch to fail early with a message naming the feature. Raises ValueError.
+    """
+    missing = [name for name in FEATURES if name not in batch]
+    if missing:
+        raise ValueError(f"Batch lacks features {missing} (docs/design.md: the packed batch).")
+    b = {name: np.asarray(batch[name]) for name in FEATURES}
+    for group in (ROW_FEATURES, PREDICTION_FEATURES, SEQUENCE_FEATURES):
+        shapes = {name: b[name].shape for name in group}
+        if len(set(shapes.values())) != 1 or b[group[0]].ndim != 2:
+            raise ValueError(f"Features {list(group)} need one shared [batch, n] shape: {shapes}.")
+    if shape is not None:
+        for name in FEATURES:
+            if b[name].shape[1:] != shape.feature_shape(name):
+                raise ValueError(
+                    f"{name} has rows of shape {b[name].shape[1:]}, not "
+                    f"{shape.feature_shape(name)} of {shape}."
+                )
+    for name in FEATURES:
+        if b[name].dtype != feature_dtype(name):
+            raise ValueError(f"{name} is {b[name].dtype}, not {feature_dtype(name)}.")
+    length, slots = b["input_ids"].shape[1], b["nsp_positions"].shape[1]
+    limits = {
+        "input_ids": (config.vocab_size, "vocab_size"),
+        "token_type_ids": (config.type_vocab_size, "type_vocab_size"),
+        "positions": (config.max_position_embeddings, "max_position_embeddings"),
+        "segment_ids": (slots + 1, "the number of sequence slots + 1"),
+        "masked_lm_positions": (length, "the row length"),
+        "nsp_positions": (length, "the row length"),
+    }
+    for name, (limit, what) in limits.items():
+        low, high = int(b[name].min()), int(b[name].max())
+        if low < 0 or high >= limit:
+            raise ValueError(f"{name} spans [{low}, {high}], outside [0, {limit}) ({what}).")
+    owner = np.take_along_axis(b["segment_ids"], b["masked_lm_positions"], axis=1)
+    if np.any((b["masked_lm_weights"] > 0) & (owner == 0)):
+        raise ValueError("Some real masked_lm_positions point at padding (segment_ids == 0).")

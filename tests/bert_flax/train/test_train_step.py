@@ -1,0 +1,60 @@
+"""The pure train step bound by hand equals the setup's sharded, donated one; the loop checks its
+first batch against the contract."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import numpy as np
+import pytest
+
+from bert_flax import input_pipeline, sharding, train, train_step
+from bert_flax.data.synthetic import random_batch
+from bert_flax.train_setup import create_train_setup
+
+
+def test_pure_step_bound_with_partial_equals_the_setups(make_config):
+    config = make_config()
+    config.schedule.warmup_steps = 0
+    setup = create_train_setup(config)
+    batch = random_batch(config.train.batch_size, setup.row_shape, vocab_size=512, seed=3)
+    rng = jax.random.key(7)
+    step = jax.jit(
+        functools.partial(
+            train_step.train_step,
+            model=setup.model,
+            tx=setup.tx,
+            learning_rate=setup.learning_rate,
+            mlm_normalization=config.train.mlm_normalization,
+        )
+    )
+    by_hand, by_hand_metrics = jax.device_get(step(setup.state, batch, rng))
+    initial = jax.device_get(setup.state.params)
+    state, metrics = setup.train_step(setup.state, sharding.global_batch(setup.mesh, batch), rng)
+    state, metrics = jax.device_get((state, metrics))
+    assert int(state.step) == int(by_hand.step) == 1
+    assert metrics["loss"] == pytest.approx(float(by_hand_metrics["loss"]), rel=1e-6)
+    moved = jax.tree.map(lambda a, b: np.max(np.abs(a - b)), initial, state.params)
+    assert max(jax.tree.leaves(moved)) > 1e-4
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), by_hand.params, state.params
+    )
+    evaluated = train_step.eval_step(state.params, batch, model=setup.model)
+    jitted = setup.eval_step(state.params, sharding.global_batch(setup.mesh, batch))
+    assert float(jitted["masked_lm_accuracy/count"]) == float(batch["masked_lm_weights"].sum())
+    for name, value in evaluated.items():
+        assert float(jitted[name]) == pytest.approx(float(value), rel=1e-5), name
+
+
+def test_the_loop_checks_its_first_batch(make_config, tmp_path, monkeypatch):
+    real = input_pipeline.train_iterator
+
+    def corrupted(*args, **kwargs):
+        for batch in real(*args, **kwargs):
+            batch["input_ids"][0, 0] = 10_000  # beyond the 512-word vocabulary
+            yield batch
+
+    monkeypatch.setattr(input_pipeline, "train_iterator", corrupted)
+    with pytest.raises(ValueError, match=r"input_ids spans \[\d+, 10000\], outside \[0, 512\)"):
+        train.train_and_evaluate(make_config(), str(tmp_path))
