@@ -72,7 +72,7 @@ def make_config(model: str, seq_len: int, dtype: str, packed: bool, optimizer: s
     config.eval.batch_size = 1
     if model == "base":
         config.model.preset = "base"
-        config.model.overrides.num_layers = _BASE_LAYERS.value
+        config.model.num_layers = _BASE_LAYERS.value
     if optimizer == "shampoo":
         shampoo_section(config)
     else:

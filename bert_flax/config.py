@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import jax.numpy as jnp
+import ml_collections
+from ml_collections.config_dict import placeholder
 
 from bert_flax import attention
 from bert_flax.block_sparse.bert import BlockSparseConfig
@@ -140,3 +142,40 @@ class BertConfig:
                 f"Unknown BertConfig fields {sorted(unknown)}; known: {sorted(known)}."
             )
         return cls(**values)
+
+
+# -- The `config.model` section of a training config ---------------------------------------------
+
+# BertConfig fields a training config sets elsewhere: the compute dtype is `config.train.dtype`.
+TRAINING_OWNED_FIELDS = ("dtype",)
+_FIELD_TYPES = {"int": int, "float": float, "str": str, "bool": bool}
+
+
+def config_section(preset: str = "tiny") -> ml_collections.ConfigDict:
+    """`config.model`: `preset` plus every BertConfig field, each a placeholder meaning "the
+    preset's value" (so `--config.model.num_layers=2` works), and `block_sparse`: `enabled` plus
+    every `BlockSparseConfig` field at its default."""
+    section = ml_collections.ConfigDict({"preset": preset})
+    for field in dataclasses.fields(BertConfig):
+        if field.name in TRAINING_OWNED_FIELDS:
+            continue
+        if field.name == "block_sparse":
+            sparse = {f.name: f.default for f in dataclasses.fields(BlockSparseConfig)}
+            section.block_sparse = ml_collections.ConfigDict({"enabled": False, **sparse})
+        else:
+            section[field.name] = placeholder(_FIELD_TYPES.get(field.type, str))
+    return section
+
+
+def from_config_section(section: ml_collections.ConfigDict, **fields: Any) -> BertConfig:
+    """The BertConfig a `config.model` section describes; `fields` (e.g. dtype) win."""
+    values = section.to_dict()
+    preset, sparse = values.pop("preset"), values.pop("block_sparse", None)
+    known = {f.name for f in dataclasses.fields(BertConfig)} - set(TRAINING_OWNED_FIELDS)
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"config.model has unknown fields {unknown}; valid: {sorted(known)}.")
+    values = {k: v for k, v in values.items() if v is not None}
+    if sparse and sparse.pop("enabled"):
+        values["block_sparse"] = sparse
+    return BertConfig.preset(preset, **values, **fields)

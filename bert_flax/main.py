@@ -3,13 +3,17 @@ r"""Pre-train BERT from a config file:
   python -m bert_flax.main --config=configs/tiny.py --workdir=workdir/tiny \
       --config.data.data_dir=workdir/sotu_128 [--config.train.steps=100 ...]
 
+Any field of the config can be set with `--config.FIELD=VALUE` (e.g. `--config.model.num_layers=4`,
+`--config.optimizer.name=shampoo --config.optimizer.shampoo.asynchronous=True`); an unknown
+field is an error naming the valid ones.
+
 The logic lives in `bert_flax.train.train_and_evaluate(config, workdir)`, callable from a notebook.
 """
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from bert_flax import train
+from bert_flax import overrides, train
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", None, "Checkpoints, metrics, TensorBoard logs and plots.")
@@ -25,4 +29,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=overrides.flags_parser("config"))

@@ -27,7 +27,7 @@ from jax.sharding import Mesh
 
 import optim
 from bert_flax import sharding, train_step
-from bert_flax.config import BertConfig
+from bert_flax.config import BertConfig, from_config_section
 from bert_flax.data import synthetic
 from bert_flax.data.contract import PreparedData, RowShape
 from bert_flax.model import BertForPreTraining
@@ -264,7 +264,8 @@ def adjust_for_packing(
     if packing_factor < 1.0:
         raise ValueError(f"packing factor {packing_factor} < 1: rows hold at least one sequence.")
     batch, accumulation = config.train.batch_size, config.train.accumulation
-    b1, b2 = config.optimizer.get("b1"), config.optimizer.get("b2")
+    name, hparams = optim.settings_of(config.optimizer)
+    b1, b2 = hparams.get("b1"), hparams.get("b2")
     if mode == "divide_accumulation":
         if accumulation > 1:
             micro = batch // accumulation
@@ -274,9 +275,12 @@ def adjust_for_packing(
             batch = max(row_multiple, round(batch / packing_factor / row_multiple) * row_multiple)
     elif mode == "raise_betas":
         if b1 is None or b2 is None:
+            with_betas = [
+                k for k in optim.OPTIMIZERS if {"b1", "b2"} <= set(optim.hyperparameters(k))
+            ]
             raise ValueError(
-                "packing_hparams='raise_betas' needs config.optimizer.b1 and b2 "
-                f"(optimizer {config.optimizer.name!r} has none)."
+                f"packing_hparams='raise_betas' raises the betas b1, b2, but optimizer {name!r} "
+                f"has none; use divide_accumulation, or an optimizer with betas: {with_betas}."
             )
         b1, b2 = optim.adjust_betas_for_packing(b1, b2, packing_factor)
     return PackingAdjustment(packing_factor, batch, accumulation, b1, b2)
@@ -288,18 +292,17 @@ def adjust_for_packing(
 def model_config_from(
     config: ml_collections.ConfigDict, data: PreparedData | None, row_shape: RowShape
 ) -> BertConfig:
-    """The preset with `config.model.overrides`, the compute dtype, and (unless overridden) the
+    """The preset with the fields `config.model` sets, the compute dtype, and (unless set) the
     vocabulary size of the prepared data; checked against the data and the row shape."""
-    overrides = dict(config.model.overrides.to_dict()) if config.model.overrides else {}
-    overrides["dtype"] = config.train.dtype
-    if data is not None and "vocab_size" not in overrides:
-        overrides["vocab_size"] = data.vocab_size
-    model_config = BertConfig.preset(config.model.preset, **overrides)
+    fields = {"dtype": config.train.dtype}
+    if data is not None and config.model.get("vocab_size") is None:
+        fields["vocab_size"] = data.vocab_size
+    model_config = from_config_section(config.model, **fields)
     if data is not None and model_config.vocab_size < data.vocab_size:
         raise ValueError(
             f"The model's vocab_size={model_config.vocab_size} is smaller than the "
             f"vocabulary of {data.data_dir} ({data.vocab_size} ids): out-of-range ids "
-            "would embed as NaN. Drop config.model.overrides.vocab_size or raise it."
+            "would embed as NaN. Leave config.model.vocab_size unset or raise it."
         )
     if row_shape.max_seq_length > model_config.max_position_embeddings:
         raise ValueError(
@@ -347,7 +350,7 @@ def create_optimizer(
     """
     schedule = learning_rate_schedule(config.schedule, config.train.steps)
     overrides = {"learning_rate": schedule}
-    if adjustment.b1 is not None and "b1" in config.optimizer:
+    if adjustment.b1 is not None:
         overrides.update(b1=adjustment.b1, b2=adjustment.b2)
     if config.train.grad_clip_norm:
         overrides["grad_clip_norm"] = config.train.grad_clip_norm

@@ -40,10 +40,7 @@ def get_config(phase: str = "phase1") -> ml_collections.ConfigDict:
     config.data.max_sequences_per_pack = 3
 
     config.optimizer.name = "lamb"
-    config.optimizer.b1 = 0.9
-    config.optimizer.b2 = 0.999
-    config.optimizer.eps = 1e-6
-    config.optimizer.weight_decay = 0.01
+    config.optimizer.lamb.update(b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01)
     config.schedule.learning_rate = lr
     config.schedule.warmup_steps = warmup
     config.schedule.decay_power = 0.5

@@ -4,9 +4,12 @@ r"""The full config schema with defaults; every other config starts from it.
       --config.data.data_dir=/path/to/prepared
 
 Fields (see docs/training.md for the whole story):
-  model:      `preset` of `bert_flax.config.BertConfig.preset` and `overrides` for its fields.
+  model:      `preset` of `bert_flax.config.BertConfig.preset` and every BertConfig field (None:
+              the preset's value), e.g. --config.model.num_layers=2; `block_sparse.enabled`.
   data:       a directory prepared by `bert_flax.data.create_pretraining_data` (or `synthetic`).
-  optimizer:  `name` and hyper-parameters for `optim.create` (learning rate comes from `schedule`).
+  optimizer:  `name` picks one of `optim.OPTIMIZERS`; a section per optimizer holds all of its
+              hyper-parameters, e.g. --config.optimizer.shampoo.block_size=256 (the learning
+              rate comes from `schedule`, shared by all).
   schedule:   linear warm-up then polynomial decay to `end_learning_rate`.
   train:      global rows per optimizer step, steps, micro-batches, clipping, compute dtype, and
               how to adapt hyper-parameters to packing.
@@ -17,15 +20,16 @@ Fields (see docs/training.md for the whole story):
 
 import ml_collections
 
+import optim
+from bert_flax.config import config_section
+
 
 def get_config() -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
     config.seed = 0
 
-    config.model = ml_collections.ConfigDict()
-    config.model.preset = "tiny"
-    # Fields of BertConfig to override, e.g. {"num_layers": 2}; `dtype` comes from train.dtype.
-    config.model.overrides = ml_collections.ConfigDict()
+    # Every BertConfig field but `dtype` (from train.dtype); None = the preset's value.
+    config.model = config_section("tiny")
 
     config.data = ml_collections.ConfigDict()
     config.data.data_dir = ""  # output_dir of create_pretraining_data
@@ -39,12 +43,8 @@ def get_config() -> ml_collections.ConfigDict:
     config.data.eval_split = "validation"
     config.data.shuffle = True
 
-    config.optimizer = ml_collections.ConfigDict()
-    config.optimizer.name = "lamb"
-    config.optimizer.b1 = 0.9
-    config.optimizer.b2 = 0.999
-    config.optimizer.eps = 1e-6
-    config.optimizer.weight_decay = 0.01
+    # LAMB, AdamW: b1 0.9, b2 0.999, eps 1e-6, weight decay 0.01 (BERT's) by default.
+    config.optimizer = optim.config_section("lamb")
 
     config.schedule = ml_collections.ConfigDict()
     config.schedule.learning_rate = 1e-3  # peak

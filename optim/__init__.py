@@ -10,7 +10,14 @@ opt_state = optim.after_step(tx, opt_state, step)         # host work (Shampoo a
 from optim.first_order import adamw, adjust_betas_for_packing, lamb, sgd
 from optim.host import HostTransformation, after_step, host_metrics
 from optim.masks import weight_decay_mask
-from optim.registry import OPTIMIZERS, create, register
+from optim.registry import (
+    OPTIMIZERS,
+    config_section,
+    create,
+    hyperparameters,
+    register,
+    settings_of,
+)
 from optim.shampoo import shampoo
 from optim.shampoo_core import ShampooState, TensorState
 
@@ -22,10 +29,13 @@ __all__ = [
     "adamw",
     "adjust_betas_for_packing",
     "after_step",
+    "config_section",
     "create",
     "host_metrics",
+    "hyperparameters",
     "lamb",
     "register",
+    "settings_of",
     "sgd",
     "shampoo",
     "weight_decay_mask",

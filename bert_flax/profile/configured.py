@@ -9,13 +9,14 @@ since the profile measures the compiled step, not the input pipeline.
 
 from __future__ import annotations
 
+import copy
 import itertools
 from collections.abc import Sequence
-from typing import Any
 
 import jax
 import ml_collections
 
+from bert_flax import overrides
 from bert_flax.profile import ceilings as ceilings_lib
 from bert_flax.profile.profiler import StepProfile, profile_step
 
@@ -28,45 +29,15 @@ SWEEP_ALIASES = {
     "batch_size": "train.batch_size",
     "accumulation": "train.accumulation",
     "preset": "model.preset",
-    "layers": "model.overrides.num_layers",
-    "attention": "model.overrides.attention_impl",
+    "layers": "model.num_layers",
+    "attention": "model.attention_impl",
 }
 
 
-def _parse_value(text: str, current: Any) -> Any:
-    if isinstance(current, bool):
-        lowered = text.lower()
-        if lowered not in ("true", "false", "1", "0"):
-            raise ValueError(f"expected a boolean (true/false), got {text!r}")
-        return lowered in ("true", "1")
-    if isinstance(current, int):
-        return int(text)
-    if isinstance(current, float):
-        return float(text)
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    if text.lower() in ("true", "false"):
-        return text.lower() == "true"
-    return text
-
-
 def set_config_value(config: ml_collections.ConfigDict, key: str, text: str) -> None:
-    """`config.<key> = text`, parsed to the field's type; `key` may be a sweep alias."""
-    path = SWEEP_ALIASES.get(key, key).split(".")
-    node = config
-    for part in path[:-1]:
-        if part not in node:
-            raise KeyError(f"config has no section {part!r} (setting {key!r})")
-        node = node[part]
-    leaf = path[-1]
-    if leaf not in node and path[:-1] != ["model", "overrides"]:
-        raise KeyError(f"config has no field {'.'.join(path)!r}; aliases: {sorted(SWEEP_ALIASES)}")
-    current = node[leaf] if leaf in node else None
-    with node.unlocked():
-        node[leaf] = _parse_value(text, current)
+    """`config.<key> = text` with the command line's parsing (`bert_flax.overrides`); `key` may
+    be a sweep alias."""
+    overrides.set_value(config, SWEEP_ALIASES.get(key, key), text)
 
 
 def parse_sweeps(specs: Sequence[str]) -> list[tuple[str, list[str]]]:
@@ -89,7 +60,7 @@ def sweep_settings(sweeps: list[tuple[str, list[str]]]) -> list[dict[str, str]]:
 
 
 def with_settings(config: ml_collections.ConfigDict, settings: dict[str, str]):
-    config = ml_collections.ConfigDict(config.to_dict())
+    config = copy.deepcopy(config)
     for key, value in settings.items():
         set_config_value(config, key, value)
     return config
@@ -107,7 +78,7 @@ def profile_config(
     """Build the configured train step and profile it (synthetic batch if no data_dir)."""
     from bert_flax.train_setup import create_train_setup
 
-    config = ml_collections.ConfigDict(config.to_dict())
+    config = copy.deepcopy(config)
     if not config.data.data_dir:
         config.data.synthetic = True
     setup = create_train_setup(config)

@@ -104,3 +104,37 @@ def test_create_rejects_bad_input_clearly():
         optim.create("lamb")
     with pytest.raises(ValueError, match="no `name`"):
         optim.create({"learning_rate": 1.0})
+
+
+def test_config_section_holds_every_optimizer_at_its_builders_defaults():
+    section = optim.config_section("adamw")
+    assert section.name == "adamw" and set(optim.OPTIMIZERS) <= set(section)
+    assert section.shampoo.block_size == 128 and section.shampoo.max_staleness is None
+    assert section.lamb.to_dict() == {"b1": 0.9, "b2": 0.999, "eps": 1e-6, "weight_decay": 0.01}
+    section.shampoo.max_staleness = 50  # a placeholder takes its annotated type
+    with pytest.raises(TypeError):
+        section.shampoo.max_staleness = "fifty"
+
+
+@pytest.mark.parametrize("name", sorted(optim.OPTIMIZERS))
+def test_create_from_a_sectioned_config_uses_that_section_only(name):
+    section = optim.config_section(name)
+    settings_name, settings = optim.settings_of(section)
+    assert settings_name == name
+    expected = {k: v for k, v in section[name].to_dict().items() if v is not None}
+    assert settings == expected  # other optimizers' sections are dropped
+    params = {"w": jnp.arange(6.0).reshape(2, 3)}
+    tx = optim.create(section, learning_rate=0.1)
+    updates, _ = jax.jit(tx.update)(params, tx.init(params), params)
+    assert jax.tree.leaves(updates)[0].shape == (2, 3)
+
+
+def test_a_section_value_reaches_the_optimizer():
+    section = optim.config_section("sgd")
+    section.sgd.momentum = 0.0
+    params, grads = {"w": jnp.zeros(3)}, {"w": jnp.ones(3)}
+    tx = optim.create(section, learning_rate=1.0)
+    state = tx.init(params)
+    for _ in range(2):  # without momentum the second step equals the first
+        updates, state = tx.update(grads, state, params)
+        np.testing.assert_allclose(updates["w"], -1.0)

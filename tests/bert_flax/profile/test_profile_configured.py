@@ -28,7 +28,7 @@ def test_settings_are_typed_and_aliases_resolve():
         tiny.get_config(), {"seq_len": "512", "packed": "false", "layers": "1", "dtype": "bfloat16"}
     )
     assert config.data.max_seq_length == 512 and config.data.packed is False
-    assert config.model.overrides.num_layers == 1 and config.train.dtype == "bfloat16"
+    assert config.model.num_layers == 1 and config.train.dtype == "bfloat16"
     assert tiny.get_config().data.max_seq_length == 128  # the original is untouched
 
 
@@ -43,10 +43,10 @@ def test_profile_of_a_micro_bert_step(tmp_path):
         tiny.get_config(),
         {
             "layers": "1",
-            "model.overrides.hidden_size": "32",
-            "model.overrides.num_heads": "2",
-            "model.overrides.intermediate_size": "64",
-            "model.overrides.vocab_size": "1000",
+            "model.hidden_size": "32",
+            "model.num_heads": "2",
+            "model.intermediate_size": "64",
+            "model.vocab_size": "1000",
             "seq_len": "32",
             "batch_size": "2",
             "data.max_predictions_per_seq": "5",

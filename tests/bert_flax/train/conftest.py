@@ -28,9 +28,9 @@ def tiny_config(data_dir: str | None = None, **sections) -> ml_collections.Confi
     vocabulary, or on `data_dir` (prepared at length 64, its own vocabulary); `sections` maps
     "train.batch_size" style keys to values."""
     config = default.get_config()
-    config.model.overrides = ml_collections.ConfigDict(TINY_MODEL)
+    config.model.update(TINY_MODEL)
     if data_dir is None:
-        config.model.overrides.vocab_size = 512
+        config.model.vocab_size = 512
         config.data.synthetic = True
         config.data.max_seq_length = 32
     else:

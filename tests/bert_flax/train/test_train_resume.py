@@ -19,7 +19,7 @@ N = 3
 
 def resume_config(make_config, data_dir):
     config = make_config(data_dir, **{"train.steps": 2 * N, "train.batch_size": 8})
-    config.model.overrides.hidden_dropout_rate = 0.1  # the step RNG must resume too
+    config.model.hidden_dropout_rate = 0.1  # the step RNG must resume too
     config.checkpoint.every_steps = 100  # only the preemption and the final save
     config.eval.every_steps = N
     return config

@@ -56,7 +56,7 @@ _FULL_VOCAB_OVER_FOUR = textwrap.dedent(
     from bert_flax.train_setup import create_train_setup
 
     config = conftest.tiny_config(**{"train.batch_size": 8})
-    config.model.overrides.vocab_size = 30522  # 30522 % 4 == 2: the vocab dim is replicated
+    config.model.vocab_size = 30522  # 30522 % 4 == 2: the vocab dim is replicated
     config.schedule.warmup_steps = 0
     out, key = {}, jax.random.key(0)
     for name, shape in (("one", (1, 1, 1)), ("four", (1, 1, 4))):
