@@ -59,6 +59,7 @@ def dataset(config: ml_collections.ConfigDict, split: str, rows: int, *, train: 
         repeat=train,
         process_index=jax.process_index(),
         process_count=jax.process_count(),
+        algorithm=data.algorithm,
     )
 
 

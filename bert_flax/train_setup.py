@@ -26,6 +26,7 @@ import optax
 from jax.sharding import Mesh
 
 import optim
+import packing
 from bert_flax import sharding, train_step
 from bert_flax.config import BertConfig, from_config_section
 from bert_flax.data import synthetic
@@ -202,6 +203,10 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         raise ValueError(f"config.train.steps={train.steps} must be positive.")
     if data.max_sequences_per_pack < 1:
         raise ValueError("config.data.max_sequences_per_pack must be >= 1.")
+    if data.algorithm not in packing.ALGORITHMS:
+        raise ValueError(
+            f"config.data.algorithm={data.algorithm!r} is not one of {packing.ALGORITHMS}."
+        )
     for section in ("checkpoint", "eval", "log"):
         if config[section].every_steps <= 0:
             raise ValueError(
@@ -241,7 +246,7 @@ def packing_factor(config: ml_collections.ConfigDict, data: PreparedData | None)
     if not config.data.packed:
         return 1.0
     if data is not None:
-        return data.packing_factor()
+        return data.packing_factor(config.data.max_sequences_per_pack, config.data.algorithm)
     rows = synthetic.random_row_lengths(
         256, config.data.max_seq_length, config.data.max_sequences_per_pack, seed=config.seed
     )

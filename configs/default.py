@@ -37,7 +37,8 @@ def get_config() -> ml_collections.ConfigDict:
     config.data.max_seq_length = 128
     config.data.packed = True  # False: the padded baseline (one sequence per row)
     config.data.max_sequences_per_pack = 3
-    config.data.algorithm = "nnlshp"  # packing algorithm for strategies.json if it is missing
+    # Packing algorithm (packing.ALGORITHMS) that solves strategies.json when it is missing.
+    config.data.algorithm = "nnlshp"
     config.data.max_predictions_per_seq = 20
     config.data.train_split = "train"
     config.data.eval_split = "validation"

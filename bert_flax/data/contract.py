@@ -35,6 +35,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+import packing
+from packing import histogram as packing_histogram
+
 if TYPE_CHECKING:
     from bert_flax.config import BertConfig
 
@@ -48,6 +51,7 @@ MODEL_FEATURES = (*ROW_FEATURES, "masked_lm_positions", "nsp_positions")
 
 SUMMARY_FILE = "summary.json"
 STRATEGIES_FILE = "strategies.json"
+HISTOGRAM_FILE = "histogram.txt"
 
 
 def feature_dtype(name: str) -> np.dtype:
@@ -146,10 +150,6 @@ class PreparedData:
             for name, split in self.summary.get("splits", {}).items()
         }
 
-    @property
-    def strategies_path(self) -> str:
-        return os.path.join(self.data_dir, STRATEGIES_FILE)
-
     def row_shape(self, max_sequences_per_pack: int, *, packed: bool = True) -> RowShape:
         return RowShape.bounded(
             self.max_seq_length,
@@ -159,16 +159,16 @@ class PreparedData:
             packed=packed,
         )
 
-    def packing_factor(self) -> float:
-        """Mean sequences per row of the packing strategies (strategies.json)."""
-        import packing  # numpy/scipy only, but only needed here
+    def strategies(self, max_sequences_per_pack: int, algorithm: str) -> packing.StrategySet:
+        """strategies.json, or (if missing) the strategies `algorithm` solves on histogram.txt."""
+        return load_strategies(
+            self.data_dir, None, self.max_seq_length, max_sequences_per_pack, algorithm
+        )
 
-        if not os.path.isfile(self.strategies_path):
-            raise FileNotFoundError(
-                f"{self.strategies_path} not found; rerun bert_flax.data.create_pretraining_data "
-                "(it writes it)."
-            )
-        return float(packing.StrategySet.load(self.strategies_path).metrics().packing_factor)
+    def packing_factor(self, max_sequences_per_pack: int, algorithm: str) -> float:
+        """Mean sequences per row of the packing strategies."""
+        metrics = self.strategies(max_sequences_per_pack, algorithm).metrics()
+        return float(metrics.packing_factor)
 
 
 def check_batch(
@@ -214,3 +214,50 @@ def check_batch(
     owner = np.take_along_axis(b["segment_ids"], b["masked_lm_positions"], axis=1)
     if np.any((b["masked_lm_weights"] > 0) & (owner == 0)):
         raise ValueError("Some real masked_lm_positions point at padding (segment_ids == 0).")
+
+
+def load_strategies(
+    data_dir: str,
+    strategies: str | packing.StrategySet | None,
+    max_seq_length: int,
+    max_sequences_per_pack: int,
+    algorithm: str,
+) -> packing.StrategySet:
+    """A StrategySet from an object, a path, DIR/strategies.json, or (when that file is missing)
+    solved with `algorithm` from DIR/histogram.txt and cached there."""
+    if isinstance(strategies, packing.StrategySet):
+        strategy_set = strategies
+    else:
+        path = strategies or os.path.join(data_dir, STRATEGIES_FILE)
+        if os.path.isfile(path):
+            strategy_set = packing.StrategySet.load(path)
+        elif strategies:
+            raise FileNotFoundError(f"Strategies file {strategies!r} does not exist.")
+        else:
+            histogram_path = os.path.join(data_dir, HISTOGRAM_FILE)
+            if not os.path.isfile(histogram_path):
+                raise FileNotFoundError(
+                    f"{data_dir} has neither {STRATEGIES_FILE} nor {HISTOGRAM_FILE} to solve it "
+                    "from; rerun bert_flax.data.create_pretraining_data (it writes both)."
+                )
+            hist = packing_histogram.load_histogram(histogram_path)
+            strategy_set = packing.pack_histogram(
+                hist, max_seq_length, algorithm=algorithm, max_depth=max_sequences_per_pack
+            )
+            try:
+                strategy_set.save(path)
+            except OSError:
+                pass  # a read-only data dir: use the strategies without caching them
+    if strategy_set.max_len != max_seq_length:
+        raise ValueError(
+            f"Strategies are for rows of {strategy_set.max_len} tokens but the data has "
+            f"max_seq_length={max_seq_length}; recompute them for this data."
+        )
+    depth = max(len(s) for s, _ in strategy_set.strategies) if strategy_set.strategies else 0
+    if depth > max_sequences_per_pack:
+        raise ValueError(
+            f"Strategies put up to {depth} sequences in a pack but max_sequences_per_pack="
+            f"{max_sequences_per_pack}; raise it or recompute strategies with max_depth="
+            f"{max_sequences_per_pack}."
+        )
+    return strategy_set

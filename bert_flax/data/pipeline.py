@@ -23,7 +23,6 @@ How rows are made (``packed=True``, the default):
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -34,13 +33,12 @@ from bert_flax.data import records
 from bert_flax.data.contract import (
     FEATURES,
     FLOAT_FEATURES,
-    STRATEGIES_FILE,
     PreparedData,
     RowShape,
     feature_dtype,
+    load_strategies,
 )
 from bert_flax.data.records import ExampleTable
-from packing import histogram as packing_histogram
 
 
 def dataset_spec(shape: RowShape, batch_size: int | None) -> dict[str, tf.TensorSpec]:
@@ -118,42 +116,6 @@ def host_share(
     if len(files) % process_count == 0:
         return list(files[process_index::process_count]), (0, 1)
     return list(files), (process_index, process_count)
-
-
-def load_strategies(
-    data_dir: str, strategies, max_seq_length: int, max_sequences_per_pack: int, algorithm: str
-) -> packing.StrategySet:
-    """A StrategySet from an object, a path, DIR/strategies.json, or solved from histogram.txt."""
-    if isinstance(strategies, packing.StrategySet):
-        strategy_set = strategies
-    else:
-        path = strategies or os.path.join(data_dir, STRATEGIES_FILE)
-        if os.path.isfile(path):
-            strategy_set = packing.StrategySet.load(path)
-        elif strategies:
-            raise FileNotFoundError(f"Strategies file {strategies!r} does not exist.")
-        else:
-            hist = packing_histogram.load_histogram(os.path.join(data_dir, "histogram.txt"))
-            strategy_set = packing.pack_histogram(
-                hist, max_seq_length, algorithm=algorithm, max_depth=max_sequences_per_pack
-            )
-            try:
-                strategy_set.save(path)
-            except OSError:
-                pass  # a read-only data dir: use the strategies without caching them
-    if strategy_set.max_len != max_seq_length:
-        raise ValueError(
-            f"Strategies are for rows of {strategy_set.max_len} tokens but the data has "
-            f"max_seq_length={max_seq_length}; recompute them for this data."
-        )
-    depth = max(len(s) for s, _ in strategy_set.strategies) if strategy_set.strategies else 0
-    if depth > max_sequences_per_pack:
-        raise ValueError(
-            f"Strategies put up to {depth} sequences in a pack but max_sequences_per_pack="
-            f"{max_sequences_per_pack}; raise it or recompute strategies with max_depth="
-            f"{max_sequences_per_pack}."
-        )
-    return strategy_set
 
 
 def scale_strategies(strategy_set: packing.StrategySet, num_sequences: int) -> packing.StrategySet:

@@ -24,7 +24,7 @@ import tensorflow as tf
 from absl import app, flags
 
 from bert_flax.data import pipeline, records
-from bert_flax.data.contract import PreparedData
+from bert_flax.data.contract import PreparedData, load_strategies
 
 ExampleKey = tuple[bytes, bytes, bytes, bytes, int]
 
@@ -201,7 +201,7 @@ def verify(
     report = compare(reference, unpacked)
     predicted = None
     if not streaming:
-        strategy_set = pipeline.load_strategies(
+        strategy_set = load_strategies(
             data_dir, strategies, max_seq_length, max_sequences_per_pack, "nnlshp"
         )
         predicted = float(strategy_set.metrics().efficiency)

@@ -62,8 +62,8 @@ def test_prepared_data_reads_the_summary(tmp_path):
     assert data.splits == {"train": 11, "validation": 0}
     # floor(0.2 * 64) + 2 = 14 < 2 * 10.
     assert data.row_shape(2) == RowShape(64, 2, 14)
-    with pytest.raises(FileNotFoundError, match=r"strategies\.json not found"):
-        data.packing_factor()
+    with pytest.raises(FileNotFoundError, match=r"histogram\.txt"):
+        data.packing_factor(2, "spfhp")  # neither strategies.json nor a histogram to solve
     with pytest.raises(
         FileNotFoundError, match=r"summary\.json not found.*create_pretraining_data"
     ):

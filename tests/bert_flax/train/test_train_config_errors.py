@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 from jax.sharding import AbstractMesh
 
+import packing
 from bert_flax import sharding
 from bert_flax.train_setup import adjust_for_packing, create_train_setup, learning_rate_schedule
 
@@ -106,3 +109,33 @@ def test_packing_adjustments(make_config):
     assert (a.b1, a.b2) == pytest.approx((0.81, 0.999**2))
     config.train.packing_hparams = "none"
     assert adjust_for_packing(config, 2.0).b1 == 0.9
+
+
+def test_raise_betas_works_for_any_optimizer_with_betas(make_config):
+    config = make_config(**{"train.packing_hparams": "raise_betas"})
+    for name in ("lamb", "adamw", "shampoo"):
+        config.optimizer.name = name
+        assert adjust_for_packing(config, 2.0).b1 == pytest.approx(0.81)
+    config.optimizer.name = "sgd"
+    with pytest.raises(
+        ValueError, match=r"optimizer 'sgd' has none.*\['adamw', 'lamb', 'shampoo'\]"
+    ):
+        adjust_for_packing(config, 2.0)
+
+
+def test_unknown_packing_algorithm(make_config):
+    with pytest.raises(ValueError, match=r"config\.data\.algorithm='best' is not one of"):
+        create_train_setup(make_config(**{"data.algorithm": "best"}))
+
+
+@pytest.mark.parametrize("algorithm", ["spfhp", "lpfhp"])
+def test_missing_strategies_are_solved_with_the_configured_algorithm(
+    make_config, small_data_dir, tmp_path, algorithm
+):
+    data_dir = tmp_path / "data"
+    shutil.copytree(small_data_dir, data_dir)
+    (data_dir / "strategies.json").unlink()
+    setup = create_train_setup(make_config(str(data_dir), **{"data.algorithm": algorithm}))
+    solved = packing.StrategySet.load(str(data_dir / "strategies.json"))
+    assert solved.algorithm == algorithm
+    assert setup.adjustment.packing_factor == pytest.approx(solved.metrics().packing_factor)
