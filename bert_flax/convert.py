@@ -6,6 +6,8 @@
     python -m bert_flax.convert --from_tf=/ckpt/uncased_L-12_H-768_A-12 --out=/ckpt/flax_base
     # bert_flax -> HF directory loadable by transformers.BertForPreTraining.from_pretrained
     python -m bert_flax.convert --from_flax=/ckpt/flax_base --to_hf=/ckpt/hf_base
+    # a training run (bert_flax.main's workdir; latest checkpoint or --step=N) -> HF / bert_flax
+    python -m bert_flax.convert --from_workdir=workdir/tiny --to_hf=/ckpt/hf_tiny
 
 A bert_flax checkpoint directory holds `params.msgpack` (flax.serialization of the `params`
 tree, float32) and `bert_config.json` (`BertConfig.to_dict()`); read it with `load_params`.
@@ -26,6 +28,7 @@ import jax
 import numpy as np
 from absl import app, flags, logging
 
+from bert_flax import checkpointing
 from bert_flax.config import BertConfig
 from bert_flax.data.contract import MODEL_FEATURES
 from bert_flax.model import BertForPreTraining
@@ -461,6 +464,72 @@ def load_params(directory: str, **config_overrides: Any) -> tuple[BertConfig, Pa
 
 
 # ---------------------------------------------------------------------------------------------
+# Training runs, and any of the above by what a directory holds.
+
+
+def load_workdir(workdir: str, step: int | None = None) -> tuple[BertConfig, Params]:
+    """A training run's parameters (checkpoint `step`, default the latest) and its BertConfig
+    (the `bert_config.json` the run wrote)."""
+    config_path = os.path.join(workdir, CONFIG_FILE)
+    if not os.path.isfile(config_path):
+        raise FileNotFoundError(
+            f"{config_path} not found: {workdir!r} is not a bert_flax.main workdir."
+        )
+    with open(config_path) as f:
+        config = BertConfig.from_dict(json.load(f))
+    step, params = checkpointing.restore_params(workdir, step)
+    logging.info("Read the parameters of step %d from %s", step, workdir)
+    return config, params
+
+
+def checkpoint_kind(path: str) -> str:
+    """ "workdir", "bert_flax", "hf" or "tf": what `path` holds."""
+    if os.path.isdir(checkpointing.checkpoint_dir(path)):
+        return "workdir"
+    if os.path.isfile(os.path.join(path, PARAMS_FILE)):
+        return "bert_flax"
+    if os.path.isfile(os.path.join(path, "config.json")):
+        return "hf"
+    if glob.glob(os.path.join(path, "*.index")) or glob.glob(path + ".index"):
+        return "tf"
+    raise FileNotFoundError(
+        f"{path!r} is none of: a bert_flax.main workdir (checkpoints/), a bert_flax directory "
+        f"({PARAMS_FILE}), a Hugging Face directory (config.json + weights), a Google BERT "
+        "checkpoint (*.index + bert_config.json)."
+    )
+
+
+def load_pretrained(path: str, step: int | None = None) -> tuple[BertConfig, Params]:
+    """(BertConfig, params) from any checkpoint `checkpoint_kind` recognises; `step` picks a
+    workdir's checkpoint (default the latest)."""
+    kind = checkpoint_kind(path)
+    if step is not None and kind != "workdir":
+        raise ValueError(f"A step ({step}) selects a workdir's checkpoint; {path!r} is {kind}.")
+    if kind == "workdir":
+        return load_workdir(path, step)
+    if kind == "bert_flax":
+        return load_params(path)
+    if kind == "hf":
+        return load_hf_checkpoint(path)
+    return load_tf_checkpoint(path)
+
+
+def check_params_fit(params: Params, expected: Mapping[str, tuple[int, ...]], source: str) -> None:
+    """Raises ValueError naming every parameter of `params` missing from, extra to, or shaped
+    unlike `expected` ({"bert/layer_0/...": shape})."""
+    got = {k: tuple(v.shape) for k, v in _flatten(params).items()}
+    problems = [f"{k}: missing from {source}" for k in sorted(set(expected) - set(got))]
+    problems += [f"{k}: in {source} but not in the model" for k in sorted(set(got) - set(expected))]
+    problems += [
+        f"{k}: {source} has shape {got[k]}, the model {tuple(expected[k])}"
+        for k in sorted(set(got) & set(expected))
+        if got[k] != tuple(expected[k])
+    ]
+    if problems:
+        raise ValueError(f"Parameters of {source} do not fit the model: " + "; ".join(problems))
+
+
+# ---------------------------------------------------------------------------------------------
 # Command line.
 
 FLAGS = flags.FLAGS
@@ -468,21 +537,29 @@ flags.DEFINE_string("from_hf", None, "HF directory: config.json + model.safetens
 flags.DEFINE_string("from_tf", None, "Google BERT checkpoint directory or prefix.")
 flags.DEFINE_string("tf_config", None, "bert_config.json (default: next to the TF checkpoint).")
 flags.DEFINE_string("from_flax", None, "bert_flax directory written by this tool.")
+flags.DEFINE_string("from_workdir", None, "A bert_flax.main workdir (its latest checkpoint).")
+flags.DEFINE_integer("step", None, "With --from_workdir: the checkpoint step (default: latest).")
 flags.DEFINE_string("out", None, "Output bert_flax directory (params.msgpack + bert_config.json).")
 flags.DEFINE_string("to_hf", None, "Output HF directory (config.json + model.safetensors).")
 
 
 def main(argv: list[str]) -> None:
     del argv
-    sources = [s for s in (FLAGS.from_hf, FLAGS.from_tf, FLAGS.from_flax) if s]
+    sources = [s for s in (FLAGS.from_hf, FLAGS.from_tf, FLAGS.from_flax, FLAGS.from_workdir) if s]
     if len(sources) != 1:
-        raise app.UsageError("Give exactly one of --from_hf, --from_tf, --from_flax.")
+        raise app.UsageError(
+            "Give exactly one of --from_hf, --from_tf, --from_flax, --from_workdir."
+        )
+    if FLAGS.step is not None and not FLAGS.from_workdir:
+        raise app.UsageError("--step selects a checkpoint of --from_workdir.")
     if not (FLAGS.out or FLAGS.to_hf):
         raise app.UsageError("Give --out (bert_flax) and/or --to_hf (Hugging Face).")
     if FLAGS.from_hf:
         config, params = load_hf_checkpoint(FLAGS.from_hf)
     elif FLAGS.from_tf:
         config, params = load_tf_checkpoint(FLAGS.from_tf, FLAGS.tf_config)
+    elif FLAGS.from_workdir:
+        config, params = load_workdir(FLAGS.from_workdir, FLAGS.step)
     else:
         config, params = load_params(FLAGS.from_flax)
     count = sum(v.size for v in _flatten(params).values())

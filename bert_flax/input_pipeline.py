@@ -4,8 +4,8 @@ Real data comes from `bert_flax.data.pipeline.packed_dataset` (packed, or padded
 `config.data.packed=False`); `config.data.synthetic` gives random packed batches instead. Every
 process reads its own shard (`process_index`/`process_count`) and yields
 `global_rows / process_count` rows; `sharding.global_batch` assembles the global array. Iterators
-start at a given position (batches already consumed), which is how a resumed run continues with
-the data it has not seen yet.
+start at a given position (batches already consumed), computed rather than replayed, which is how
+a resumed run continues with the data it has not seen yet.
 """
 
 from __future__ import annotations
@@ -43,7 +43,9 @@ def synthetic_iterator(
         yield synthetic.random_batch(local_rows(rows), shape, vocab_size=vocab_size, seed=seed)
 
 
-def dataset(config: ml_collections.ConfigDict, split: str, rows: int, *, train: bool):
+def dataset(
+    config: ml_collections.ConfigDict, split: str, rows: int, *, train: bool, start: int = 0
+):
     """The tf.data pipeline of `split` yielding this process's `rows / process_count` rows."""
     from bert_flax.data import pipeline
 
@@ -60,6 +62,7 @@ def dataset(config: ml_collections.ConfigDict, split: str, rows: int, *, train: 
         process_index=jax.process_index(),
         process_count=jax.process_count(),
         algorithm=data.algorithm,
+        start_batch=start,
     )
 
 
@@ -74,10 +77,9 @@ def train_iterator(
     """Endless training batches from position `start` on."""
     if config.data.synthetic:
         return synthetic_iterator(config, rows, shape, vocab_size, start=start)
-    ds = dataset(config, config.data.train_split, rows, train=True)
-    if start:
-        ds = ds.skip(start)
-    return ds.as_numpy_iterator()
+    return dataset(
+        config, config.data.train_split, rows, train=True, start=start
+    ).as_numpy_iterator()
 
 
 def eval_batches(

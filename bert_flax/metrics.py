@@ -74,8 +74,14 @@ class Throughput:
         }
 
 
-def progress_line(step: int, total_steps: int, summary: Mapping[str, float]) -> str:
-    """`step 120/600 (20%) | loss 6.12 | mlm_acc 0.121 | 812 seq/s | 61k tok/s | ETA 2m03s`."""
+def progress_line(
+    step: int,
+    total_steps: int,
+    summary: Mapping[str, float],
+    host: Mapping[str, float] | None = None,
+) -> str:
+    """`step 120/600 (20%) | loss 6.12 | mlm_acc 0.121 | 812 seq/s | 61k tok/s | ETA 2m03s`,
+    then the optimizer's host metrics (`shampoo/staleness 3`, ...) if any."""
     remaining = (total_steps - step) * summary.get("step_seconds", 0.0)
     parts = [
         f"step {step}/{total_steps} ({100.0 * step / total_steps:.0f}%)",
@@ -87,6 +93,7 @@ def progress_line(step: int, total_steps: int, summary: Mapping[str, float]) -> 
         f"{summary.get('real_tokens_per_second', 0.0) / 1e3:,.1f}k tok/s",
         f"ETA {format_seconds(remaining)}",
     ]
+    parts += [f"{name} {value:.4g}" for name, value in (host or {}).items()]
     return " | ".join(parts)
 
 

@@ -10,7 +10,12 @@ Per step: this process's rows -> global sharded batch -> jitted `train_step` -> 
 work (`optim.after_step`). Every `log.every_steps`: metrics to the console, TensorBoard and
 `metrics.jsonl`; every `eval.every_steps`: masked-LM accuracy on held-out data (MLPerf's metric);
 every `checkpoint.every_steps` and at the end: an orbax checkpoint (and a restart resumes from
-it). SIGTERM saves and stops cleanly. At the end the workdir holds PNG plots.
+it, at the data position it had reached, computed rather than replayed). A checkpoint of other
+prepared data starts a new phase (two-phase pre-training: same parameters, optimizer state and
+step; the new data from its beginning). Without a checkpoint, `config.init_from` gives the
+starting parameters (a Hugging Face or Google BERT checkpoint, a bert_flax directory, or another
+run's workdir). SIGTERM, at any point, saves and stops within `checkpoint.preemption_grace_seconds`
+(or keeps the last complete checkpoint). At the end the workdir holds PNG plots.
 """
 
 from __future__ import annotations
@@ -19,17 +24,20 @@ import json
 import logging as logging_std
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
+import flax.traverse_util
 import jax
 import ml_collections
 import numpy as np
 from absl import logging
 
 import optim
-from bert_flax import checkpointing, input_pipeline, metrics, plots, sharding
+from bert_flax import checkpointing, convert, input_pipeline, metrics, plots, sharding
 from bert_flax.data.contract import check_batch
 from bert_flax.train_setup import TrainSetup, create_train_setup
+from bert_flax.train_step import TrainState
 
 
 def quiet_library_logs() -> None:
@@ -67,11 +75,34 @@ def maybe_initialize_distributed(config: ml_collections.ConfigDict) -> None:
     )
 
 
-def evaluate(setup: TrainSetup, params: Any, batches: list[dict[str, np.ndarray]]) -> dict:
-    """Metrics over the fixed eval set; `masked_lm_accuracy` is correct / all masked tokens."""
-    steps = [setup.eval_step(params, sharding.global_batch(setup.mesh, b)) for b in batches]
-    summary = metrics.summarize(metrics.sum_metrics(steps))
-    return {k: v for k, v in summary.items() if k not in ("steps", "loss")}
+def evaluate(
+    setup: TrainSetup,
+    params: Any,
+    batches: list[dict[str, np.ndarray]],
+    *,
+    stop_requested: Callable[[], bool] = lambda: False,
+    max_minutes: float = 0.0,
+    progress_seconds: float = 30.0,
+) -> tuple[dict[str, float], bool]:
+    """(metrics over the eval set, whether it ran to the end). `masked_lm_accuracy` is correct
+    over all masked tokens. It stops early when `stop_requested()` (preemption) or after
+    `max_minutes`, and logs its progress every `progress_seconds`."""
+    started = last_report = time.perf_counter()
+    steps, complete = [], True
+    for index, batch in enumerate(batches):
+        now = time.perf_counter()
+        if stop_requested() or (max_minutes and now - started > 60.0 * max_minutes):
+            complete = False
+            logging.warning("Evaluation stopped after %d of %d batches.", index, len(batches))
+            break
+        if now - last_report > progress_seconds:
+            logging.info("eval: %d/%d batches, %.0fs", index, len(batches), now - started)
+            last_report = now
+        steps.append(setup.eval_step(params, sharding.global_batch(setup.mesh, batch)))
+    summary = metrics.summarize(metrics.sum_metrics(steps)) if steps else {}
+    summary = {k: v for k, v in summary.items() if k not in ("steps", "loss")}
+    summary["eval_batches"] = float(len(steps))
+    return summary, complete
 
 
 def step_rng(seed: int, step: int) -> jax.Array:
@@ -97,10 +128,74 @@ def describe(setup: TrainSetup) -> dict[str, Any]:
     }
 
 
+def data_identity(setup: TrainSetup) -> str:
+    """What a checkpoint remembers of the data it was reading: the prepared data's fingerprint
+    (or the synthetic row shape). A different one on resume starts a new phase."""
+    if setup.data is not None:
+        return setup.data.fingerprint
+    return f"synthetic:{setup.row_shape.max_seq_length}"
+
+
+def initial_state(
+    setup: TrainSetup, checkpointer: checkpointing.Checkpointer, workdir: str
+) -> tuple[TrainState, dict[str, Any]]:
+    """(state, progress) to start from: the workdir's latest checkpoint if it has one (and if it
+    was reading other data, a new phase: same parameters, optimizer state and step, this data
+    from its beginning); else `config.init_from`'s parameters or the fresh initialisation."""
+    config, data = setup.config, data_identity(setup)
+    progress = {"data_position": 0, "sequences_seen": 0.0, "seed": config.seed, "data": data}
+    restored = checkpointer.restore_latest(setup.state, setup.state_shardings)
+    if restored is None:
+        state = setup.state
+        if config.init_from:
+            state = with_pretrained_params(setup, config.init_from, config.init_from_step)
+        return state, progress
+    state, saved = restored
+    if saved.get("seed") != config.seed:
+        raise ValueError(
+            f"{workdir} holds a run with seed {saved.get('seed')}, not {config.seed}; "
+            "use another workdir or the same seed."
+        )
+    if saved.get("data", data) != data:
+        step = int(jax.device_get(state.step))
+        logging.warning(
+            "New phase at step %d: %s holds a checkpoint of other data; keeping its "
+            "parameters, optimizer state and step, and reading this data from its beginning.",
+            step,
+            workdir,
+        )
+        phases = [*saved.get("phases", []), {"step": step, "data": data}]
+        return state, {**saved, "data_position": 0, "data": data, "phases": phases}
+    return state, saved
+
+
+def with_pretrained_params(setup: TrainSetup, path: str, step: int | None) -> TrainState:
+    """`setup.state` with the parameters of checkpoint `path` (any `convert.checkpoint_kind`),
+    placed with the state's shardings; every misfit parameter is named."""
+    _, params = convert.load_pretrained(path, step)
+    expected = {
+        "/".join(k): v.shape for k, v in flax.traverse_util.flatten_dict(setup.state.params).items()
+    }
+    convert.check_params_fit(params, expected, path)
+    params = jax.tree_util.tree_map(
+        lambda new, old: np.asarray(new, old.dtype), params, setup.state.params
+    )
+    logging.info("Initialised the parameters from %s", path)
+    return setup.state.replace(params=jax.device_put(params, setup.state_shardings.params))
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     """Trains (resuming from `workdir` if it holds checkpoints); returns the final metrics."""
     quiet_library_logs()
     maybe_initialize_distributed(config)
+    grace = config.checkpoint.preemption_grace_seconds
+    with checkpointing.PreemptionGuard(grace_seconds=grace) as guard:
+        return _train(config, workdir, guard)
+
+
+def _train(
+    config: ml_collections.ConfigDict, workdir: str, guard: checkpointing.PreemptionGuard
+) -> dict[str, Any]:
     setup = create_train_setup(config)
     total_steps = config.train.steps
     vocab = setup.model_config.vocab_size
@@ -110,6 +205,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     if writer.enabled:
         with open(os.path.join(workdir, "config.json"), "w") as f:
             f.write(config.to_json_best_effort(indent=2))
+        with open(os.path.join(workdir, convert.CONFIG_FILE), "w") as f:
+            json.dump(setup.model_config.to_dict(), f, indent=2)  # what convert exports with
         writer.write_text("config", f"```\n{config}\n```")
 
     checkpointer = checkpointing.Checkpointer(
@@ -118,16 +215,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         keep=config.checkpoint.keep,
         enabled=config.checkpoint.enabled,
     )
-    state = setup.state
-    progress = {"data_position": 0, "sequences_seen": 0.0, "seed": config.seed}
-    restored = checkpointer.restore_latest(state, setup.state_shardings)
-    if restored is not None:
-        state, progress = restored
-        if progress.get("seed") != config.seed:
-            raise ValueError(
-                f"{workdir} holds a run with seed {progress.get('seed')}, not {config.seed}; "
-                "use another workdir or the same seed."
-            )
+    state, progress = initial_state(setup, checkpointer, workdir)
     start_step = int(jax.device_get(state.step))
 
     train_iter = input_pipeline.train_iterator(
@@ -157,59 +245,65 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         total = metrics.sum_metrics(pending)
         pending = []
         progress["sequences_seen"] += total.get("sequences", 0.0)
-        train_summary = {
-            **metrics.summarize(total),
-            **throughput.measure(total),
-            **optim.host_metrics(setup.tx, state.opt_state),
-        }
+        host = optim.host_metrics(setup.tx, state.opt_state)
+        train_summary = {**metrics.summarize(total), **throughput.measure(total), **host}
         train_summary["sequences_seen"] = progress["sequences_seen"]
         writer.write("train", step, train_summary)
-        logging.info("%s", metrics.progress_line(step, total_steps, train_summary))
+        logging.info("%s", metrics.progress_line(step, total_steps, train_summary, host))
 
     def run_eval(step: int) -> None:
         nonlocal eval_summary
         t0 = time.perf_counter()
-        eval_summary = evaluate(setup, state.params, eval_set)
-        eval_summary["baseline_accuracy"] = baseline
+        summary, complete = evaluate(
+            setup,
+            state.params,
+            eval_set,
+            stop_requested=lambda: guard.requested,
+            max_minutes=config.eval.max_minutes,
+        )
+        if not summary.get("eval_batches"):
+            return
+        eval_summary = {**summary, "baseline_accuracy": baseline, "complete": float(complete)}
         writer.write("eval", step, eval_summary)
         logging.info(
             "eval step %d | masked_lm_accuracy %.4f (baseline %.4f) | mlm_loss %.4f | "
-            "nsp_accuracy %.3f | %.1fs",
+            "nsp_accuracy %.3f | %d batches | %.1fs",
             step,
             eval_summary.get("masked_lm_accuracy", float("nan")),
             baseline,
             eval_summary.get("mlm_loss", float("nan")),
             eval_summary.get("nsp_accuracy", float("nan")),
+            summary["eval_batches"],
             time.perf_counter() - t0,
         )
         throughput.reset()
 
     preempted = False
     deadline = started + 60.0 * config.train.max_minutes if config.train.max_minutes else None
-    with checkpointing.PreemptionGuard() as guard:
-        for step in range(start_step + 1, total_steps + 1):
-            local = next(train_iter)
-            if step == start_step + 1:
-                check_batch(local, setup.model_config, setup.row_shape)
-            batch = sharding.global_batch(setup.mesh, local)
-            state, step_metrics = setup.train_step(state, batch, step_rng(config.seed, step - 1))
-            state = state.replace(opt_state=optim.after_step(setup.tx, state.opt_state, step))
-            progress["data_position"] += 1
-            pending.append(step_metrics)
-            last = step == total_steps or (deadline is not None and time.perf_counter() > deadline)
-            stop = guard.requested or checkpointer.reached_preemption(step)
-            if step % config.log.every_steps == 0 or last or stop:
-                flush(step)
-            if step % config.eval.every_steps == 0 or last:
-                run_eval(step)
-            if step % config.checkpoint.every_steps == 0 or last or stop:
-                flush(step)
-                checkpointer.save(step, state, dict(progress), force=last or stop)
-            if stop:
-                preempted = True
-                logging.warning("Stopping at step %d after saving (preemption).", step)
-            if stop or last:
-                break
+    for step in range(start_step + 1, total_steps + 1):
+        local = next(train_iter)
+        if step == start_step + 1:
+            check_batch(local, setup.model_config, setup.row_shape)
+        batch = sharding.global_batch(setup.mesh, local)
+        state, step_metrics = setup.train_step(state, batch, step_rng(config.seed, step - 1))
+        state = state.replace(opt_state=optim.after_step(setup.tx, state.opt_state, step))
+        progress["data_position"] += 1
+        pending.append(step_metrics)
+        last = step == total_steps or (deadline is not None and time.perf_counter() > deadline)
+        evaluate_now = step % config.eval.every_steps == 0 or last
+        save_now = step % config.checkpoint.every_steps == 0 or last
+        if step % config.log.every_steps == 0 or evaluate_now or save_now or guard.requested:
+            flush(step)  # before evaluating, so the throughput covers training only
+        if evaluate_now and not guard.requested:
+            run_eval(step)
+        stop = guard.requested or checkpointer.reached_preemption(step)
+        if save_now or stop:
+            checkpointer.save(step, state, dict(progress), force=last or stop)
+        if stop:
+            preempted = True
+            logging.warning("Stopping at step %d after saving (preemption).", step)
+        if stop or last:
+            break
     del train_iter  # closes the tf.data generator now rather than at interpreter exit
     checkpointer.close()
     writer.close()
@@ -228,6 +322,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     if writer.enabled:
         with open(os.path.join(workdir, "final_metrics.json"), "w") as f:
             json.dump(final, f, indent=2, default=float)
-        if config.log.plots:
+        if config.log.plots and not preempted:
             plots.plot_run(workdir, config.data.data_dir if not config.data.synthetic else None)
     return final

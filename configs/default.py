@@ -19,6 +19,7 @@ Fields (see docs/training.md for the whole story):
 """
 
 import ml_collections
+from ml_collections.config_dict import placeholder
 
 import optim
 from bert_flax.config import config_section
@@ -27,6 +28,11 @@ from bert_flax.config import config_section
 def get_config() -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
     config.seed = 0
+    # Starting parameters when the workdir has no checkpoint: a Hugging Face directory, a Google
+    # BERT checkpoint, a bert_flax directory (bert_flax.convert --out) or another run's workdir
+    # (its latest checkpoint, or step init_from_step). Parameters only; shapes must match.
+    config.init_from = ""
+    config.init_from_step = placeholder(int)
 
     # Every BertConfig field but `dtype` (from train.dtype); None = the preset's value.
     config.model = config_section("tiny")
@@ -83,11 +89,15 @@ def get_config() -> ml_collections.ConfigDict:
     config.checkpoint.every_steps = 500
     config.checkpoint.keep = 3
     config.checkpoint.enabled = True
+    # After SIGTERM the loop saves and stops at the next step or eval batch; if it cannot get
+    # there within this long (a compilation), the process exits keeping the last checkpoint.
+    config.checkpoint.preemption_grace_seconds = 8.0
 
     config.eval = ml_collections.ConfigDict()
     config.eval.every_steps = 500
     config.eval.num_batches = 20  # 0 = the whole split once
     config.eval.batch_size = 32
+    config.eval.max_minutes = 0.0  # > 0: stop an evaluation (keeping what it did) after this long
 
     config.log = ml_collections.ConfigDict()
     config.log.every_steps = 20

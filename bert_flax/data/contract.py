@@ -27,6 +27,7 @@ A padded (unpacked) batch is the same with D = 1. Attention connects only tokens
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -141,6 +142,12 @@ class PreparedData:
     @property
     def cls_id(self) -> int:
         return int(self.summary["vocab"]["special_ids"]["cls"])
+
+    @property
+    def fingerprint(self) -> str:
+        """A digest of the summary: the same data wherever the directory lives."""
+        text = json.dumps(self.summary, sort_keys=True).encode()
+        return hashlib.sha256(text).hexdigest()[:16]
 
     @property
     def splits(self) -> dict[str, int]:

@@ -291,6 +291,7 @@ def packed_dataset(
     online_buffer_size: int = 256,
     algorithm: str = "nnlshp",
     prefetch: int = 2,
+    start_batch: int = 0,
 ) -> tf.data.Dataset:
     """Batches of packed rows, exactly the packed-batch contract (see module docstring).
 
@@ -312,11 +313,16 @@ def packed_dataset(
         instead of the whole host split.
       shuffle_buffer: record shuffle buffer when streaming or windowed.
       online_buffer_size: open packs of the online packer.
+      start_batch: begin where a stream that had already yielded this many batches stands
+        (resume). The position is computed, not replayed: in memory from one epoch's pack
+        count; streaming or windowed by reading and counting packs without building rows.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
     if max_sequences_per_pack < 1:
         raise ValueError(f"max_sequences_per_pack must be >= 1, got {max_sequences_per_pack}.")
+    if start_batch < 0:
+        raise ValueError(f"start_batch must be >= 0, got {start_batch}.")
     data = PreparedData.load(data_dir)
     L, M = data.max_seq_length, data.max_predictions_per_seq
     shape = data.row_shape(max_sequences_per_pack, packed=packed)
@@ -367,14 +373,32 @@ def packed_dataset(
                     np.random.default_rng(window_seed).shuffle(order)
                 yield window, [[int(i)] for i in order]
 
+    def start_position() -> tuple[int, int, int | None]:
+        """(epoch, packs to drop in it, packs per epoch) of row `start_batch * batch_size`.
+
+        In memory every epoch holds the same number of packs (the same lengths, reshuffled),
+        so the position is computed from one epoch's assignment; streaming or windowed, the
+        epoch is not known in advance and its packs are counted as they are read (no rows
+        are built for them)."""
+        rows = start_batch * batch_size
+        if not in_memory or rows == 0:
+            return 0, rows, None
+        per_epoch = sum(len(packs) for _, packs in epoch_batches(0))
+        if not repeat:
+            return 0, rows, per_epoch
+        epoch, offset = divmod(rows, per_epoch)
+        return epoch, offset, per_epoch
+
     def generate() -> Iterator[dict[str, np.ndarray]]:
         pending: list[dict[str, np.ndarray]] = []  # rows of a batch not yet full
         pending_rows = 0
-        epoch = 0
+        epoch, to_skip, per_epoch = start_position()
         while True:
             epoch_packs = 0
             for window, packs in epoch_batches(epoch):
                 epoch_packs += len(packs)
+                dropped = min(to_skip, len(packs))
+                packs, to_skip = packs[dropped:], to_skip - dropped
                 i = 0
                 while i < len(packs):  # rows flow across window and epoch boundaries
                     take = min(batch_size - pending_rows, len(packs) - i)
@@ -390,6 +414,11 @@ def packed_dataset(
                         pending, pending_rows = [], 0
             if epoch_packs == 0:
                 raise ValueError(f"Host {process_index}/{process_count} has no {split} examples.")
+            if per_epoch is not None and epoch_packs != per_epoch:
+                raise RuntimeError(
+                    f"Epoch {epoch} made {epoch_packs} packs, not {per_epoch}: the resume "
+                    "position computed for start_batch would be wrong."
+                )
             epoch += 1
             if not repeat:
                 break

@@ -299,3 +299,25 @@ def test_example_key_is_the_identity_of_all_features():
     assert a == example_key(np.array([101, 5, 102]), [0, 0, 0], [1], [7], 0)
     assert a != example_key([101, 5, 102], [0, 0, 0], [1], [7], 1)
     assert a != example_key([101, 5, 102], [0, 0, 1], [1], [7], 0)
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [{}, {"packed": False}, {"streaming": True}, {"pack_window": 500}],
+    ids=["in_memory", "padded", "streaming", "windowed"],
+)
+def test_a_resumed_stream_equals_the_uninterrupted_one(data_dir, mode):
+    """Batch for batch, from positions inside the first epoch and past epoch boundaries."""
+    kwargs = {"batch_size": 256, "process_index": 0, "process_count": 1, "seed": 4, **mode}
+    straight = pipeline.packed_dataset(data_dir, **kwargs).as_numpy_iterator()
+    reference = [next(straight) for _ in range(24)]
+    rows_per_epoch = pipeline.pack_stats(data_dir, seed=4)["rows"] if not mode else None
+    if rows_per_epoch is not None:
+        assert 24 * 256 > 2 * rows_per_epoch  # the 24 batches span more than two epochs
+    for start in (3, 11, 20):
+        resumed = pipeline.packed_dataset(data_dir, start_batch=start, **kwargs)
+        for offset, batch in enumerate(resumed.take(4).as_numpy_iterator()):
+            for name, value in batch.items():
+                np.testing.assert_array_equal(
+                    value, reference[start + offset][name], err_msg=f"{start}+{offset} {name}"
+                )
