@@ -150,3 +150,28 @@ def test_bad_checkpoints_are_rejected(hf_model):
         convert.config_from_hf(
             {**hf_model.config.to_dict(), "position_embedding_type": "relative_key"}
         )
+
+
+def test_checkpoint_kind_by_what_a_directory_holds(tmp_path):
+    from bert_flax import convert
+
+    kinds = {
+        "workdir": ["checkpoints/", "config.json", "bert_config.json"],
+        "bert_flax": ["params.msgpack", "bert_config.json"],
+        "hf": ["config.json", "model.safetensors"],
+        "tf": ["bert_model.ckpt.index", "bert_config.json"],
+    }
+    for kind, files in kinds.items():
+        folder = tmp_path / kind
+        for name in files:
+            target = folder / name
+            if name.endswith("/"):
+                target.mkdir(parents=True)
+            else:
+                folder.mkdir(parents=True, exist_ok=True)
+                target.write_text("")
+        assert convert.checkpoint_kind(str(folder)) == kind
+    with pytest.raises(FileNotFoundError, match="is none of"):
+        convert.checkpoint_kind(str(tmp_path))
+    with pytest.raises(ValueError, match="selects a workdir's checkpoint"):
+        convert.load_pretrained(str(tmp_path / "hf"), step=3)

@@ -1,0 +1,29 @@
+r"""The CPU demo (configs/tiny.py) with Shampoo: inverse roots on the host, asynchronously.
+
+  python -m bert_flax.main --config=configs/tiny_shampoo.py --workdir=workdir/tiny_shampoo \
+      --config.data.data_dir=workdir/sotu_128
+
+Every `preconditioning_compute_steps` steps the host computes new inverse 4th roots of the
+statistics while the device keeps stepping with the previous ones (`asynchronous`); the Adam
+graft sets each block's step size, so the learning rate is AdamW's. `shampoo/staleness` (steps
+since the roots in use were computed from the statistics), `shampoo/root_failures` and the root
+job seconds appear in the progress line, TensorBoard and metrics.jsonl.
+"""
+
+import ml_collections
+
+from configs import tiny
+
+
+def get_config() -> ml_collections.ConfigDict:
+    config = tiny.get_config()
+    config.optimizer.name = "shampoo"
+    config.optimizer.shampoo.update(
+        asynchronous=True,
+        block_size=128,
+        graft="adam",
+        start_preconditioning_step=10,
+        preconditioning_compute_steps=10,
+        weight_decay=0.01,
+    )
+    return config

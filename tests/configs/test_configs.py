@@ -1,0 +1,42 @@
+"""Every config in configs/ builds: its model, its optimizer, and it passes validation."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import jax.numpy as jnp
+import optax
+import pytest
+
+import configs
+import optim
+from bert_flax.config import from_config_section
+from bert_flax.train_setup import adjust_for_packing, validate_config
+
+# Configs whose get_config takes a phase.
+PHASED = {"bert_base", "bert_base_padded", "bert_base_shampoo", "bert_large", "bert_large_padded"}
+CASES = [
+    (module.name, phase)
+    for module in pkgutil.iter_modules(configs.__path__)
+    for phase in (("phase1", "phase2") if module.name in PHASED else (None,))
+]
+
+
+def test_every_config_file_is_covered():
+    assert {"tiny", "tiny_shampoo", "bert_base_shampoo"} <= {name for name, _ in CASES}
+
+
+@pytest.mark.parametrize(("name", "phase"), CASES)
+def test_config_builds_model_and_optimizer(name, phase):
+    module = importlib.import_module(f"configs.{name}")
+    config = module.get_config(phase) if phase else module.get_config()
+    config.data.synthetic = not config.data.data_dir
+    validate_config(config)
+    model = from_config_section(config.model, dtype=config.train.dtype)
+    assert model.num_layers >= 1
+    tx = optim.create(config.optimizer, learning_rate=optax.constant_schedule(1e-3))
+    params = {"kernel": jnp.ones((8, 8))}
+    updates, _ = tx.update(params, tx.init(params), params)
+    assert updates["kernel"].shape == (8, 8)
+    adjust_for_packing(config, 1.5)

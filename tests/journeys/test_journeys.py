@@ -1,0 +1,294 @@
+"""A researcher's journeys, run as the commands a user types (subprocesses, tiny shapes).
+
+Data: a few speeches of the bundled corpus prepared with the command line at 64 and at 128 tokens.
+Each journey runs `python -m bert_flax.main` / `bert_flax.convert` and checks what lands in the
+workdir (final_metrics.json, bert_config.json, checkpoints) and what the process printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from bert_flax.data import corpus
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# A 1-layer, 32-wide BERT on rows of 64 tokens, by flags as a user would shrink configs/tiny.py.
+TINY = [
+    "--config=configs/tiny.py",
+    "--config.model.num_layers=1",
+    "--config.model.hidden_size=32",
+    "--config.model.num_heads=2",
+    "--config.model.intermediate_size=64",
+    "--config.model.max_position_embeddings=128",
+    "--config.model.hidden_dropout_rate=0.0",
+    "--config.model.attention_dropout_rate=0.0",
+    "--config.train.batch_size=8",
+    "--config.eval.batch_size=8",
+    "--config.eval.num_batches=2",
+    "--config.schedule.warmup_steps=1",
+    "--config.log.every_steps=1",
+    "--config.log.plots=False",
+]
+
+
+def run(*args: str, timeout: float = 600, **popen) -> subprocess.CompletedProcess:
+    env = dict(os.environ, JAX_PLATFORMS="cpu", **popen.pop("env", {}))
+    return subprocess.run(
+        [sys.executable, "-m", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **popen,
+    )
+
+
+def train(workdir, data_dir: str, *flags: str, length: int = 64, **kwargs):
+    done = run(
+        "bert_flax.main",
+        *TINY,
+        f"--workdir={workdir}",
+        f"--config.data.data_dir={data_dir}",
+        f"--config.data.max_seq_length={length}",
+        *flags,
+        **kwargs,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    with open(os.path.join(workdir, "final_metrics.json")) as f:
+        return json.load(f), done.stderr
+
+
+def progress_of(workdir, step: int) -> dict:
+    with open(os.path.join(workdir, "checkpoints", str(step), "progress", "metadata")) as f:
+        return json.load(f)
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory) -> dict[int, str]:
+    """Ten speeches prepared by the command line at 64 and at 128 tokens."""
+    speeches = tmp_path_factory.mktemp("speeches")
+    source = corpus.bundled_corpus_dir()
+    for name in sorted(os.listdir(source))[-10:]:
+        shutil.copy(os.path.join(source, name), speeches / name)
+    out = {}
+    for length in (64, 128):
+        out[length] = str(tmp_path_factory.mktemp(f"sotu_{length}"))
+        done = run(
+            "bert_flax.data.create_pretraining_data",
+            f"--input={speeches}",
+            f"--output_dir={out[length]}",
+            f"--max_seq_length={length}",
+            "--dupe_factor=1",
+            "--num_train_shards=2",
+            "--validation_fraction=0.2",
+            "--num_workers=1",
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("optimizer", "flags"),
+    [
+        ("sgd", ["--config.optimizer.sgd.momentum=0.5"]),
+        ("adamw", ["--config.optimizer.adamw.b2=0.98"]),
+        ("lamb", ["--config.train.packing_hparams=raise_betas"]),
+        (
+            "shampoo",
+            [
+                "--config.optimizer.shampoo.asynchronous=True",
+                "--config.optimizer.shampoo.block_size=32",
+                "--config.optimizer.shampoo.start_preconditioning_step=1",
+                "--config.optimizer.shampoo.preconditioning_compute_steps=2",
+            ],
+        ),
+    ],
+)
+def test_every_optimizer_and_model_field_by_flag(prepared, tmp_path, optimizer, flags):
+    final, log = train(
+        tmp_path,
+        prepared[64],
+        f"--config.optimizer.name={optimizer}",
+        "--config.train.steps=4",
+        "--config.eval.every_steps=4",
+        *flags,
+    )
+    assert final["step"] == 4 and np.isfinite(final["train"]["loss"])
+    with open(tmp_path / "bert_config.json") as f:
+        model = json.load(f)
+    assert (model["num_layers"], model["hidden_size"]) == (1, 32)  # --config.model.* reached it
+    assert f'"name": "{optimizer}"' in (tmp_path / "config.json").read_text()
+    if optimizer == "shampoo":
+        assert "shampoo/staleness" in final["train"]
+        assert "shampoo/staleness" in log  # in the console line too
+    if optimizer == "lamb":
+        factor = final["setup"]["packing_factor"]
+        assert final["setup"]["betas"][0] == pytest.approx(0.9**factor)
+
+
+@pytest.mark.slow
+def test_two_phases_on_two_data_directories(prepared, tmp_path):
+    phase1, _ = train(
+        tmp_path, prepared[64], "--config.train.steps=3", "--config.eval.every_steps=3"
+    )
+    assert phase1["step"] == 3 and progress_of(tmp_path, 3)["data_position"] == 3
+    phase2, log = train(
+        tmp_path,
+        prepared[128],
+        "--config.train.steps=5",
+        "--config.eval.every_steps=5",
+        "--config.data.max_predictions_per_seq=20",
+        length=128,
+    )
+    assert "New phase at step 3" in log
+    assert phase2["step"] == 5 and phase2["steps_this_run"] == 2
+    assert phase2["setup"]["max_seq_length"] == 128
+    progress = progress_of(tmp_path, 5)
+    assert progress["data_position"] == 2  # phase 2's data from its beginning
+    assert [p["step"] for p in progress["phases"]] == [3]
+    resumed, log = train(
+        tmp_path, prepared[128], "--config.train.steps=7", "--config.eval.every_steps=7", length=128
+    )
+    assert "New phase" not in log and resumed["steps_this_run"] == 2
+    assert progress_of(tmp_path, 7)["data_position"] == 4  # continued inside phase 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("devices", [1, 8])
+def test_sigterm_a_running_shampoo_job_then_rerun(prepared, tmp_path, devices):
+    """A real SIGTERM mid-run saves and exits within 10 s; the rerun continues from there."""
+    flags = [
+        "--config.optimizer.name=shampoo",
+        "--config.optimizer.shampoo.asynchronous=True",
+        "--config.optimizer.shampoo.block_size=32",
+        "--config.optimizer.shampoo.start_preconditioning_step=1",
+        "--config.optimizer.shampoo.preconditioning_compute_steps=3",
+        "--config.eval.every_steps=1000",
+        "--config.checkpoint.every_steps=1000",
+    ]
+    env = {}
+    if devices == 8:
+        env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+        flags.append("--config.mesh.shape=(4,1,2)")
+    args = [
+        sys.executable,
+        "-m",
+        "bert_flax.main",
+        *TINY,
+        *flags,
+        f"--workdir={tmp_path}",
+        f"--config.data.data_dir={prepared[64]}",
+        "--config.data.max_seq_length=64",
+        "--config.train.steps=100000",
+    ]
+    job = subprocess.Popen(
+        args,
+        cwd=ROOT,
+        env=dict(os.environ, JAX_PLATFORMS="cpu", **env),
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    lines = []
+    for line in job.stderr:  # wait until it is well into training
+        lines.append(line)
+        if "step 6/100000" in line:
+            break
+    assert job.poll() is None, "".join(lines[-40:])
+    job.send_signal(signal.SIGTERM)
+    sent = time.perf_counter()
+    rest = job.communicate(timeout=60)[1]
+    assert time.perf_counter() - sent < 10, rest[-3000:]
+    assert job.returncode == 0, rest[-3000:]
+    assert "Stopping at step" in rest
+    saved = max(int(s) for s in os.listdir(tmp_path / "checkpoints") if s.isdigit())
+    assert saved >= 6
+
+    resumed, log = train(
+        tmp_path,
+        prepared[64],
+        *flags,
+        f"--config.train.steps={saved + 2}",
+        env=env,
+    )
+    assert f"Restored checkpoint of step {saved}" in log
+    assert resumed["step"] == saved + 2 and resumed["steps_this_run"] == 2
+    assert progress_of(tmp_path, saved + 2)["data_position"] == saved + 2
+
+
+@pytest.mark.slow
+def test_export_to_hugging_face_then_start_from_it(prepared, tmp_path):
+    """The exported model gives transformers the same MLM/NSP logits as the run's own model, and
+    a run initialised from the export evaluates exactly as the exported run did."""
+    import torch
+    import transformers
+
+    from bert_flax import convert
+    from bert_flax.data.contract import RowShape
+    from bert_flax.data.synthetic import random_batch
+    from bert_flax.model import BertForPreTraining
+
+    source = tmp_path / "source"
+    final, _ = train(source, prepared[64], "--config.train.steps=3", "--config.eval.every_steps=3")
+    hf_dir = tmp_path / "hf"
+    done = run("bert_flax.convert", f"--from_workdir={source}", f"--to_hf={hf_dir}")
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    config, params = convert.load_workdir(str(source))
+
+    batch = random_batch(2, RowShape(64, 1, 10), vocab_size=config.vocab_size, seed=3)
+    ours = BertForPreTraining(config).apply({"params": params}, batch, deterministic=True)
+    hf = transformers.BertForPreTraining.from_pretrained(str(hf_dir)).eval()
+    with torch.no_grad():
+        out = hf(
+            input_ids=torch.tensor(batch["input_ids"], dtype=torch.long),
+            token_type_ids=torch.tensor(batch["token_type_ids"], dtype=torch.long),
+            attention_mask=torch.tensor(batch["segment_ids"] > 0, dtype=torch.long),
+        )
+    rows = np.arange(2)[:, None]
+    hf_mlm = out.prediction_logits.numpy()[rows, batch["masked_lm_positions"]]
+    np.testing.assert_allclose(np.asarray(ours.mlm_logits), hf_mlm, atol=2e-4)
+    np.testing.assert_allclose(
+        np.asarray(ours.nsp_logits)[:, 0], out.seq_relationship_logits.numpy(), atol=2e-4
+    )
+
+    # Learning rate 0 at step 0 (warm-up from 0): the first eval sees the exported parameters.
+    started, _ = train(
+        tmp_path / "started",
+        prepared[64],
+        f"--config.init_from={hf_dir}",
+        "--config.train.steps=1",
+        "--config.eval.every_steps=1",
+    )
+    for key in ("mlm_loss", "masked_lm_accuracy", "nsp_loss"):
+        assert started["eval"][key] == pytest.approx(final["eval"][key], rel=1e-5), key
+
+
+@pytest.mark.slow
+def test_init_from_a_checkpoint_that_does_not_fit_names_the_parameter(prepared, tmp_path):
+    source = tmp_path / "source"
+    train(source, prepared[64], "--config.train.steps=1", "--config.eval.every_steps=1")
+    done = run(
+        "bert_flax.main",
+        *TINY,
+        f"--workdir={tmp_path / 'wider'}",
+        f"--config.data.data_dir={prepared[64]}",
+        "--config.data.max_seq_length=64",
+        "--config.model.intermediate_size=96",
+        f"--config.init_from={source}",
+        "--config.train.steps=1",
+    )
+    assert done.returncode != 0
+    assert "bert/layer_0/ffn/intermediate/kernel" in done.stderr
+    assert "has shape (32, 64), the model (32, 96)" in done.stderr
