@@ -251,28 +251,35 @@ def param_shardings(abstract_variables: Any, mesh: Mesh, rules: Rules = LOGICAL_
 
 
 def mirror_shardings(tree: Any, params: Any, shardings: Any, mesh: Mesh) -> Any:
-    """Shardings for `tree` (e.g. an optimizer state): subtrees shaped like `params` take
-    the parameters' shardings leaf by leaf (where shapes match); other leaves are replicated."""
+    """Shardings for `tree` (e.g. an optimizer state): inside every subtree that has the
+    parameters' structure as a prefix (Adam's moments: a parameter-shaped array per parameter;
+    Shampoo: a per-parameter state holding its momentum and graft), the leaves shaped like their
+    parameter take its sharding; every other leaf (counters, Shampoo's block statistics) is
+    replicated."""
     params_def = jax.tree_util.tree_structure(params)
     param_leaves = params_def.flatten_up_to(params)
     sharding_leaves = params_def.flatten_up_to(shardings)
 
     def mirrors_params(node: Any) -> bool:
+        if jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(node)):
+            return params_def.num_leaves == 1 and getattr(node, "shape", None) is not None
         try:
-            return jax.tree_util.tree_structure(node) == params_def
-        except TypeError:
+            params_def.flatten_up_to(node)
+        except (TypeError, ValueError):
             return False
+        return True
 
     def assign(node: Any) -> Any:
-        if mirrors_params(node):
-            leaves = params_def.flatten_up_to(node)
-            return params_def.unflatten(
-                [
-                    s if getattr(x, "shape", None) == p.shape else replicated(mesh)
-                    for x, p, s in zip(leaves, param_leaves, sharding_leaves)
-                ]
+        if not mirrors_params(node):
+            return replicated(mesh)
+        per_param = [
+            jax.tree_util.tree_map(
+                lambda x, p=p, s=s: s if getattr(x, "shape", None) == p.shape else replicated(mesh),
+                sub,
             )
-        return replicated(mesh)
+            for sub, p, s in zip(params_def.flatten_up_to(node), param_leaves, sharding_leaves)
+        ]
+        return params_def.unflatten(per_param)
 
     return jax.tree_util.tree_map(assign, tree, is_leaf=mirrors_params)
 
@@ -281,8 +288,8 @@ def state_shardings(abstract_state: Any, boxed_params: Any, mesh: Mesh, rules: R
     """Shardings of a train state (a struct with `step`, `params`, `opt_state`).
 
     Parameters follow the rules; optimizer-state leaves that mirror a parameter (Adam/LAMB
-    moments, ...) inherit its sharding; everything else (step counters, Shampoo statistics, ...)
-    is replicated.
+    moments, Shampoo's momentum and graft) inherit its sharding; everything else (step
+    counters, Shampoo's block statistics and roots) is replicated.
     """
     params = param_shardings(boxed_params, mesh, rules)
     return abstract_state.replace(

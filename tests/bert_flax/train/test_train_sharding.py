@@ -119,3 +119,71 @@ def test_full_vocabulary_over_a_four_way_model_axis():
     assert "model" in four["kernel_spec"], four["kernel_spec"]
     assert four["loss"] == pytest.approx(one["loss"], rel=LOSS_RTOL)
     np.testing.assert_allclose(four["table"], one["table"], atol=PARAM_ATOL)
+
+
+_SHAMPOO_STATE_SHARDING = textwrap.dedent(
+    """
+    import json, sys
+    import jax, numpy as np
+    sys.path.insert(0, sys.argv[1])
+    import conftest
+    import optim
+    from bert_flax import sharding
+    from bert_flax.data.synthetic import random_batch
+    from bert_flax.train_setup import create_train_setup
+
+    config = conftest.tiny_config(**{"train.batch_size": 8})
+    config.optimizer.name = "shampoo"
+    config.optimizer.shampoo.update(block_size=16, start_preconditioning_step=1,
+                                    preconditioning_compute_steps=1)
+    config.mesh.shape = (2, 2, 2)
+    setup = create_train_setup(config)
+
+    def shampoo_state(opt_state):
+        found = [x for x in jax.tree_util.tree_leaves(
+            opt_state, is_leaf=lambda x: isinstance(x, optim.ShampooState))
+            if isinstance(x, optim.ShampooState)]
+        assert len(found) == 1, opt_state
+        return found[0]
+
+    tensors = shampoo_state(setup.state_shardings.opt_state).tensors
+    kernel = ("bert", "layer_0", "ffn", "intermediate", "kernel")
+    node, param = tensors, setup.state_shardings.params
+    for key in kernel:
+        node, param = node[key], param[key]
+    batch = random_batch(8, setup.row_shape, vocab_size=512, seed=1)
+    state, metrics = setup.train_step(
+        setup.state, sharding.global_batch(setup.mesh, batch), jax.random.key(0)
+    )
+    live = shampoo_state(state.opt_state).tensors
+    for key in kernel:
+        live = live[key]
+    print(json.dumps({
+        "param": str(param.spec),
+        "momentum": str(node.momentum.spec),
+        "graft": str(node.graft.spec),
+        "stats": [str(s.spec) for s in node.factor_stats],
+        "live_momentum": str(live.momentum.sharding.spec),
+        "loss": float(metrics["loss"]),
+    }))
+    """
+)
+
+
+@pytest.mark.slow
+def test_shampoo_momentum_and_graft_are_sharded_like_their_parameter():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    result = subprocess.run(
+        [sys.executable, "-c", _SHAMPOO_STATE_SHARDING, os.path.dirname(WORKER)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["param"] == "P('fsdp', 'model')", out
+    assert out["momentum"] == out["graft"] == out["live_momentum"] == out["param"], out
+    assert all(spec == "P()" for spec in out["stats"]), out  # block statistics
+    assert np.isfinite(out["loss"])
