@@ -1,0 +1,253 @@
+"""Optimizer race on real text: AdamW, LAMB and Shampoo pre-training the tiny packed BERT through
+the project's own training loop (`bert_flax.train.train_and_evaluate`), side by side in one run.
+
+  python benchmarks/optimizer_race.py --data_dir=workdir/sotu_128          # ~1 h on 2 CPU cores
+  python benchmarks/optimizer_race.py --data_dir=workdir/sotu_128 --quick --json
+
+Per optimizer the same budget of trials: a grid of peak learning rate x warm-up steps, each run
+with seed 0; the trial with the lowest final eval MLM loss is then rerun with the other seeds.
+The target eval MLM loss is the highest best-trial final loss of the first-order optimizers
+(AdamW, LAMB), so every first-order winner reaches it; reported per optimizer, as the median over
+seeds: steps and training seconds to reach the target (evaluation excluded, the first step's
+compilation included), final loss,
+step time, the time the loop waited on the host per step (Shampoo's root jobs), and optimizer
+state bytes per parameter. The staleness study reruns Shampoo's winner with the roots computed
+every N steps, asynchronously and synchronously. Plots (eval loss against steps and against
+seconds, one line per optimizer) go to --plot_dir. Missing data is prepared from the bundled
+corpus.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import statistics
+import tempfile
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+
+from bert_flax import sharding, train
+from bert_flax.metrics import read_metrics
+from configs import tiny
+
+# Peak learning rates around each optimizer's usual value for this model and batch; Shampoo's
+# Adam graft sets its step size, so its scale is AdamW's.
+LEARNING_RATES = {
+    "adamw": (1e-3, 2e-3, 4e-3),
+    "lamb": (1e-2, 2e-2, 4e-2),
+    "shampoo": (1e-3, 2e-3, 4e-3),
+}
+WARMUPS = (10, 40)
+FIRST_ORDER = ("adamw", "lamb")
+
+
+def race_config(args, optimizer: str, learning_rate: float, warmup: int, seed: int, **shampoo):
+    config = tiny.get_config()
+    config.seed = seed
+    config.data.data_dir = args.data_dir
+    config.optimizer.name = optimizer
+    config.optimizer.shampoo.update(asynchronous=True, **shampoo)
+    config.schedule.learning_rate = learning_rate
+    config.schedule.warmup_steps = warmup
+    config.train.steps = args.steps
+    config.eval.every_steps = args.eval_every
+    config.eval.num_batches = args.eval_batches
+    config.checkpoint.enabled = False
+    config.log.every_steps = args.eval_every
+    config.log.plots = False
+    return config
+
+
+def run_trial(config) -> dict:
+    """Trains in a fresh workdir; returns the eval curve against steps and training seconds."""
+    with tempfile.TemporaryDirectory() as workdir:
+        final = train.train_and_evaluate(config, workdir)
+        records = read_metrics(workdir)
+    seconds, elapsed, last_step = {}, 0.0, 0
+    for record in records["train"]:  # step_seconds: mean train-step time of the interval
+        elapsed += record["step_seconds"] * (record["step"] - last_step)
+        seconds[record["step"]], last_step = elapsed, record["step"]
+    evals = [(r["step"], r["mlm_loss"]) for r in records["eval"]]
+    steps_run = final["step"]
+    return {
+        "steps": [s for s, _ in evals],
+        "seconds": [seconds.get(s, float("nan")) for s, _ in evals],
+        "eval_mlm_loss": [loss for _, loss in evals],
+        "final_eval_mlm_loss": evals[-1][1],
+        "step_seconds": elapsed / max(steps_run, 1),
+        "host_wait_seconds_per_step": final["train"].get("shampoo/root_wait_seconds_total", 0.0)
+        / max(steps_run, 1),
+    }
+
+
+def to_target(trial: dict, target: float) -> tuple[float, float]:
+    """(steps, seconds) of the first eval at or below `target`; inf if none."""
+    for step, second, loss in zip(trial["steps"], trial["seconds"], trial["eval_mlm_loss"]):
+        if loss <= target:
+            return float(step), float(second)
+    return float("inf"), float("inf")
+
+
+def state_bytes_per_param(optimizer: str) -> float:
+    """Optimizer-state bytes per parameter of the tiny BERT (shapes only, nothing allocated)."""
+    import optim
+    from bert_flax.config import from_config_section
+    from bert_flax.data.contract import MODEL_FEATURES
+    from bert_flax.model import BertForPreTraining
+
+    config = tiny.get_config()
+    config.optimizer.name = optimizer
+    model = BertForPreTraining(from_config_section(config.model))
+    batch = {name: jax.ShapeDtypeStruct((1, 8), np.int32) for name in MODEL_FEATURES}
+    init = lambda b: model.init(jax.random.key(0), b, deterministic=True)["params"]
+    params = sharding.unbox(jax.eval_shape(init, batch))
+    tx = optim.create(config.optimizer, learning_rate=1e-3)
+    state = jax.eval_shape(tx.init, params)
+    nbytes = sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(state))
+    return nbytes / sum(x.size for x in jax.tree_util.tree_leaves(params))
+
+
+def median(values: Sequence[float]) -> float:
+    return float(statistics.median(values))
+
+
+def race(args) -> dict:
+    seeds = range(args.seeds)
+    results: dict[str, dict] = {}
+    for optimizer in ("adamw", "lamb", "shampoo"):
+        trials = []
+        for lr, warmup in itertools.product(LEARNING_RATES[optimizer], WARMUPS):
+            trial = run_trial(race_config(args, optimizer, lr, warmup, seed=0))
+            trials.append({"learning_rate": lr, "warmup": warmup, **trial})
+            print(f"{optimizer} lr {lr:g} warm-up {warmup}: {trial['final_eval_mlm_loss']:.4f}")
+        best = min(trials, key=lambda t: t["final_eval_mlm_loss"])
+        runs = [best] + [
+            run_trial(race_config(args, optimizer, best["learning_rate"], best["warmup"], seed))
+            for seed in seeds[1:]
+        ]
+        results[optimizer] = {"trials": trials, "best": best, "runs": runs}
+    target = max(
+        median([r["final_eval_mlm_loss"] for r in results[n]["runs"]]) for n in FIRST_ORDER
+    )
+    table = {}
+    for optimizer, result in results.items():
+        reach = [to_target(run, target) for run in result["runs"]]
+        table[optimizer] = {
+            "learning_rate": result["best"]["learning_rate"],
+            "warmup": result["best"]["warmup"],
+            "steps_to_target": median([s for s, _ in reach]),
+            "seconds_to_target": median([t for _, t in reach]),
+            "final_eval_mlm_loss": median([r["final_eval_mlm_loss"] for r in result["runs"]]),
+            "step_seconds": median([r["step_seconds"] for r in result["runs"]]),
+            "host_wait_seconds_per_step": median(
+                [r["host_wait_seconds_per_step"] for r in result["runs"]]
+            ),
+            "state_bytes_per_param": state_bytes_per_param(optimizer),
+        }
+    staleness = {}
+    best = results["shampoo"]["best"]
+    for interval, asynchronous in itertools.product(args.root_intervals, (True, False)):
+        config = race_config(
+            args,
+            "shampoo",
+            best["learning_rate"],
+            best["warmup"],
+            seed=0,
+            preconditioning_compute_steps=interval,
+        )
+        config.optimizer.shampoo.asynchronous = asynchronous
+        trial = run_trial(config)
+        staleness[f"N={interval} {'async' if asynchronous else 'sync'}"] = {
+            "final_eval_mlm_loss": trial["final_eval_mlm_loss"],
+            "step_seconds": trial["step_seconds"],
+            "host_wait_seconds_per_step": trial["host_wait_seconds_per_step"],
+        }
+    return {
+        "target_eval_mlm_loss": target,
+        "table": table,
+        "staleness": staleness,
+        "results": results,
+    }
+
+
+def plot(summary: dict, plot_dir: str) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(plot_dir, exist_ok=True)
+    paths = []
+    for axis, label in (("steps", "step"), ("seconds", "training seconds")):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for optimizer, result in summary["results"].items():
+            runs = result["runs"]
+            x = np.median([r[axis] for r in runs], axis=0)
+            y = np.median([r["eval_mlm_loss"] for r in runs], axis=0)
+            ax.plot(x, y, marker="o", markersize=3, label=optimizer)
+        ax.axhline(summary["target_eval_mlm_loss"], color="gray", linestyle="--", label="target")
+        ax.set_xlabel(label)
+        ax.set_ylabel("eval MLM loss (median over seeds)")
+        ax.set_title("Tiny packed BERT on the bundled corpus")
+        ax.legend()
+        path = os.path.join(plot_dir, f"optimizer_race_{axis}.png")
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data_dir", default="workdir/sotu_128", help="prepared at length 128")
+    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--eval_every", type=int, default=50)
+    parser.add_argument("--eval_batches", type=int, default=8)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--root_intervals", type=int, nargs="+", default=[1, 10, 100, 1000])
+    parser.add_argument("--plot_dir", default="docs/images")
+    parser.add_argument("--quick", action="store_true", help="60 steps, 1 seed, N in {1, 10}")
+    parser.add_argument("--json", action="store_true", help="end with one JSON line")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.steps, args.eval_every, args.eval_batches, args.seeds = 60, 20, 2, 1
+        args.root_intervals = [1, 10]
+    if not os.path.isdir(args.data_dir):
+        from bert_flax.demo import prepare_data
+
+        prepare_data(args.data_dir, max_seq_length=128, dupe_factor=1)
+    summary = race(args)
+    print(f"\nData: {args.data_dir}; {args.steps} steps of 16 packed rows, {args.seeds} seeds")
+    print(f"Target eval MLM loss: {summary['target_eval_mlm_loss']:.4f}")
+    print(
+        "| optimizer | lr | warm-up | steps to target | s to target | final loss | s/step "
+        "| host wait s/step | state bytes/param |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, row in summary["table"].items():
+        print(
+            f"| {name} | {row['learning_rate']:g} | {row['warmup']} | {row['steps_to_target']:g} "
+            f"| {row['seconds_to_target']:.1f} | {row['final_eval_mlm_loss']:.4f} "
+            f"| {row['step_seconds']:.3f} | {row['host_wait_seconds_per_step']:.4f} "
+            f"| {row['state_bytes_per_param']:.1f} |"
+        )
+    print("\nShampoo staleness (roots every N steps):")
+    for name, row in summary["staleness"].items():
+        print(
+            f"  {name}: final eval MLM loss {row['final_eval_mlm_loss']:.4f}, "
+            f"{row['step_seconds']:.3f} s/step, "
+            f"host wait {row['host_wait_seconds_per_step']:.4f} s/step"
+        )
+    for path in plot(summary, args.plot_dir):
+        print(f"plot: {path}")
+    if args.json:
+        print(json.dumps({k: v for k, v in summary.items() if k != "results"}))
+
+
+if __name__ == "__main__":
+    main()
