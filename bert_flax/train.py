@@ -151,6 +151,8 @@ def initial_state(
             state = with_pretrained_params(setup, config.init_from, config.init_from_step)
         return state, progress
     state, saved = restored
+    if config.init_from:
+        logging.info("Resuming from %s's checkpoint; config.init_from is not used.", workdir)
     if saved.get("seed") != config.seed:
         raise ValueError(
             f"{workdir} holds a run with seed {saved.get('seed')}, not {config.seed}; "
