@@ -28,6 +28,7 @@ def shampoo(
     b2: float = 0.999,
     block_size: int = 128,
     max_preconditioner_dim: int = 4096,
+    precondition_vectors: bool = True,
     exponent_override: int | None = None,
     ridge_epsilon: float = 1e-6,
     root_method: str = "newton",
@@ -53,7 +54,11 @@ def shampoo(
       b1: momentum (an EMA of the directions); 0 turns it off. ``nesterov``: look ahead.
       b2: EMA factor of the statistics; 1.0 sums them (AdaGrad-like).
       block_size: dimensions larger than this are split into blocks; smaller neighbours merged.
-      max_preconditioner_dim: dimensions larger than this get a diagonal factor instead.
+      max_preconditioner_dim: dimensions larger than this get a diagonal factor instead (the
+        30,522-word dimension of BERT's embedding table at the default 4096).
+      precondition_vectors: parameters of rank <= 1 after merging (biases, LayerNorm scales)
+        get an elementwise diagonal preconditioner (True) or the graft's direction alone
+        (False, as distributed Shampoo's ``skip_preconditioning_rank_lt=2``).
       exponent_override: the root's p (default 2 x the number of preconditioned dimensions).
       ridge_epsilon: roots are of ``L + ridge_epsilon * lambda_max(L) * I``.
       root_method: "newton" (coupled Newton) or "eigh" (eigendecomposition, for comparison).
@@ -82,6 +87,7 @@ def shampoo(
         b2=b2,
         block_size=block_size,
         max_preconditioner_dim=max_preconditioner_dim,
+        precondition_vectors=precondition_vectors,
         exponent_override=exponent_override,
         ridge_epsilon=ridge_epsilon,
         root_method=root_method,

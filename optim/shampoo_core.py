@@ -76,6 +76,7 @@ class ShampooConfig:
     b2: float = 0.999
     block_size: int = 128
     max_preconditioner_dim: int = 4096
+    precondition_vectors: bool = True
     exponent_override: int | None = None
     ridge_epsilon: float = 1e-6
     root_method: str = "newton"
@@ -165,6 +166,8 @@ def _init_tensor(param: jax.Array, config: ShampooConfig) -> TensorState:
     stats = tuple(jnp.zeros(s, f32) for s in plan.factor_shapes)
     roots = tuple(jnp.broadcast_to(jnp.eye(s[-1], dtype=f32), s) for s in plan.factor_shapes)
     diagonal = tuple(jnp.zeros(s, f32) for s in plan.diagonal_shapes)
+    if plan.elementwise and not config.precondition_vectors:
+        diagonal = ()
     graft = () if config.graft in ("sgd", "none") else jnp.zeros(param.shape, f32)
     momentum = jnp.zeros(param.shape, f32) if config.b1 else ()
     return TensorState(stats, roots, diagonal, graft, momentum)
@@ -210,6 +213,8 @@ def _tensor_direction(g, tensor: TensorState, count, config: ShampooConfig):
     plan = config.plan(g.shape)
     p = config.exponent(tensor)
     graft_dir, graft_state = _graft_direction(g, tensor.graft, count, config)
+    if plan.elementwise and not config.precondition_vectors:
+        return graft_dir, tensor._replace(graft=graft_state)
     if plan.elementwise:
         (stat,) = tensor.diagonal_stats
         stat = _accumulate(stat, jnp.square(g), config.b2)

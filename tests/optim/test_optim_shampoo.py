@@ -288,3 +288,35 @@ def test_bad_hyperparameters_are_rejected_clearly():
     tx = make_shampoo(asynchronous=True)
     with pytest.raises(ValueError, match="exactly one ShampooState"):
         optim.after_step(tx, (), 0)
+
+
+def test_vectors_can_take_the_graft_direction_alone():
+    """precondition_vectors=False: a bias moves by the Adam graft's direction (bias-corrected
+    RMSProp, no momentum here), computed by hand; a matrix is still preconditioned."""
+    b2, eps = 0.99, 1e-8
+    tx = optim.shampoo(
+        1.0,
+        b1=0.0,
+        graft="adam",
+        graft_b2=b2,
+        graft_epsilon=eps,
+        precondition_vectors=False,
+        start_preconditioning_step=1,
+        preconditioning_compute_steps=1,
+    )
+    params = {"bias": jnp.zeros(6), "kernel": jnp.zeros((6, 4))}
+    state = tx.init(params)
+    update = jax.jit(tx.update)
+    second = np.zeros(6)
+    for t in range(1, 4):
+        grads = {
+            "bias": jnp.asarray(RNG.normal(size=6), jnp.float32),
+            "kernel": jnp.asarray(RNG.normal(size=(6, 4)), jnp.float32),
+        }
+        updates, state = update(grads, state, params)
+        g = np.asarray(grads["bias"], np.float64)
+        second = b2 * second + (1 - b2) * g**2
+        expected = -g / (np.sqrt(second / (1 - b2**t)) + eps)
+        np.testing.assert_allclose(updates["bias"], expected, rtol=1e-5)
+    tensor = state[0].tensors
+    assert tensor["bias"].diagonal_stats == () and len(tensor["kernel"].factor_stats) == 2
