@@ -261,8 +261,6 @@ def mirror_shardings(tree: Any, params: Any, shardings: Any, mesh: Mesh) -> Any:
     sharding_leaves = params_def.flatten_up_to(shardings)
 
     def mirrors_params(node: Any) -> bool:
-        if jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(node)):
-            return params_def.num_leaves == 1 and getattr(node, "shape", None) is not None
         try:
             params_def.flatten_up_to(node)
         except (TypeError, ValueError):

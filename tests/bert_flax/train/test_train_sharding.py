@@ -20,11 +20,12 @@ PARAM_ATOL = 2e-5
 LOSS_RTOL = 1e-5
 
 
-def run_worker(*args: str) -> dict:
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+def run_on_devices(devices: int, *command: str) -> dict:
+    """`python *command` with `devices` simulated CPU devices; its last stdout line as JSON."""
+    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     result = subprocess.run(
-        [sys.executable, WORKER, *args], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, *command], env=env, capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0, result.stderr[-4000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -33,7 +34,7 @@ def run_worker(*args: str) -> dict:
 @pytest.mark.slow
 def test_eight_devices_match_one():
     """Also with 2 micro-batches on the 8 devices (lax.scan over strided, still-sharded rows)."""
-    out = run_worker()
+    out = run_on_devices(8, WORKER)
     assert out["param_change"] > 1e-4  # the step moved the parameters
     for accumulation in ("m1", "m2"):
         run = out[accumulation]
@@ -101,17 +102,7 @@ _FULL_VOCAB_OVER_FOUR = textwrap.dedent(
 def test_full_vocabulary_over_a_four_way_model_axis():
     """The 30,522-word table cannot be split 4 ways: it is replicated (not an error in
     `nn.unbox`), the FFN is split, and the step equals the 1-device step."""
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4")
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    result = subprocess.run(
-        [sys.executable, "-c", _FULL_VOCAB_OVER_FOUR, os.path.dirname(WORKER)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    out = json.loads(result.stdout.strip().splitlines()[-1])
+    out = run_on_devices(4, "-c", _FULL_VOCAB_OVER_FOUR, os.path.dirname(WORKER))
     four, one = out["four"], out["one"]
     assert "model" not in four["table_spec"], four["table_spec"]
     assert out["unbox_spec"] == four["table_spec"]
@@ -172,17 +163,7 @@ _SHAMPOO_STATE_SHARDING = textwrap.dedent(
 
 @pytest.mark.slow
 def test_shampoo_momentum_and_graft_are_sharded_like_their_parameter():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    result = subprocess.run(
-        [sys.executable, "-c", _SHAMPOO_STATE_SHARDING, os.path.dirname(WORKER)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    out = json.loads(result.stdout.strip().splitlines()[-1])
+    out = run_on_devices(8, "-c", _SHAMPOO_STATE_SHARDING, os.path.dirname(WORKER))
     assert out["param"] == "P('fsdp', 'model')", out
     assert out["momentum"] == out["graft"] == out["live_momentum"] == out["param"], out
     assert all(spec == "P()" for spec in out["stats"]), out  # block statistics
