@@ -12,10 +12,13 @@ median final loss of the first-order optimizers' winners (AdamW, LAMB), so every
 winner reaches it; reported per optimizer, as the median over seeds: steps and training seconds
 to reach the target (evaluation excluded, the first step's compilation included), final loss,
 step time, the time the loop waited on the host per step (Shampoo's root jobs), and optimizer
-state bytes per parameter. The staleness study reruns Shampoo's winner with the roots computed
-every N steps, asynchronously and synchronously. Plots (eval loss against steps and against
-seconds, one line per optimizer) go to --plot_dir. Missing data is prepared from the bundled
-corpus.
+state bytes per parameter. Three Shampoo studies follow, each from the winner, seed 0: the knob
+ablation (one knob changed at a time from the optimizer's defaults: graft, start step,
+statistics decay, exponent, Nesterov, block size, vectors, ridge, host float64 roots), the
+staleness study (roots every N steps, asynchronously and synchronously) and the max-staleness
+study (at N = --max_staleness_interval, how long a root job may stay in flight). Plots (eval loss
+against steps and against seconds, one line per optimizer) go to --plot_dir. Missing data is
+prepared from the bundled corpus.
 """
 
 from __future__ import annotations
@@ -39,6 +42,23 @@ from configs import tiny
 # batch; Shampoo's Adam graft sets its step size, so its scale is AdamW's.
 CENTRE_LEARNING_RATES = {"adamw": 2e-3, "lamb": 2e-2, "shampoo": 2e-3}
 FIRST_ORDER = ("adamw", "lamb")
+# One Shampoo knob changed at a time from the optimizer's defaults (optim.shampoo's signature).
+SHAMPOO_ABLATIONS = {
+    "graft=sgd": {"graft": "sgd"},
+    "graft=adagrad": {"graft": "adagrad"},
+    "graft=rmsprop": {"graft": "rmsprop"},
+    "start_preconditioning_step=1": {"start_preconditioning_step": 1},
+    "start_preconditioning_step=50": {"start_preconditioning_step": 50},
+    "b2=0.99": {"b2": 0.99},
+    "b2=1.0 (sum)": {"b2": 1.0},
+    "exponent_override=2": {"exponent_override": 2},
+    "nesterov": {"nesterov": True},
+    "block_size=64": {"block_size": 64},
+    "block_size=256": {"block_size": 256},
+    "precondition_vectors=False": {"precondition_vectors": False},
+    "ridge_epsilon=1e-4": {"ridge_epsilon": 1e-4},
+    "host_root_dtype=float64": {"host_root_dtype": "float64"},
+}
 
 
 def race_config(args, optimizer: str, learning_rate: float, warmup: int, seed: int, **shampoo):
@@ -46,7 +66,7 @@ def race_config(args, optimizer: str, learning_rate: float, warmup: int, seed: i
     config.seed = seed
     config.data.data_dir = args.data_dir
     config.optimizer.name = optimizer
-    config.optimizer.shampoo.update(asynchronous=True, **shampoo)
+    config.optimizer.shampoo.update({"asynchronous": True, **shampoo})
     config.schedule.learning_rate = learning_rate
     config.schedule.warmup_steps = warmup
     config.train.steps = args.steps
@@ -111,6 +131,16 @@ def median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
 
 
+def shampoo_study(args, best: dict, **settings) -> dict:
+    """Shampoo's winner (seed 0) rerun with `settings`; final loss, step and host-wait time."""
+    config = race_config(args, "shampoo", best["learning_rate"], best["warmup"], 0, **settings)
+    trial = run_trial(config)
+    return {
+        key: trial[key]
+        for key in ("final_eval_mlm_loss", "step_seconds", "host_wait_seconds_per_step")
+    }
+
+
 def race(args) -> dict:
     seeds = range(args.seeds)
     results: dict[str, dict] = {}
@@ -145,28 +175,33 @@ def race(args) -> dict:
             ),
             "state_bytes_per_param": state_bytes_per_param(optimizer),
         }
-    staleness = {}
     best = results["shampoo"]["best"]
+    ablation = {}
+    for name in args.ablations:
+        ablation[name] = shampoo_study(args, best, **SHAMPOO_ABLATIONS[name])
+        print(f"shampoo {name}: {ablation[name]['final_eval_mlm_loss']:.4f}")
+    staleness = {}
     for interval, asynchronous in itertools.product(args.root_intervals, (True, False)):
-        config = race_config(
-            args,
-            "shampoo",
-            best["learning_rate"],
-            best["warmup"],
-            seed=0,
-            preconditioning_compute_steps=interval,
+        staleness[f"N={interval} {'async' if asynchronous else 'sync'}"] = shampoo_study(
+            args, best, preconditioning_compute_steps=interval, asynchronous=asynchronous
         )
-        config.optimizer.shampoo.asynchronous = asynchronous
-        trial = run_trial(config)
-        staleness[f"N={interval} {'async' if asynchronous else 'sync'}"] = {
-            "final_eval_mlm_loss": trial["final_eval_mlm_loss"],
-            "step_seconds": trial["step_seconds"],
-            "host_wait_seconds_per_step": trial["host_wait_seconds_per_step"],
-        }
+    max_staleness = {}
+    for limit in args.max_staleness:
+        max_staleness[f"N={args.max_staleness_interval} max_staleness={limit}"] = shampoo_study(
+            args,
+            best,
+            preconditioning_compute_steps=args.max_staleness_interval,
+            max_staleness=limit,
+            swap_when_done=False,
+        )
     return {
         "target_eval_mlm_loss": target,
+        "async_over_lamb_step_time": table["shampoo"]["step_seconds"]
+        / table["lamb"]["step_seconds"],
         "table": table,
+        "ablation": ablation,
         "staleness": staleness,
+        "max_staleness": max_staleness,
         "results": results,
     }
 
@@ -206,16 +241,24 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--eval_every", type=int, default=50)
     parser.add_argument("--eval_batches", type=int, default=8)
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--lr_multipliers", type=float, nargs="+", default=[0.5, 1.0, 2.0])
+    parser.add_argument("--lr_multipliers", type=float, nargs="+", default=[0.25, 0.5, 1.0])
     parser.add_argument("--warmups", type=int, nargs="+", default=[10, 40])
     parser.add_argument("--root_intervals", type=int, nargs="+", default=[1, 10, 100, 1000])
+    parser.add_argument(
+        "--ablations", nargs="*", default=list(SHAMPOO_ABLATIONS), choices=list(SHAMPOO_ABLATIONS)
+    )
+    parser.add_argument("--max_staleness_interval", type=int, default=100)
+    parser.add_argument("--max_staleness", type=int, nargs="*", default=[1, 10, 100])
     parser.add_argument("--plot_dir", default="docs/images")
-    parser.add_argument("--quick", action="store_true", help="60 steps, 1 seed, N in {1, 10}")
+    parser.add_argument(
+        "--quick", action="store_true", help="60 steps, 1 seed, N in {1, 10}, one ablation"
+    )
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
     args = parser.parse_args(argv)
     if args.quick:
         args.steps, args.eval_every, args.eval_batches, args.seeds = 60, 20, 2, 1
-        args.root_intervals = [1, 10]
+        args.root_intervals, args.ablations = [1, 10], args.ablations[:1]
+        args.max_staleness_interval, args.max_staleness = 10, [1]
     if not os.path.isdir(args.data_dir):
         from bert_flax.demo import prepare_data
 
@@ -235,17 +278,35 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"| {row['step_seconds']:.3f} | {row['host_wait_seconds_per_step']:.4f} "
             f"| {row['state_bytes_per_param']:.1f} |"
         )
-    print("\nShampoo staleness (roots every N steps):")
-    for name, row in summary["staleness"].items():
-        print(
-            f"  {name}: final eval MLM loss {row['final_eval_mlm_loss']:.4f}, "
-            f"{row['step_seconds']:.3f} s/step, "
-            f"host wait {row['host_wait_seconds_per_step']:.4f} s/step"
-        )
+    for title, key in (
+        ("Shampoo knob ablation (one change from the defaults)", "ablation"),
+        ("Shampoo staleness (roots every N steps)", "staleness"),
+        ("Shampoo max staleness (steps a root job may stay in flight)", "max_staleness"),
+    ):
+        print(f"\n{title}:")
+        for name, row in summary[key].items():
+            print(
+                f"  {name}: final eval MLM loss {row['final_eval_mlm_loss']:.4f}, "
+                f"{row['step_seconds']:.3f} s/step, "
+                f"host wait {row['host_wait_seconds_per_step']:.4f} s/step"
+            )
+    print(f"Async Shampoo over LAMB step time: {summary['async_over_lamb_step_time']:.3f}")
     for path in plot(summary, args.plot_dir):
         print(f"plot: {path}")
     if args.json:
-        print(json.dumps({k: v for k, v in summary.items() if k != "results"}))
+        table = summary["table"]
+        print(
+            json.dumps(
+                {
+                    "problem": f"tiny packed BERT, eval MLM loss, {args.data_dir}",
+                    "target": summary["target_eval_mlm_loss"],
+                    "steps_to_target": {n: r["steps_to_target"] for n, r in table.items()},
+                    "seconds_to_target": {n: r["seconds_to_target"] for n, r in table.items()},
+                    "async_over_lamb_step_time": summary["async_over_lamb_step_time"],
+                    **{k: v for k, v in summary.items() if k != "results"},
+                }
+            )
+        )
 
 
 if __name__ == "__main__":
