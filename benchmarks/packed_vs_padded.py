@@ -124,7 +124,7 @@ def speed_case(name: str, histogram: np.ndarray, max_len: int, args) -> dict:
             )
             local.append(
                 synthetic.batch_from_lengths(
-                    rows, setup.row_shape, vocab_size=setup.model_config.vocab_size, seed=seed
+                    rows, setup.task.row_shape, vocab_size=setup.model_config.vocab_size, seed=seed
                 )
             )
         setups[layout] = setup
@@ -186,10 +186,10 @@ def learning_case(args) -> dict:
         setup = create_train_setup(config)
         if eval_set is None:  # the same padded held-out batches for both
             eval_set = input_pipeline.eval_batches(
-                padded, padded.eval.batch_size, setup.row_shape, setup.model_config.vocab_size
+                padded, padded.eval.batch_size, setup.task.row_shape, setup.model_config.vocab_size
             )
         it = input_pipeline.train_iterator(
-            config, setup.batch_size, setup.row_shape, setup.model_config.vocab_size
+            config, setup.batch_size, setup.task.row_shape, setup.model_config.vocab_size
         )
         state, seen, losses, t0 = setup.state, 0.0, [], time.perf_counter()
         for step in range(config.train.steps):

@@ -446,12 +446,17 @@ def save_params(params: Params, config: BertConfig, directory: str) -> None:
         json.dump(config.to_dict(), f, indent=2)
 
 
-def load_params(directory: str, **config_overrides: Any) -> tuple[BertConfig, Params]:
-    """Reads what `save_params` wrote -> (BertConfig with overrides, params as numpy)."""
+def load_params(
+    directory: str, *, pretraining: bool = True, **config_overrides: Any
+) -> tuple[BertConfig, Params]:
+    """Reads what `save_params` wrote -> (BertConfig with overrides, params as numpy); checked
+    against `BertForPreTraining`'s shapes unless `pretraining=False` (a fine-tuned model)."""
     with open(os.path.join(directory, CONFIG_FILE)) as f:
         config = BertConfig.from_dict({**json.load(f), **config_overrides})
     with open(os.path.join(directory, PARAMS_FILE), "rb") as f:
         params = flax.serialization.msgpack_restore(f.read())
+    if not pretraining:
+        return config, params
     expected = _expected_shapes(config)
     got = {k: v.shape for k, v in _flatten(params).items()}
     if got != expected:

@@ -44,7 +44,7 @@ def prepare_data(data_dir: str, max_seq_length: int, dupe_factor: int) -> dict:
 
 def summary_text(final: dict, data: dict, seconds: float) -> str:
     ev, setup, strategies = final["eval"], final["setup"], data.get("strategies", {})
-    accuracy, baseline = ev.get("masked_lm_accuracy", float("nan")), final["baseline_accuracy"]
+    accuracy, baseline = ev.get("masked_lm_accuracy", float("nan")), final["baseline"]
     lines = [
         "",
         "=" * 72,

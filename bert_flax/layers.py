@@ -47,7 +47,8 @@ def make_dense(
       kernel_axes: logical (input, output) axis names of the kernel; the bias gets the output one.
       role: what the layer is for: "query", "key", "value", "attention_output",
         "ffn_intermediate", "ffn_output" (encoder) or "pooler", "mlm_transform",
-        "nsp_classifier" (heads). Lets a block-sparse config pick which layers it replaces.
+        "nsp_classifier", "classifier" (heads). Lets a block-sparse config pick which layers
+        it replaces.
     """
     if config.block_sparse is not None:
         # The roles that `config.block_sparse` selects become BlockSparseDense; others stay dense.

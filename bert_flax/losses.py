@@ -1,4 +1,5 @@
-"""Pre-training losses and metrics computed per packed sequence.
+"""Losses and metrics computed per packed sequence: pre-training (MLM + NSP) and fine-tuning
+(classification, regression), and the `Objective` a train step minimises.
 
 Sequence slot d of a row (entry d of `nsp_positions`, `next_sentence_labels`, `sequence_mask`)
 is the sequence whose tokens carry `segment_ids == d + 1`. A masked prediction belongs to the
@@ -11,16 +12,40 @@ the value is `sum(sums) / sum(counts)`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from bert_flax.model import PreTrainingOutput
+from bert_flax.model import ClassificationOutput, PreTrainingOutput
 
 Array = jax.Array
 Metrics = dict[str, tuple[Array, Array]]
+LossFn = Callable[[Any, Mapping[str, Array]], tuple[Array, Metrics]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+    """What a train step minimises and an eval step reports.
+
+    `loss(output, batch) -> (loss, metrics)` with `loss == sum(mean(metrics[t]) for t in terms)`
+    (the train step's micro-batch accumulation relies on this to add partial sums exactly);
+    `eval_metrics(output, batch)` are the metrics evaluation reports (default: the loss's).
+    """
+
+    loss: LossFn
+    terms: tuple[str, ...]
+    eval_metrics: Callable[[Any, Mapping[str, Array]], Metrics] | None = None
+
+    def evaluate(self, output: Any, batch: Mapping[str, Array]) -> Metrics:
+        if self.eval_metrics is not None:
+            return self.eval_metrics(output, batch)
+        return self.loss(output, batch)[1]
+
 
 MLM_NORMALIZATIONS = ("per_sequence", "per_token")
 
@@ -103,3 +128,52 @@ def mean(metric: tuple[Array, Array]) -> Array:
     """sum / count of a metric pair (0 when the count is 0)."""
     total, count = metric
     return total / jnp.maximum(count, 1.0)
+
+
+def masked_lm_eval_metrics(
+    output: PreTrainingOutput, batch: Mapping[str, Array], *, mlm_normalization: str
+) -> Metrics:
+    """The pre-training metrics plus `masked_lm_accuracy`: correct masked tokens over all masked
+    tokens of the evaluation set (the MLPerf BERT metric)."""
+    _, metrics = pretraining_loss(output, batch, mlm_normalization=mlm_normalization)
+    weights = batch["masked_lm_weights"]
+    correct = jnp.argmax(output.mlm_logits, axis=-1) == batch["masked_lm_ids"]
+    return {**metrics, "masked_lm_accuracy": (jnp.sum(weights * correct), jnp.sum(weights))}
+
+
+def pretraining_objective(mlm_normalization: str = "per_sequence") -> Objective:
+    return Objective(
+        loss=functools.partial(pretraining_loss, mlm_normalization=mlm_normalization),
+        terms=("mlm_loss", "nsp_loss"),
+        eval_metrics=functools.partial(masked_lm_eval_metrics, mlm_normalization=mlm_normalization),
+    )
+
+
+def classification_loss(
+    output: ClassificationOutput, batch: Mapping[str, Array]
+) -> tuple[Array, Metrics]:
+    """Per-sequence loss of a packed fine-tuning batch, averaged over its real sequences.
+
+    With `num_labels > 1`: cross-entropy and accuracy of each slot's logits against `labels`;
+    with one output: squared error against float `labels` (regression), reported as `mse`.
+    Empty slots (`sequence_mask == 0`) contribute nothing.
+    """
+    mask = batch["sequence_mask"].astype(jnp.float32)
+    count = jnp.sum(mask)
+    logits = output.logits
+    if logits.shape[-1] == 1:
+        error = jnp.square(logits[..., 0] - batch["labels"].astype(jnp.float32))
+        metrics = {"classification_loss": (jnp.sum(error * mask), count)}
+        metrics["mse"] = metrics["classification_loss"]
+    else:
+        labels = batch["labels"].astype(jnp.int32)
+        ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+        hit = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
+        metrics = {
+            "classification_loss": (jnp.sum(ce * mask), count),
+            "accuracy": (jnp.sum(hit * mask), count),
+        }
+    return mean(metrics["classification_loss"]), metrics
+
+
+CLASSIFICATION = Objective(loss=classification_loss, terms=("classification_loss",))

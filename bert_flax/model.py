@@ -1,4 +1,5 @@
-"""Packed BERT for pre-training: encoder, MLM head (tied decoder) and per-sequence NSP head.
+"""Packed BERT: the encoder, with pre-training heads (MLM with a tied decoder, per-sequence NSP)
+or a per-sequence classification head for fine-tuning.
 
 The model consumes the packed-batch contract (`bert_flax.data.contract`; a padded batch is the
 same contract with one sequence per row):
@@ -8,6 +9,13 @@ same contract with one sequence per row):
     out = model.apply(variables, batch, deterministic=False, rngs={"dropout": rng})
     out.mlm_logits  # [B, P, V] float32, at batch["masked_lm_positions"]
     out.nsp_logits  # [B, D, 2] float32, one per sequence slot (at batch["nsp_positions"])
+
+    classifier = BertForSequenceClassification(BertConfig.preset("tiny"), num_labels=2)
+    classifier.apply(variables, rows, deterministic=True).logits   # [B, D, num_labels]
+
+`BertForSequenceClassification` reads the fine-tuning rows of `bert_flax.data.classification`
+(the same row features, and `cls_positions` per slot); each example is classified from its own
+[CLS] state through the pooler, as in BERT.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from bert_flax.config import BertConfig
+from bert_flax.data import classification
 from bert_flax.data.contract import MODEL_FEATURES
 from bert_flax.layers import (
     BATCH_LENGTH_EMBED,
@@ -127,6 +136,74 @@ class NspHead(nn.Module):
             cfg, 2, name="classifier", kernel_axes=("embed", "classes"), role="nsp_classifier"
         )(jnp.tanh(pooled))
         return logits.astype(jnp.float32)
+
+
+@flax.struct.dataclass
+class ClassificationOutput:
+    logits: Array  # [B, D, num_labels] float32, one per sequence slot (num_labels 1: regression)
+
+
+class ClassificationHead(nn.Module):
+    """Pooler (Dense + tanh) on each sequence's [CLS] state, dropout, a `num_labels`-way layer."""
+
+    config: BertConfig
+    num_labels: int
+
+    @nn.compact
+    def __call__(self, cls_states: Array, *, deterministic: bool) -> Array:
+        cfg = self.config
+        pooled = make_dense(
+            cfg, cfg.hidden_size, name="pooler", kernel_axes=("embed", "mlp"), role="pooler"
+        )(cls_states)
+        pooled = nn.Dropout(cfg.hidden_dropout_rate)(jnp.tanh(pooled), deterministic=deterministic)
+        logits = make_dense(
+            cfg,
+            self.num_labels,
+            name="classifier",
+            kernel_axes=("embed", "classes"),
+            role="classifier",
+        )(pooled)
+        return logits.astype(jnp.float32)
+
+
+class BertForSequenceClassification(nn.Module):
+    """BERT with a per-sequence classification (or, `num_labels=1`, regression) head, for packed
+    or padded rows. Its `bert` and `head/pooler` parameters are those of `BertForPreTraining`'s
+    `bert` and `nsp_head/pooler` (`pretrained_encoder` maps one onto the other)."""
+
+    config: BertConfig
+    num_labels: int
+
+    def setup(self):
+        if self.num_labels < 1:
+            raise ValueError(f"num_labels={self.num_labels} must be >= 1 (1 = regression).")
+        self.bert = BertModel(self.config)
+        self.head = ClassificationHead(self.config, self.num_labels)
+
+    def __call__(self, batch: Mapping[str, Array], *, deterministic: bool) -> ClassificationOutput:
+        missing = [name for name in classification.MODEL_INPUTS if name not in batch]
+        if missing:
+            raise KeyError(
+                f"Batch lacks features {missing}; the classifier reads "
+                f"{list(classification.MODEL_INPUTS)} (bert_flax.data.classification)."
+            )
+        hidden = self.bert(
+            batch["input_ids"],
+            batch["token_type_ids"],
+            batch["positions"],
+            batch["segment_ids"],
+            deterministic=deterministic,
+        )
+        cls_states = gather_rows(hidden, batch["cls_positions"])
+        return ClassificationOutput(logits=self.head(cls_states, deterministic=deterministic))
+
+
+def pretrained_encoder(pretraining_params: Mapping, classifier_params: Mapping) -> dict:
+    """`classifier_params` with the encoder and pooler of `BertForPreTraining` parameters (the
+    classification layer keeps its own initialisation)."""
+    head = dict(classifier_params["head"])
+    head["pooler"] = pretraining_params["nsp_head"]["pooler"]
+    return {**classifier_params, "bert": pretraining_params["bert"], "head": head}
 
 
 class BertForPreTraining(nn.Module):

@@ -44,7 +44,7 @@ def plot_curves(workdir: str) -> list[str]:
     ax.plot(*_series(train, "mlm_accuracy"), label="train masked-LM")
     ax.plot(*_series(evals, "masked_lm_accuracy"), "o-", label="eval masked-LM (MLPerf)")
     ax.plot(*_series(evals, "nsp_accuracy"), "s--", label="eval NSP")
-    _, baseline = _series(evals, "baseline_accuracy")
+    _, baseline = _series(evals, "baseline")
     if baseline.size:
         ax.axhline(baseline[-1], color="gray", ls=":", label="most frequent token")
     ax.set(xlabel="step", ylabel="accuracy", title="Accuracy", ylim=(0, 1))
@@ -52,6 +52,27 @@ def plot_curves(workdir: str) -> list[str]:
     ax.legend()
     written.append(_save(fig, workdir, "accuracy.png"))
     return written
+
+
+def plot_finetuning(workdir: str, metric: str) -> str:
+    """`finetuning.png`: train and validation loss, and the validation `metric` against the
+    baseline, per step."""
+    metrics = read_metrics(workdir)
+    train, evals = metrics.get("train", []), metrics.get("eval", [])
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    left.plot(*_series(train, "classification_loss"), label="train")
+    left.plot(*_series(evals, "classification_loss"), "o-", label="validation")
+    left.set(xlabel="step", ylabel="loss", title="Fine-tuning loss")
+    left.legend()
+    right.plot(*_series(evals, metric), "o-", label=f"validation {metric}")
+    _, baseline = _series(evals, "baseline")
+    if baseline.size:
+        right.axhline(baseline[-1], color="gray", ls=":", label="baseline")
+    right.set(xlabel="step", ylabel=metric, title=f"Validation {metric}")
+    right.legend()
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+    return _save(fig, workdir, "finetuning.png")
 
 
 def plot_packing(data_dir: str, workdir: str) -> str | None:

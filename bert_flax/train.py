@@ -34,10 +34,12 @@ import numpy as np
 from absl import logging
 
 import optim
-from bert_flax import checkpointing, convert, input_pipeline, metrics, plots, sharding
-from bert_flax.data.contract import check_batch
+from bert_flax import checkpointing, convert, metrics, sharding
+from bert_flax.tasks import Task
 from bert_flax.train_setup import TrainSetup, create_train_setup
 from bert_flax.train_step import TrainState
+
+BEST_DIR, BEST_FILE = "best", "best.json"
 
 
 def quiet_library_logs() -> None:
@@ -84,9 +86,9 @@ def evaluate(
     max_minutes: float = 0.0,
     progress_seconds: float = 30.0,
 ) -> tuple[dict[str, float], bool]:
-    """(metrics over the eval set, whether it ran to the end). `masked_lm_accuracy` is correct
-    over all masked tokens. It stops early when `stop_requested()` (preemption) or after
-    `max_minutes`, and logs its progress every `progress_seconds`."""
+    """(metrics over the eval set, whether it ran to the end). It stops early when
+    `stop_requested()` (preemption) or after `max_minutes`, and logs its progress every
+    `progress_seconds`."""
     started = last_report = time.perf_counter()
     steps, complete = [], True
     for index, batch in enumerate(batches):
@@ -122,18 +124,8 @@ def describe(setup: TrainSetup) -> dict[str, Any]:
         "accumulation": a.accumulation,
         "micro_batch_rows": a.batch_size // a.accumulation,
         "betas": [a.b1, a.b2],
-        "max_seq_length": setup.row_shape.max_seq_length,
-        "max_sequences_per_row": setup.row_shape.max_sequences_per_pack,
-        "max_predictions_per_row": setup.row_shape.max_predictions_per_pack,
+        **setup.task.describe(),
     }
-
-
-def data_identity(setup: TrainSetup) -> str:
-    """What a checkpoint remembers of the data it was reading: the prepared data's fingerprint
-    (or the synthetic row shape). A different one on resume starts a new phase."""
-    if setup.data is not None:
-        return setup.data.fingerprint
-    return f"synthetic:{setup.row_shape.max_seq_length}"
 
 
 def initial_state(
@@ -142,7 +134,7 @@ def initial_state(
     """(state, progress) to start from: the workdir's latest checkpoint if it has one (and if it
     was reading other data, a new phase: same parameters, optimizer state and step, this data
     from its beginning); else `config.init_from`'s parameters or the fresh initialisation."""
-    config, data = setup.config, data_identity(setup)
+    config, data = setup.config, setup.task.identity()
     progress = {"data_position": 0, "sequences_seen": 0.0, "seed": config.seed, "data": data}
     restored = checkpointer.restore_latest(setup.state, setup.state_shardings)
     if restored is None:
@@ -175,6 +167,7 @@ def with_pretrained_params(setup: TrainSetup, path: str, step: int | None) -> Tr
     """`setup.state` with the parameters of checkpoint `path` (any `convert.checkpoint_kind`),
     placed with the state's shardings; every misfit parameter is named."""
     _, params = convert.load_pretrained(path, step)
+    params = setup.task.pretrained_params(params, setup.state.params)
     expected = {
         "/".join(k): v.shape for k, v in flax.traverse_util.flatten_dict(setup.state.params).items()
     }
@@ -186,19 +179,26 @@ def with_pretrained_params(setup: TrainSetup, path: str, step: int | None) -> Tr
     return setup.state.replace(params=jax.device_put(params, setup.state_shardings.params))
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
-    """Trains (resuming from `workdir` if it holds checkpoints); returns the final metrics."""
+def train_and_evaluate(
+    config: ml_collections.ConfigDict, workdir: str, *, task: Task | None = None
+) -> dict[str, Any]:
+    """Trains `task` (default: pre-training), resuming from `workdir` if it holds checkpoints;
+    returns the final metrics."""
     quiet_library_logs()
     maybe_initialize_distributed(config)
     grace = config.checkpoint.preemption_grace_seconds
     with checkpointing.PreemptionGuard(grace_seconds=grace) as guard:
-        return _train(config, workdir, guard)
+        return _train(config, workdir, guard, task)
 
 
 def _train(
-    config: ml_collections.ConfigDict, workdir: str, guard: checkpointing.PreemptionGuard
+    config: ml_collections.ConfigDict,
+    workdir: str,
+    guard: checkpointing.PreemptionGuard,
+    task: Task | None,
 ) -> dict[str, Any]:
-    setup = create_train_setup(config)
+    setup = create_train_setup(config, task=task)
+    task = setup.task
     total_steps = config.train.steps
     vocab = setup.model_config.vocab_size
     writer = metrics.MetricsWriter(workdir)
@@ -220,18 +220,18 @@ def _train(
     state, progress = initial_state(setup, checkpointer, workdir)
     start_step = int(jax.device_get(state.step))
 
-    train_iter = input_pipeline.train_iterator(
-        config, setup.batch_size, setup.row_shape, vocab, start=progress["data_position"]
-    )
-    eval_set = input_pipeline.eval_batches(config, config.eval.batch_size, setup.row_shape, vocab)
-    check_batch(eval_set[0], setup.model_config, setup.row_shape)
-    frequent_id, baseline = input_pipeline.most_frequent_token_accuracy(eval_set)
+    train_iter = task.train_batches(setup.batch_size, vocab, start=progress["data_position"])
+    eval_set = task.eval_batches(config.eval.batch_size, vocab)
+    task.check_batch(eval_set[0], setup.model_config)
+    baseline_name, baseline = task.baseline(eval_set)
     logging.info(
-        "Eval: %d batches; always predicting token %d scores masked-LM accuracy %.4f",
+        "Eval: %d batches; %s scores %s %.4f",
         len(eval_set),
-        frequent_id,
+        baseline_name,
+        task.eval_metric,
         baseline,
     )
+    best = BestParams(workdir, task, enabled=config.checkpoint.keep_best and writer.enabled)
 
     pending: list[dict[str, jax.Array]] = []
     throughput = metrics.Throughput()
@@ -265,19 +265,23 @@ def _train(
         )
         if not summary.get("eval_batches"):
             return
-        eval_summary = {**summary, "baseline_accuracy": baseline, "complete": float(complete)}
+        eval_summary = {**summary, "baseline": baseline, "complete": float(complete)}
         writer.write("eval", step, eval_summary)
+        shown = " | ".join(
+            f"{k} {eval_summary.get(k, float('nan')):.4f}" for k in task.eval_metrics_shown
+        )
         logging.info(
-            "eval step %d | masked_lm_accuracy %.4f (baseline %.4f) | mlm_loss %.4f | "
-            "nsp_accuracy %.3f | %d batches | %.1fs",
+            "eval step %d | %s %.4f (baseline %.4f) | %s | %d batches | %.1fs",
             step,
-            eval_summary.get("masked_lm_accuracy", float("nan")),
+            task.eval_metric,
+            eval_summary.get(task.eval_metric, float("nan")),
             baseline,
-            eval_summary.get("mlm_loss", float("nan")),
-            eval_summary.get("nsp_accuracy", float("nan")),
+            shown,
             summary["eval_batches"],
             time.perf_counter() - t0,
         )
+        if complete:
+            best.offer(step, eval_summary, state.params, setup.model_config)
         throughput.reset()
 
     preempted = False
@@ -285,7 +289,7 @@ def _train(
     for step in range(start_step + 1, total_steps + 1):
         local = next(train_iter)
         if step == start_step + 1:
-            check_batch(local, setup.model_config, setup.row_shape)
+            task.check_batch(local, setup.model_config)
         batch = sharding.global_batch(setup.mesh, local)
         state, step_metrics = setup.train_step(state, batch, step_rng(config.seed, step - 1))
         state = state.replace(opt_state=optim.after_step(setup.tx, state.opt_state, step))
@@ -316,14 +320,50 @@ def _train(
         "seconds_this_run": time.perf_counter() - started,
         "preempted": preempted,
         "sequences_seen": progress["sequences_seen"],
-        "baseline_accuracy": baseline,
+        "baseline": baseline,
         "train": train_summary,
         "eval": eval_summary,
+        "best": best.record,
         "setup": info,
     }
     if writer.enabled:
         with open(os.path.join(workdir, "final_metrics.json"), "w") as f:
             json.dump(final, f, indent=2, default=float)
         if config.log.plots and not preempted:
-            plots.plot_run(workdir, config.data.data_dir if not config.data.synthetic else None)
+            task.plot(workdir)
     return final
+
+
+class BestParams:
+    """With `config.checkpoint.keep_best`: the parameters of the best complete evaluation so far
+    (by `task.eval_metric`, higher or lower per `task.eval_metric_mode`) as a bert_flax
+    checkpoint directory `workdir/best` (`convert.load_params`), and `best/best.json`."""
+
+    def __init__(self, workdir: str, task: Task, *, enabled: bool):
+        self.directory = os.path.join(workdir, BEST_DIR)
+        self.task, self.enabled = task, enabled
+        self.record: dict[str, Any] = {}
+        path = os.path.join(self.directory, BEST_FILE)
+        if enabled and os.path.isfile(path):  # a resumed run competes with its earlier best
+            with open(path) as f:
+                self.record = json.load(f)
+
+    def offer(self, step: int, summary: dict[str, float], params: Any, model_config) -> bool:
+        """Saves `params` if `summary` beats the best so far; returns whether it did."""
+        value = summary.get(self.task.eval_metric)
+        if not self.enabled or value is None or not np.isfinite(value):
+            return False
+        best = self.record.get("value")
+        better = best is None or (
+            value > best if self.task.eval_metric_mode == "max" else value < best
+        )
+        if not better:
+            return False
+        convert.save_params(jax.device_get(params), model_config, self.directory)
+        self.record = {"step": step, "metric": self.task.eval_metric, "value": float(value)}
+        self.record.update({"eval": summary, **self.task.head_config()})
+        with open(os.path.join(self.directory, BEST_FILE), "w") as f:
+            json.dump(self.record, f, indent=2, default=float)
+        metric = self.task.eval_metric
+        logging.info("Best %s so far (%.4f): saved to %s", metric, value, self.directory)
+        return True

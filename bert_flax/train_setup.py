@@ -1,13 +1,13 @@
-"""`create_train_setup(config)`: exactly the configured model, mesh, sharded state and steps.
+"""`create_train_setup(config, task)`: exactly the configured model, mesh, sharded state and steps.
 
 The train loop (`bert_flax.train`), the profiler and the benchmarks all build their step here,
 so what they measure is what trains:
 
-    setup = create_train_setup(configs.tiny.get_config())
+    setup = create_train_setup(configs.tiny.get_config())   # task: tasks.PreTrainingTask
     batch = setup.make_batch(seed=0)                     # a global, sharded (synthetic) batch
     state, metrics = setup.train_step(setup.state, batch, jax.random.key(1))
 
-`create_train_setup` reads top to bottom as the recipe: prepared data -> mesh -> packing
+`create_train_setup` reads top to bottom as the recipe: the task's data -> mesh -> packing
 adjustment -> model -> optimizer -> state -> steps. The helpers below it are those steps.
 """
 
@@ -18,26 +18,22 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 import optax
 from jax.sharding import Mesh
 
 import optim
 import packing
 from bert_flax import sharding, train_step
-from bert_flax.config import BertConfig, from_config_section
-from bert_flax.data import synthetic
-from bert_flax.data.contract import PreparedData, RowShape
-from bert_flax.model import BertForPreTraining
+from bert_flax.config import BertConfig
+from bert_flax.tasks import PreTrainingTask, Task
 from bert_flax.train_step import TrainState
 
 DTYPES = ("float32", "bfloat16")
 PACKING_HPARAMS = ("none", "divide_accumulation", "raise_betas")
-# The masking rate of synthetic batches (prepared data state their own).
-SYNTHETIC_MASKED_LM_PROB = 0.15
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,13 +53,12 @@ class TrainSetup:
     adjustments (`adjustment`); `train_step` is jitted with shardings and donates its state."""
 
     config: ml_collections.ConfigDict
-    data: PreparedData | None  # None for synthetic batches
-    row_shape: RowShape
+    task: Task
     mesh: Mesh
     rules: list
     adjustment: PackingAdjustment
     model_config: BertConfig
-    model: BertForPreTraining
+    model: nn.Module
     tx: optax.GradientTransformation
     learning_rate: optax.Schedule
     state: TrainState
@@ -86,11 +81,8 @@ class TrainSetup:
     def make_batch(self, seed: int = 0, rows: int | None = None) -> dict[str, jax.Array]:
         """A synthetic global batch of `rows` (default: one optimizer step), sharded."""
         rows = self.batch_size if rows is None else rows
-        local = synthetic.random_batch(
-            rows // jax.process_count(),
-            self.row_shape,
-            vocab_size=self.model_config.vocab_size,
-            seed=seed * jax.process_count() + jax.process_index(),
+        local = self.task.synthetic_batch(
+            rows // jax.process_count(), seed=seed * jax.process_count() + jax.process_index()
         )
         return sharding.global_batch(self.mesh, local)
 
@@ -99,6 +91,7 @@ def create_train_setup(
     config: ml_collections.ConfigDict,
     mesh: Mesh | None = None,
     *,
+    task: Task | None = None,
     packing_factor_override: float | None = None,
 ) -> TrainSetup:
     """Builds the model, mesh, sharded TrainState and the jitted train/eval steps of `config`.
@@ -106,16 +99,16 @@ def create_train_setup(
     Args:
       config: a config as in `configs/default.py`.
       mesh: a mesh to use instead of the one `config.mesh` describes.
+      task: what to train (default: pre-training, `tasks.PreTrainingTask(config)`).
       packing_factor_override: the packing factor to adapt hyper-parameters to, instead of the
-        one of the data's strategies.
+        one of the task's data.
 
     Raises:
       ValueError/FileNotFoundError: on configs that cannot run (message says what to change).
     """
     validate_config(config)
-    # Prepared data: the row shape and (unless synthetic) vocabulary and packing factor.
-    data = None if config.data.synthetic else prepared_data(config)
-    row_shape = row_shape_of(config, data)
+    # The task's data: row shape, vocabulary and packing factor.
+    task = PreTrainingTask(config) if task is None else task
 
     # Mesh and the logical-axis rules it supports.
     if mesh is None:
@@ -123,27 +116,25 @@ def create_train_setup(
     rules = sharding.rules_for_mesh(mesh)
 
     # Packing adjustment: rows per step, micro-batches and betas for the packing factor.
-    factor = packing_factor_override
-    if factor is None:
-        factor = packing_factor(config, data)
+    factor = task.packing_factor() if packing_factor_override is None else packing_factor_override
     adjustment = adjust_for_packing(config, factor, sharding.data_parallel_size(mesh))
     sharding.check_batch_fits(mesh, adjustment.batch_size, adjustment.accumulation, "train")
     sharding.check_batch_fits(mesh, config.eval.batch_size, 1, "eval")
 
     # Model.
-    model_config = model_config_from(config, data, row_shape)
-    model = BertForPreTraining(model_config)
+    model_config = task.model_config()
+    model = task.model(model_config)
 
     # Optimizer.
     tx, schedule = create_optimizer(config, adjustment)
 
     # State, initialised directly sharded.
     state, state_shardings = create_sharded_state(
-        model, row_shape, tx, mesh, rules, jax.random.key(config.seed)
+        model, task.synthetic_batch(1, seed=0), tx, mesh, rules, jax.random.key(config.seed)
     )
 
     # Steps: the pure functions of `train_step`, bound and jitted with shardings.
-    mlm_normalization = config.train.mlm_normalization
+    objective = task.objective
     batch, replicated = sharding.batch_sharding(mesh), sharding.replicated(mesh)
     jitted_train_step = sharding.jit_partitioned(
         functools.partial(
@@ -151,8 +142,8 @@ def create_train_setup(
             model=model,
             tx=tx,
             learning_rate=schedule,
+            objective=objective,
             accumulation=adjustment.accumulation,
-            mlm_normalization=mlm_normalization,
         ),
         mesh,
         rules,
@@ -161,7 +152,7 @@ def create_train_setup(
         donate_argnums=(0,),
     )
     jitted_eval_step = sharding.jit_partitioned(
-        functools.partial(train_step.eval_step, model=model, mlm_normalization=mlm_normalization),
+        functools.partial(train_step.eval_step, model=model, objective=objective),
         mesh,
         rules,
         in_shardings=(None, batch),
@@ -169,8 +160,7 @@ def create_train_setup(
     )
     return TrainSetup(
         config=config,
-        data=data,
-        row_shape=row_shape,
+        task=task,
         mesh=mesh,
         rules=rules,
         adjustment=adjustment,
@@ -185,18 +175,12 @@ def create_train_setup(
     )
 
 
-# -- Config and prepared data --------------------------------------------------------------------
+# -- Config --------------------------------------------------------------------------------------
 
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
     """Fails early, with what to change, on configs that cannot run (before reading any data)."""
     data, train = config.data, config.train
-    if not data.synthetic and not data.data_dir:
-        raise ValueError(
-            "config.data.data_dir is empty: prepare data with `python -m "
-            "bert_flax.data.create_pretraining_data --output_dir=DIR ...` and pass "
-            "--config.data.data_dir=DIR (or --config.data.synthetic=True for random batches)."
-        )
     if train.dtype not in DTYPES:
         raise ValueError(f"config.train.dtype={train.dtype!r} is not one of {DTYPES}.")
     if train.steps <= 0:
@@ -212,45 +196,6 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
             raise ValueError(
                 f"config.{section}.every_steps={config[section].every_steps} must be positive."
             )
-
-
-def prepared_data(config: ml_collections.ConfigDict) -> PreparedData:
-    """`config.data.data_dir`, checked against the config."""
-    data = PreparedData.load(config.data.data_dir)
-    if data.max_seq_length != config.data.max_seq_length:
-        raise ValueError(
-            f"config.data.max_seq_length={config.data.max_seq_length} but "
-            f"{config.data.data_dir} was prepared with max_seq_length={data.max_seq_length}."
-        )
-    return data
-
-
-def row_shape_of(config: ml_collections.ConfigDict, data: PreparedData | None) -> RowShape:
-    """The batches' row shape: from the prepared data, or for synthetic batches from the config
-    (the same bound on masked positions either way)."""
-    depth, packed = config.data.max_sequences_per_pack, config.data.packed
-    if data is not None:
-        return data.row_shape(depth, packed=packed)
-    return RowShape.bounded(
-        config.data.max_seq_length,
-        depth,
-        masked_lm_prob=SYNTHETIC_MASKED_LM_PROB,
-        max_predictions_per_seq=config.data.max_predictions_per_seq,
-        packed=packed,
-    )
-
-
-def packing_factor(config: ml_collections.ConfigDict, data: PreparedData | None) -> float:
-    """Mean sequences per row: 1 unpacked, else from the data's strategies (or, for synthetic
-    batches, from the random row generator)."""
-    if not config.data.packed:
-        return 1.0
-    if data is not None:
-        return data.packing_factor(config.data.max_sequences_per_pack, config.data.algorithm)
-    rows = synthetic.random_row_lengths(
-        256, config.data.max_seq_length, config.data.max_sequences_per_pack, seed=config.seed
-    )
-    return float(np.mean([len(r) for r in rows]))
 
 
 def adjust_for_packing(
@@ -289,32 +234,6 @@ def adjust_for_packing(
             )
         b1, b2 = optim.adjust_betas_for_packing(b1, b2, packing_factor)
     return PackingAdjustment(packing_factor, batch, accumulation, b1, b2)
-
-
-# -- Model ---------------------------------------------------------------------------------------
-
-
-def model_config_from(
-    config: ml_collections.ConfigDict, data: PreparedData | None, row_shape: RowShape
-) -> BertConfig:
-    """The preset with the fields `config.model` sets, the compute dtype, and (unless set) the
-    vocabulary size of the prepared data; checked against the data and the row shape."""
-    fields = {"dtype": config.train.dtype}
-    if data is not None and config.model.get("vocab_size") is None:
-        fields["vocab_size"] = data.vocab_size
-    model_config = from_config_section(config.model, **fields)
-    if data is not None and model_config.vocab_size < data.vocab_size:
-        raise ValueError(
-            f"The model's vocab_size={model_config.vocab_size} is smaller than the "
-            f"vocabulary of {data.data_dir} ({data.vocab_size} ids): out-of-range ids "
-            "would embed as NaN. Leave config.model.vocab_size unset or raise it."
-        )
-    if row_shape.max_seq_length > model_config.max_position_embeddings:
-        raise ValueError(
-            f"config.data.max_seq_length={row_shape.max_seq_length} exceeds the model's "
-            f"max_position_embeddings={model_config.max_position_embeddings}."
-        )
-    return model_config
 
 
 # -- Optimizer -----------------------------------------------------------------------------------
@@ -366,8 +285,8 @@ def create_optimizer(
 
 
 def create_sharded_state(
-    model: BertForPreTraining,
-    row_shape: RowShape,
+    model: nn.Module,
+    example: dict[str, Any],
     tx: optax.GradientTransformation,
     mesh: Mesh,
     rules: sharding.Rules,
@@ -379,7 +298,6 @@ def create_sharded_state(
     sharding, then run under `jax.jit(..., out_shardings=...)`, so no device ever holds a full
     unsharded copy.
     """
-    example = synthetic.random_batch(1, row_shape, vocab_size=model.config.vocab_size)
     example = jax.tree_util.tree_map(jnp.asarray, example)
 
     def init_params(rng: jax.Array) -> Any:

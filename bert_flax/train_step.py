@@ -1,7 +1,8 @@
-"""The pre-training step shared by every optimizer, and the eval step: pure functions.
+"""The train step shared by every optimizer and task, and the eval step: pure functions.
 
+    objective = losses.pretraining_objective("per_sequence")   # or losses.CLASSIFICATION
     step = jax.jit(functools.partial(train_step, model=model, tx=tx, learning_rate=schedule,
-                                     accumulation=1, mlm_normalization="per_sequence"))
+                                     objective=objective, accumulation=1))
     state, metrics = step(state, batch, rng)
 
 `create_train_setup` binds them this way, with the shardings of the state and batch, the
@@ -9,8 +10,9 @@ partitioning context (`sharding.jit_partitioned`) and donation of the input stat
 
 The batch holds all rows of one optimizer step (global, sharded over the batch axes); with
 `accumulation = m` it is split into m micro-batches scanned with `lax.scan`, and the summed
-gradient equals that of the whole batch: each micro-batch's loss terms are divided by the whole
-batch's counts (sequences, or tokens per the loss's own normalisation), so packed micro-batches
+gradient equals that of the whole batch: each micro-batch's loss terms (`objective.terms`) are
+divided by the whole batch's counts (sequences, or tokens per the loss's own normalisation), so
+packed micro-batches
 holding different numbers of sequences add up exactly. Metrics are global sums and counts (they
 aggregate over steps and hosts) plus scalars.
 """
@@ -30,8 +32,6 @@ from bert_flax import losses, sharding
 
 Batch = Mapping[str, jax.Array]
 Metrics = dict[str, jax.Array]
-# Terms of the pre-training objective: loss == sum of sum/count of these metrics.
-LOSS_TERMS = ("mlm_loss", "nsp_loss")
 
 
 @flax.struct.dataclass
@@ -55,15 +55,13 @@ def train_step(
     model: nn.Module,
     tx: optax.GradientTransformation,
     learning_rate: optax.Schedule,
+    objective: losses.Objective,
     accumulation: int = 1,
-    mlm_normalization: str = "per_sequence",
 ) -> tuple[TrainState, Metrics]:
     """One optimizer step on `batch` (all its micro-batches); `rng` drives dropout."""
     if accumulation == 1:
         grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-        (loss, metrics), grads = grad_fn(
-            state.params, batch, rng, model=model, mlm_normalization=mlm_normalization
-        )
+        (loss, metrics), grads = grad_fn(state.params, batch, rng, model=model, objective=objective)
         sums = flatten_sums(metrics)
     else:
         loss, grads, sums = accumulated_gradients(
@@ -71,8 +69,8 @@ def train_step(
             batch,
             rng,
             model=model,
+            objective=objective,
             accumulation=accumulation,
-            mlm_normalization=mlm_normalization,
         )
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
@@ -88,28 +86,19 @@ def train_step(
 
 
 def eval_step(
-    params: Any, batch: Batch, *, model: nn.Module, mlm_normalization: str = "per_sequence"
+    params: Any, batch: Batch, *, model: nn.Module, objective: losses.Objective
 ) -> Metrics:
-    """Sums and counts of the pre-training metrics on `batch`, without dropout.
-
-    `masked_lm_accuracy` counts correct masked tokens over all masked tokens of the evaluation
-    set (the MLPerf BERT metric); the model's own per-sequence metrics are reported beside it.
-    """
+    """Sums and counts of `objective`'s evaluation metrics on `batch`, without dropout."""
     output = model.apply({"params": params}, batch, deterministic=True)
-    _, metrics = losses.pretraining_loss(output, batch, mlm_normalization=mlm_normalization)
-    weights = batch["masked_lm_weights"]
-    correct = jnp.argmax(output.mlm_logits, axis=-1) == batch["masked_lm_ids"]
-    metrics = dict(metrics)
-    metrics["masked_lm_accuracy"] = (jnp.sum(weights * correct), jnp.sum(weights))
-    return {**flatten_sums(metrics), **batch_statistics(batch)}
+    return {**flatten_sums(objective.evaluate(output, batch)), **batch_statistics(batch)}
 
 
 def loss_fn(
-    params: Any, batch: Batch, rng: jax.Array, *, model: nn.Module, mlm_normalization: str
+    params: Any, batch: Batch, rng: jax.Array, *, model: nn.Module, objective: losses.Objective
 ) -> tuple[jax.Array, dict[str, tuple[jax.Array, jax.Array]]]:
-    """The pre-training loss of `batch` with dropout, and its (sum, count) metrics."""
+    """`objective`'s loss of `batch` with dropout, and its (sum, count) metrics."""
     output = model.apply({"params": params}, batch, deterministic=False, rngs={"dropout": rng})
-    return losses.pretraining_loss(output, batch, mlm_normalization=mlm_normalization)
+    return objective.loss(output, batch)
 
 
 # -- Micro-batch accumulation --------------------------------------------------------------------
@@ -127,7 +116,7 @@ def split_micro_batches(batch: Batch, accumulation: int) -> Batch:
 
 
 def loss_term_counts(
-    params: Any, batch: Batch, *, model: nn.Module, mlm_normalization: str
+    params: Any, batch: Batch, *, model: nn.Module, objective: losses.Objective
 ) -> dict[str, jax.Array]:
     """The denominators of the whole batch's loss terms. They depend on the batch only, so XLA
     drops the (zero) logits this evaluates the loss on and keeps the counts."""
@@ -135,8 +124,8 @@ def loss_term_counts(
         lambda p, b: model.apply({"params": p}, b, deterministic=True), params, batch
     )
     zeros = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-    _, metrics = losses.pretraining_loss(zeros, batch, mlm_normalization=mlm_normalization)
-    return {k: jnp.maximum(metrics[k][1], 1.0) for k in LOSS_TERMS}
+    _, metrics = objective.loss(zeros, batch)
+    return {k: jnp.maximum(metrics[k][1], 1.0) for k in objective.terms}
 
 
 def accumulated_gradients(
@@ -145,17 +134,17 @@ def accumulated_gradients(
     rng: jax.Array,
     *,
     model: nn.Module,
+    objective: losses.Objective,
     accumulation: int,
-    mlm_normalization: str,
 ) -> tuple[jax.Array, Any, Metrics]:
     """(loss, gradient, summed metrics) of `batch` as `accumulation` scanned micro-batches; the
     gradient equals the whole batch's."""
-    counts = loss_term_counts(params, batch, model=model, mlm_normalization=mlm_normalization)
+    counts = loss_term_counts(params, batch, model=model, objective=objective)
     micro_batches = split_micro_batches(batch, accumulation)
 
     def share_of_loss(p, micro, r):
-        _, metrics = loss_fn(p, micro, r, model=model, mlm_normalization=mlm_normalization)
-        return sum(metrics[k][0] / counts[k] for k in LOSS_TERMS), flatten_sums(metrics)
+        _, metrics = loss_fn(p, micro, r, model=model, objective=objective)
+        return sum(metrics[k][0] / counts[k] for k in objective.terms), flatten_sums(metrics)
 
     micro_grad = jax.grad(share_of_loss, has_aux=True)
 
@@ -172,7 +161,7 @@ def accumulated_gradients(
         jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), sums_shape),
     )
     (grads, sums), _ = jax.lax.scan(body, init, (jnp.arange(accumulation), micro_batches))
-    loss = sum(sums[f"{k}/sum"] / counts[k] for k in LOSS_TERMS)
+    loss = sum(sums[f"{k}/sum"] / counts[k] for k in objective.terms)
     return loss, grads, sums
 
 
@@ -180,15 +169,17 @@ def accumulated_gradients(
 
 
 def batch_statistics(batch: Batch) -> Metrics:
-    """Rows, real sequences, real and total tokens, masked tokens of a batch."""
+    """Rows, real sequences, real and total tokens (and masked tokens) of a batch."""
     segment_ids = batch["segment_ids"]
-    return {
+    statistics = {
         "rows": jnp.asarray(segment_ids.shape[0], jnp.float32),
         "sequences": jnp.sum(batch["sequence_mask"]).astype(jnp.float32),
         "real_tokens": jnp.sum(segment_ids > 0).astype(jnp.float32),
         "tokens": jnp.asarray(segment_ids.size, jnp.float32),
-        "masked_tokens": jnp.sum(batch["masked_lm_weights"]).astype(jnp.float32),
     }
+    if "masked_lm_weights" in batch:
+        statistics["masked_tokens"] = jnp.sum(batch["masked_lm_weights"]).astype(jnp.float32)
+    return statistics
 
 
 def flatten_sums(metrics: Mapping[str, tuple[jax.Array, jax.Array]]) -> Metrics:

@@ -89,6 +89,9 @@ def get_config() -> ml_collections.ConfigDict:
     config.checkpoint.every_steps = 500
     config.checkpoint.keep = 3
     config.checkpoint.enabled = True
+    # Also keep the parameters of the best evaluation so far (by the task's metric) in
+    # workdir/best, a bert_flax checkpoint directory (fine-tuning turns this on).
+    config.checkpoint.keep_best = False
     # After SIGTERM the loop saves and stops at the next step or eval batch; if it cannot get
     # there within this long (a compilation), the process exits keeping the last checkpoint.
     config.checkpoint.preemption_grace_seconds = 8.0

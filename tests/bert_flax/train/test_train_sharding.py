@@ -64,7 +64,7 @@ _FULL_VOCAB_OVER_FOUR = textwrap.dedent(
         config.mesh.shape = shape
         devices = jax.devices()[: int(np.prod(shape))]
         setup = create_train_setup(config, mesh=sharding.create_mesh(shape, devices=devices))
-        batch = random_batch(8, setup.row_shape, vocab_size=30522, seed=2)
+        batch = random_batch(8, setup.task.row_shape, vocab_size=30522, seed=2)
         state, metrics = setup.train_step(
             setup.state, sharding.global_batch(setup.mesh, batch), jax.random.key(0)
         )
@@ -142,7 +142,7 @@ _SHAMPOO_STATE_SHARDING = textwrap.dedent(
     node, param = tensors, setup.state_shardings.params
     for key in kernel:
         node, param = node[key], param[key]
-    batch = random_batch(8, setup.row_shape, vocab_size=512, seed=1)
+    batch = random_batch(8, setup.task.row_shape, vocab_size=512, seed=1)
     state, metrics = setup.train_step(
         setup.state, sharding.global_batch(setup.mesh, batch), jax.random.key(0)
     )

@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from bert_flax import input_pipeline, sharding, train, train_step
+from bert_flax import input_pipeline, losses, sharding, train, train_step
 from bert_flax.data.synthetic import random_batch
 from bert_flax.train_setup import create_train_setup
 
@@ -18,7 +18,7 @@ def test_pure_step_bound_with_partial_equals_the_setups(make_config):
     config = make_config()
     config.schedule.warmup_steps = 0
     setup = create_train_setup(config)
-    batch = random_batch(config.train.batch_size, setup.row_shape, vocab_size=512, seed=3)
+    batch = random_batch(config.train.batch_size, setup.task.row_shape, vocab_size=512, seed=3)
     rng = jax.random.key(7)
     step = jax.jit(
         functools.partial(
@@ -26,7 +26,7 @@ def test_pure_step_bound_with_partial_equals_the_setups(make_config):
             model=setup.model,
             tx=setup.tx,
             learning_rate=setup.learning_rate,
-            mlm_normalization=config.train.mlm_normalization,
+            objective=losses.pretraining_objective(config.train.mlm_normalization),
         )
     )
     by_hand, by_hand_metrics = jax.device_get(step(setup.state, batch, rng))
@@ -40,7 +40,9 @@ def test_pure_step_bound_with_partial_equals_the_setups(make_config):
     jax.tree.map(
         lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), by_hand.params, state.params
     )
-    evaluated = train_step.eval_step(state.params, batch, model=setup.model)
+    evaluated = train_step.eval_step(
+        state.params, batch, model=setup.model, objective=losses.pretraining_objective()
+    )
     jitted = setup.eval_step(state.params, sharding.global_batch(setup.mesh, batch))
     assert float(jitted["masked_lm_accuracy/count"]) == float(batch["masked_lm_weights"].sum())
     for name, value in evaluated.items():

