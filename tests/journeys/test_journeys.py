@@ -292,3 +292,58 @@ def test_init_from_a_checkpoint_that_does_not_fit_names_the_parameter(prepared, 
     assert done.returncode != 0
     assert "bert/layer_0/ffn/intermediate/kernel" in done.stderr
     assert "has shape (32, 64), the model (32, 96)" in done.stderr
+
+
+# The fine-tuning journey's tiny BERT (the bundled sentiment set is tokenized at 128 tokens).
+TINY_FINETUNE = [
+    "--config=configs/finetune_sentiment.py",
+    "--config.model.num_layers=1",
+    "--config.model.hidden_size=32",
+    "--config.model.num_heads=2",
+    "--config.model.intermediate_size=64",
+    "--config.train.epochs=0.03",
+    "--config.log.every_steps=2",
+    "--config.log.plots=False",
+]
+
+
+@pytest.mark.slow
+def test_finetune_from_hugging_face_then_predict_a_file(tmp_path):
+    """Fine-tune the bundled sentiment set from a Hugging Face checkpoint (random weights), keep
+    the best parameters, predict the test split and then a user's file, in input order."""
+    import transformers
+
+    from bert_flax.data import classification
+
+    hf_dir = tmp_path / "hf"
+    hf_config = transformers.BertConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
+    )
+    transformers.BertForPreTraining(hf_config).save_pretrained(str(hf_dir))
+    workdir = tmp_path / "sentiment"
+    done = run(
+        "bert_flax.finetune",
+        *TINY_FINETUNE,
+        f"--workdir={workdir}",
+        f"--config.init_from={hf_dir}",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"Initialised the parameters from {hf_dir}" in done.stderr
+    assert "best validation accuracy" in done.stdout
+    assert "always predicting 'fresh'" in done.stdout
+    best = json.loads((workdir / "best" / "best.json").read_text())
+    assert best["metric"] == "accuracy" and best["label_names"] == ["rotten", "fresh"]
+    test_ids = classification.rotten_tomatoes().splits["test"].ids.tolist()
+    lines = (workdir / "predictions_test.jsonl").read_text().splitlines()
+    assert [json.loads(line)["id"] for line in lines] == test_ids
+
+    user_file = tmp_path / "reviews.csv"
+    user_file.write_text('text\n"a joy from start to finish"\ndull\n"too long, too loud"\n')
+    output = tmp_path / "out.jsonl"
+    done = run(
+        "bert_flax.finetune", f"--workdir={workdir}", f"--predict={user_file}", f"--output={output}"
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = [json.loads(line) for line in output.read_text().splitlines()]
+    assert [r["id"] for r in records] == [0, 1, 2]
+    assert all(r["label"] in ("rotten", "fresh") for r in records)

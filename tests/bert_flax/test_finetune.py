@@ -1,0 +1,149 @@
+"""Packed fine-tuning against one example per row: the same logits and per-sequence loss, packed
+inference equal to padded inference example by example, and pre-trained encoders carried over."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from bert_flax import finetune, losses
+from bert_flax.config import BertConfig
+from bert_flax.data import classification, tokenization
+from bert_flax.model import (
+    BertForPreTraining,
+    BertForSequenceClassification,
+    ClassificationOutput,
+    pretrained_encoder,
+)
+
+MAX_LEN = 64
+CONFIG = BertConfig.preset(
+    "tiny",
+    num_layers=2,
+    hidden_size=32,
+    num_heads=2,
+    intermediate_size=64,
+    max_position_embeddings=MAX_LEN,
+    vocab_size=30522,
+)
+TEXTS = [
+    "a gripping, beautifully shot film",
+    "dull",
+    "the plot goes nowhere and the jokes fall flat , though the cast tries hard",
+    "one of the year's best",
+    "an uneven but often charming comedy",
+    "i wanted to like it more than i did",
+    "not worth the ticket",
+    "a triumph",
+    "too long by half, and far too pleased with itself",
+    "sharp , funny and humane",
+    "it never quite decides what it wants to be",
+]
+
+
+@pytest.fixture(scope="module")
+def encoded():
+    split = classification.LabelledSplit(
+        texts=TEXTS,
+        texts_b=None,
+        labels=np.arange(len(TEXTS), dtype=np.int32) % 3,
+        ids=np.arange(100, 100 + len(TEXTS), dtype=np.int32),
+    )
+    return classification.encode_split(tokenization.load_vocab(), split, MAX_LEN)
+
+
+@pytest.fixture(scope="module")
+def params(encoded):
+    rows = classification.build_rows(encoded, [[0]], MAX_LEN, 1)
+    model = BertForSequenceClassification(CONFIG, num_labels=3)
+    return model.init(jax.random.key(0), rows, deterministic=True)["params"]
+
+
+def per_example(batch, values):
+    """{example id: value} of the real slots of a batch."""
+    real = batch["example_ids"] >= 0
+    return dict(zip(batch["example_ids"][real].tolist(), values[real]))
+
+
+def test_packed_rows_give_each_example_its_own_logits_and_loss(encoded, params):
+    model = BertForSequenceClassification(CONFIG, num_labels=3)
+    packs = classification.pack_examples(encoded.lengths, MAX_LEN, 4, seed=1)
+    assert max(len(p) for p in packs) > 1  # really packed
+    packed = classification.build_rows(encoded, packs, MAX_LEN, 4)
+    single = classification.build_rows(encoded, [[i] for i in range(len(encoded))], MAX_LEN, 1)
+    outputs = {}
+    for name, batch in (("packed", packed), ("single", single)):
+        output = model.apply({"params": params}, batch, deterministic=True)
+        loss, metrics = losses.classification_loss(output, batch)
+        outputs[name] = (per_example(batch, np.asarray(output.logits)), float(loss), metrics)
+    packed_logits, single_logits = outputs["packed"][0], outputs["single"][0]
+    assert sorted(packed_logits) == sorted(single_logits) == encoded.ids.tolist()
+    for example_id, logits in single_logits.items():
+        np.testing.assert_allclose(packed_logits[example_id], logits, atol=2e-5)
+    # The per-sequence loss: the mean over examples, however they are arranged in rows.
+    assert outputs["packed"][1] == pytest.approx(outputs["single"][1], rel=1e-5)
+    reference = np.mean(
+        [
+            -jax.nn.log_softmax(single_logits[i])[label]
+            for i, label in zip(encoded.ids.tolist(), encoded.labels)
+        ]
+    )
+    assert outputs["single"][1] == pytest.approx(float(reference), rel=1e-5)
+    assert float(outputs["packed"][2]["accuracy"][1]) == len(encoded)
+
+
+def test_regression_loss_is_the_mean_squared_error():
+    logits = np.array([[[0.5], [2.0], [9.0]]], np.float32)
+    batch = {
+        "labels": np.array([[1.0, 1.0, 0.0]], np.float32),
+        "sequence_mask": np.array([[1.0, 1.0, 0.0]], np.float32),
+    }
+    loss, metrics = losses.classification_loss(ClassificationOutput(logits=logits), batch)
+    assert float(loss) == pytest.approx((0.25 + 1.0) / 2)
+    assert float(metrics["mse"][1]) == 2.0
+
+
+def test_packed_inference_equals_padded_inference_per_example(encoded, params):
+    packed = finetune.predict(CONFIG, params, 3, encoded, rows=2, max_sequences_per_pack=4)
+    padded = finetune.predict(CONFIG, params, 3, encoded, rows=2, packed=False)
+    assert packed.shape == (len(encoded), 3)
+    np.testing.assert_allclose(packed, padded, atol=2e-5)
+    # ... and each equals the example run alone, in input order.
+    model = BertForSequenceClassification(CONFIG, num_labels=3)
+    for k in (0, 5, len(encoded) - 1):
+        alone = classification.build_rows(encoded, [[k]], MAX_LEN, 1)
+        logits = model.apply({"params": params}, alone, deterministic=True).logits[0, 0]
+        np.testing.assert_allclose(packed[k], np.asarray(logits), atol=2e-5)
+
+
+def test_pretrained_encoder_and_pooler_carry_over(encoded, params):
+    pretraining = BertForPreTraining(CONFIG)
+    batch = {
+        "input_ids": np.ones((1, 8), np.int32),
+        "token_type_ids": np.zeros((1, 8), np.int32),
+        "positions": np.arange(8, dtype=np.int32)[None],
+        "segment_ids": np.ones((1, 8), np.int32),
+        "masked_lm_positions": np.zeros((1, 2), np.int32),
+        "nsp_positions": np.zeros((1, 1), np.int32),
+    }
+    pre = pretraining.init(jax.random.key(5), batch, deterministic=True)["params"]
+    merged = pretrained_encoder(pre, params)
+    same = jax.tree.map(np.array_equal, merged["bert"], pre["bert"])
+    assert all(jax.tree.leaves(same))
+    assert np.array_equal(merged["head"]["pooler"]["kernel"], pre["nsp_head"]["pooler"]["kernel"])
+    assert np.array_equal(
+        merged["head"]["classifier"]["kernel"], params["head"]["classifier"]["kernel"]
+    )
+
+
+def test_write_predictions_in_input_order(tmp_path):
+    path = tmp_path / "p.jsonl"
+    logits = np.array([[0.0, 2.0], [3.0, 0.0]], np.float32)
+    finetune.write_predictions(str(path), [7, 3], logits, ["neg", "pos"])
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["id"] for r in records] == [7, 3]
+    assert [r["label"] for r in records] == ["pos", "neg"]
+    assert records[0]["probabilities"][1] == pytest.approx(1 / (1 + np.exp(-2.0)), rel=1e-5)
