@@ -78,6 +78,28 @@ def race_config(args, optimizer: str, learning_rate: float, warmup: int, seed: i
     return config
 
 
+class TrialCache:
+    """Finished trials by config, as JSON lines in `path` ("" = none): a rerun with the same
+    flags skips what an interrupted run already measured."""
+
+    def __init__(self, path: str):
+        self.path, self.trials = path, {}
+        if path and os.path.isfile(path):
+            with open(path) as f:
+                for line in f:
+                    record = json.loads(line)
+                    self.trials[record["key"]] = record["trial"]
+
+    def run(self, config) -> dict:
+        key = config.to_json(sort_keys=True)
+        if key not in self.trials:
+            self.trials[key] = run_trial(config)
+            if self.path:
+                with open(self.path, "a") as f:
+                    f.write(json.dumps({"key": key, "trial": self.trials[key]}) + "\n")
+        return self.trials[key]
+
+
 def run_trial(config) -> dict:
     """Trains in a fresh workdir; returns the eval curve against steps and training seconds."""
     with tempfile.TemporaryDirectory() as workdir:
@@ -131,10 +153,10 @@ def median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
 
 
-def shampoo_study(args, best: dict, **settings) -> dict:
+def shampoo_study(args, cache: TrialCache, best: dict, **settings) -> dict:
     """Shampoo's winner (seed 0) rerun with `settings`; final loss, step and host-wait time."""
     config = race_config(args, "shampoo", best["learning_rate"], best["warmup"], 0, **settings)
-    trial = run_trial(config)
+    trial = cache.run(config)
     return {
         key: trial[key]
         for key in ("final_eval_mlm_loss", "step_seconds", "host_wait_seconds_per_step")
@@ -142,18 +164,19 @@ def shampoo_study(args, best: dict, **settings) -> dict:
 
 
 def race(args) -> dict:
+    cache = TrialCache(args.cache)
     seeds = range(args.seeds)
     results: dict[str, dict] = {}
     for optimizer in ("adamw", "lamb", "shampoo"):
         trials = []
         grid = [CENTRE_LEARNING_RATES[optimizer] * m for m in args.lr_multipliers]
         for lr, warmup in itertools.product(grid, args.warmups):
-            trial = run_trial(race_config(args, optimizer, lr, warmup, seed=0))
+            trial = cache.run(race_config(args, optimizer, lr, warmup, seed=0))
             trials.append({"learning_rate": lr, "warmup": warmup, **trial})
             print(f"{optimizer} lr {lr:g} warm-up {warmup}: {trial['final_eval_mlm_loss']:.4f}")
         best = min(trials, key=lambda t: t["final_eval_mlm_loss"])
         runs = [best] + [
-            run_trial(race_config(args, optimizer, best["learning_rate"], best["warmup"], seed))
+            cache.run(race_config(args, optimizer, best["learning_rate"], best["warmup"], seed))
             for seed in seeds[1:]
         ]
         results[optimizer] = {"trials": trials, "best": best, "runs": runs}
@@ -178,17 +201,18 @@ def race(args) -> dict:
     best = results["shampoo"]["best"]
     ablation = {}
     for name in args.ablations:
-        ablation[name] = shampoo_study(args, best, **SHAMPOO_ABLATIONS[name])
+        ablation[name] = shampoo_study(args, cache, best, **SHAMPOO_ABLATIONS[name])
         print(f"shampoo {name}: {ablation[name]['final_eval_mlm_loss']:.4f}")
     staleness = {}
     for interval, asynchronous in itertools.product(args.root_intervals, (True, False)):
         staleness[f"N={interval} {'async' if asynchronous else 'sync'}"] = shampoo_study(
-            args, best, preconditioning_compute_steps=interval, asynchronous=asynchronous
+            args, cache, best, preconditioning_compute_steps=interval, asynchronous=asynchronous
         )
     max_staleness = {}
     for limit in args.max_staleness:
         max_staleness[f"N={args.max_staleness_interval} max_staleness={limit}"] = shampoo_study(
             args,
+            cache,
             best,
             preconditioning_compute_steps=args.max_staleness_interval,
             max_staleness=limit,
@@ -250,6 +274,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--max_staleness_interval", type=int, default=100)
     parser.add_argument("--max_staleness", type=int, nargs="*", default=[1, 10, 100])
     parser.add_argument("--plot_dir", default="docs/images")
+    parser.add_argument("--cache", default="", help="JSON lines of finished trials (resumable)")
     parser.add_argument(
         "--quick", action="store_true", help="60 steps, 1 seed, N in {1, 10}, one ablation"
     )
