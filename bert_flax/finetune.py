@@ -185,7 +185,7 @@ class ClassificationTask(Task):
         digest = hashlib.sha256(json.dumps(summary, sort_keys=True).encode()).hexdigest()
         return f"classification:{digest[:16]}"
 
-    def check_batch(self, batch: Batch, model_config: BertConfig) -> None:
+    def check_batch(self, batch: Batch, model_config: BertConfig, *, evaluation: bool) -> None:
         missing = [name for name in classification.CLASSIFICATION_FEATURES if name not in batch]
         if missing:
             raise ValueError(f"Batch lacks features {missing} (bert_flax.data.classification).")
@@ -363,25 +363,31 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     return final
 
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Fine-tuning config file.")
-_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (checkpoints, metrics, best/).")
-_PREDICT = flags.DEFINE_string(
-    "predict",
-    None,
-    "Instead of training: a CSV/TSV/JSONL file (text[, text_b]) to classify "
-    "with workdir's best parameters.",
-)
-_OUTPUT = flags.DEFINE_string("output", None, "Where --predict writes its JSON lines.")
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+    """The command line's flags (defined only when this module runs as the program)."""
+    config_flags.DEFINE_config_file("config", None, "Fine-tuning config file.")
+    flags.DEFINE_string("workdir", None, "Run directory (checkpoints, metrics, best/).")
+    flags.DEFINE_string(
+        "predict",
+        None,
+        "Instead of training: a CSV/TSV/JSONL file (text[, text_b]) to classify with the "
+        "workdir's best parameters.",
+    )
+    flags.DEFINE_string("output", None, "Where --predict writes its JSON lines.")
+    flags.mark_flag_as_required("workdir")
 
 
 def main(argv: list[str]) -> None:
     del argv
-    if _PREDICT.value:
-        model_config, params, head = load_classifier(_WORKDIR.value)
-        with open(os.path.join(_WORKDIR.value, "config.json")) as f:
+    if FLAGS.predict:
+        model_config, params, head = load_classifier(FLAGS.workdir)
+        with open(os.path.join(FLAGS.workdir, "config.json")) as f:
             data = json.load(f)["data"]
         vocab = tokenization.load_vocab(data.get("vocab_file") or None)
-        split = classification.read_texts(_PREDICT.value)
+        split = classification.read_texts(FLAGS.predict)
         encoded = classification.encode_split(vocab, split, data["max_seq_length"])
         logits = predict(
             model_config,
@@ -391,13 +397,13 @@ def main(argv: list[str]) -> None:
             max_sequences_per_pack=data["max_sequences_per_pack"],
             algorithm=data["algorithm"],
         )
-        output = _OUTPUT.value or os.path.splitext(_PREDICT.value)[0] + ".predictions.jsonl"
+        output = FLAGS.output or os.path.splitext(FLAGS.predict)[0] + ".predictions.jsonl"
         write_predictions(output, encoded.ids, logits, head["label_names"])
         print(f"{len(encoded)} predictions -> {output}")
         return
-    if _CONFIG.value is None:
+    if FLAGS.config is None:
         raise app.UsageError("--config is required to train (or --predict=FILE to classify).")
-    final = finetune(_CONFIG.value, _WORKDIR.value)
+    final = finetune(FLAGS.config, FLAGS.workdir)
     best = final.get("best") or {}
     print(
         f"best validation {best.get('metric')} {best.get('value', float('nan')):.4f} at step "
@@ -408,5 +414,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    flags.mark_flag_as_required("workdir")
+    define_flags()
     app.run(main, flags_parser=overrides.flags_parser("config"))

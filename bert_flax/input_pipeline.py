@@ -43,6 +43,12 @@ def synthetic_iterator(
         yield synthetic.random_batch(local_rows(rows), shape, vocab_size=vocab_size, seed=seed)
 
 
+def eval_packed(config: ml_collections.ConfigDict) -> bool:
+    """Whether evaluation rows are packed: as training's, unless `config.eval.padded` (the same
+    eval set for a packed and a padded run)."""
+    return config.data.packed and not config.eval.padded
+
+
 def dataset(
     config: ml_collections.ConfigDict, split: str, rows: int, *, train: bool, start: int = 0
 ):
@@ -50,12 +56,13 @@ def dataset(
     from bert_flax.data import pipeline
 
     data = config.data
+    packed = data.packed if train else eval_packed(config)
     return pipeline.packed_dataset(
         data.data_dir,
         split=split,
         batch_size=local_rows(rows),
-        packed=data.packed,
-        max_sequences_per_pack=data.max_sequences_per_pack if data.packed else 1,
+        packed=packed,
+        max_sequences_per_pack=data.max_sequences_per_pack if packed else 1,
         shuffle=train and data.shuffle,
         seed=config.seed,
         repeat=train,

@@ -78,8 +78,9 @@ class Task(abc.ABC):
         """What a checkpoint remembers of the data: a different one on resume is a new phase."""
 
     @abc.abstractmethod
-    def check_batch(self, batch: Batch, model_config: BertConfig) -> None:
-        """Host-side check of a first batch (raises ValueError naming what is wrong)."""
+    def check_batch(self, batch: Batch, model_config: BertConfig, *, evaluation: bool) -> None:
+        """Host-side check of a first train or eval batch (raises ValueError naming what is
+        wrong)."""
 
     def describe(self) -> dict[str, Any]:
         return {}
@@ -108,6 +109,9 @@ class PreTrainingTask(Task):
         super().__init__(config)
         self.data = None if config.data.synthetic else prepared_data(config)
         self.row_shape = row_shape_of(config, self.data)
+        self.eval_row_shape = row_shape_of(
+            config, self.data, packed=input_pipeline.eval_packed(config)
+        )
 
     @property
     def objective(self) -> losses.Objective:
@@ -143,7 +147,7 @@ class PreTrainingTask(Task):
         )
 
     def eval_batches(self, rows: int, vocab_size: int) -> list[Batch]:
-        return input_pipeline.eval_batches(self.config, rows, self.row_shape, vocab_size)
+        return input_pipeline.eval_batches(self.config, rows, self.eval_row_shape, vocab_size)
 
     def baseline(self, eval_set: list[Batch]) -> tuple[str, float]:
         token, accuracy = input_pipeline.most_frequent_token_accuracy(eval_set)
@@ -154,8 +158,8 @@ class PreTrainingTask(Task):
             return self.data.fingerprint
         return f"synthetic:{self.row_shape.max_seq_length}"
 
-    def check_batch(self, batch: Batch, model_config: BertConfig) -> None:
-        check_batch(batch, model_config, self.row_shape)
+    def check_batch(self, batch: Batch, model_config: BertConfig, *, evaluation: bool) -> None:
+        check_batch(batch, model_config, self.eval_row_shape if evaluation else self.row_shape)
 
     def plot(self, workdir: str) -> list[str]:
         from bert_flax import plots
@@ -187,10 +191,13 @@ def prepared_data(config: ml_collections.ConfigDict) -> PreparedData:
     return data
 
 
-def row_shape_of(config: ml_collections.ConfigDict, data: PreparedData | None) -> RowShape:
-    """The batches' row shape: from the prepared data, or for synthetic batches from the config
-    (the same bound on masked positions either way)."""
-    depth, packed = config.data.max_sequences_per_pack, config.data.packed
+def row_shape_of(
+    config: ml_collections.ConfigDict, data: PreparedData | None, *, packed: bool | None = None
+) -> RowShape:
+    """The batches' row shape (`packed`: default `config.data.packed`): from the prepared data,
+    or for synthetic batches from the config (the same bound on masked positions either way)."""
+    depth = config.data.max_sequences_per_pack
+    packed = config.data.packed if packed is None else packed
     if data is not None:
         return data.row_shape(depth, packed=packed)
     return RowShape.bounded(

@@ -222,7 +222,7 @@ def _train(
 
     train_iter = task.train_batches(setup.batch_size, vocab, start=progress["data_position"])
     eval_set = task.eval_batches(config.eval.batch_size, vocab)
-    task.check_batch(eval_set[0], setup.model_config)
+    task.check_batch(eval_set[0], setup.model_config, evaluation=True)
     baseline_name, baseline = task.baseline(eval_set)
     logging.info(
         "Eval: %d batches; %s scores %s %.4f",
@@ -289,7 +289,7 @@ def _train(
     for step in range(start_step + 1, total_steps + 1):
         local = next(train_iter)
         if step == start_step + 1:
-            task.check_batch(local, setup.model_config)
+            task.check_batch(local, setup.model_config, evaluation=False)
         batch = sharding.global_batch(setup.mesh, local)
         state, step_metrics = setup.train_step(state, batch, step_rng(config.seed, step - 1))
         state = state.replace(opt_state=optim.after_step(setup.tx, state.opt_state, step))

