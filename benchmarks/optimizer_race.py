@@ -104,6 +104,8 @@ def run_trial(config) -> dict:
     """Trains in a fresh workdir; returns the eval curve against steps and training seconds."""
     with tempfile.TemporaryDirectory() as workdir:
         final = train.train_and_evaluate(config, workdir)
+        if final["preempted"]:  # SIGTERM stops the race, not just this trial
+            raise SystemExit(f"Stopped by a signal at step {final['step']}; rerun with --cache.")
         records = read_metrics(workdir)
     seconds, elapsed, last_step = {}, 0.0, 0
     for record in records["train"]:  # step_seconds: mean train-step time of the interval
