@@ -119,18 +119,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--pretrained", default="", help="a pre-training workdir (the demo's)")
     parser.add_argument("--hf", default="", help="a Hugging Face BERT directory (tiny shapes)")
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--epochs", type=float, default=2.0)
+    parser.add_argument("--hf_seeds", type=int, default=1, help="seeds from the HF checkpoint")
+    parser.add_argument("--epochs", type=float, default=1.0)
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
     args = parser.parse_args(argv)
     results = []
     with tempfile.TemporaryDirectory() as tmp:
-        starts = [args.pretrained] if args.pretrained else []
-        starts.append(args.hf or random_hf_checkpoint(os.path.join(tmp, "hf_random")))
-        for init_from in starts:
-            result = compare(init_from, args.seeds, args.epochs)
+        starts = [(args.pretrained, args.seeds)] if args.pretrained else []
+        hf = args.hf or random_hf_checkpoint(os.path.join(tmp, "hf_random"))
+        starts.append((hf, args.hf_seeds))
+        for init_from, seeds in starts:
+            result = compare(init_from, seeds, args.epochs)
             results.append(result)
             print(
-                f"\nfrom {init_from}: {args.epochs:g} epochs, {args.seeds} seeds (medians); "
+                f"\nfrom {init_from}: {args.epochs:g} epochs, {seeds} seeds (medians); "
                 f"packing factor {result['packing_factor']:.2f}, rows per step "
                 f"{result['rows_per_step']}, steps {result['steps']}"
             )
