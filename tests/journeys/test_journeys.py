@@ -347,3 +347,23 @@ def test_finetune_from_hugging_face_then_predict_a_file(tmp_path):
     records = [json.loads(line) for line in output.read_text().splitlines()]
     assert [r["id"] for r in records] == [0, 1, 2]
     assert all(r["label"] in ("rotten", "fresh") for r in records)
+
+
+@pytest.mark.slow
+def test_make_demo_in_miniature(tmp_path):
+    """`make demo`'s program with a few steps: paragraph data that packs at >= 1.8, both runs,
+    the fine-tuning, the summary and the plot."""
+    done = run(
+        "bert_flax.demo",
+        f"--workdir={tmp_path}",
+        "--steps=4",
+        "--finetune_epochs=0.01",
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((tmp_path / "sotu_paragraphs_256" / "summary.json").read_text())
+    assert summary["strategies"]["packing_factor"] >= 1.8
+    for line in ("packed / padded:", "fine-tuned (packed, sentiment): validation accuracy"):
+        assert line in done.stdout
+    assert (tmp_path / "packed_vs_padded.png").stat().st_size > 10_000
+    assert (tmp_path / "sentiment" / "best" / "best.json").exists()
