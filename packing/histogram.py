@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pathlib
 from collections.abc import Iterable
 
 import numpy as np
 
 PathLike = str | os.PathLike
+
+DATA_DIR = pathlib.Path(__file__).resolve().parent / "data"  # shipped with the package
+SQUAD_1_1_384 = DATA_DIR / "squad_1_1_384.txt"  # provenance and licence: data/README.md
 
 
 def validate_histogram(hist, max_len: int | None = None) -> np.ndarray:
@@ -112,6 +116,11 @@ def load_histogram(path: PathLike, max_len: int | None = None) -> np.ndarray:
         return validate_histogram(np.asarray(counts, np.int64), max_len)
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from None
+
+
+def squad_1_1_histogram() -> np.ndarray:
+    """SQuAD 1.1's sequence-length histogram at max_len 384 (88,641 sequences), from the paper."""
+    return load_histogram(SQUAD_1_1_384, 384)
 
 
 def save_histogram(hist, path: PathLike) -> None:

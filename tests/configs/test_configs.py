@@ -24,14 +24,17 @@ CASES = [
 
 
 def test_every_config_file_is_covered():
-    assert {"tiny", "tiny_shampoo", "bert_base_shampoo"} <= {name for name, _ in CASES}
+    assert {"tiny", "tiny_shampoo", "bert_base_shampoo", "finetune_sentiment"} <= {
+        name for name, _ in CASES
+    }
 
 
 @pytest.mark.parametrize(("name", "phase"), CASES)
 def test_config_builds_model_and_optimizer(name, phase):
     module = importlib.import_module(f"configs.{name}")
     config = module.get_config(phase) if phase else module.get_config()
-    config.data.synthetic = not config.data.data_dir
+    if "data_dir" in config.data:  # pre-training (fine-tuning reads labelled files instead)
+        config.data.synthetic = not config.data.data_dir
     validate_config(config)
     model = from_config_section(config.model, dtype=config.train.dtype)
     assert model.num_layers >= 1

@@ -74,18 +74,84 @@ def test_create_from_name_and_config_agree(name):
         assert optim.host_metrics(tx, None) == {}
 
 
-def test_lamb_matches_optax_with_bert_defaults_and_mask():
-    params = {"dense": {"kernel": jnp.ones((2, 3)), "bias": jnp.ones(3)}}
-    grads = jax.tree.map(lambda p: 0.5 * jnp.ones_like(p), params)
-    schedule = optax.linear_schedule(0.0, 1e-2, 10)
-    ours = optim.create("lamb", learning_rate=schedule)
-    mask = {"dense": {"kernel": True, "bias": False}}
-    ref = optax.lamb(schedule, b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01, mask=mask)
-    state_ours, state_ref = ours.init(params), ref.init(params)
-    for _ in range(3):
-        upd_ours, state_ours = ours.update(grads, state_ours, params)
-        upd_ref, state_ref = ref.update(grads, state_ref, params)
-        jax.tree.map(np.testing.assert_allclose, upd_ours, upd_ref)
+def numpy_lamb(params, grads_per_step, lr, b1, b2, eps, weight_decay, decayed):
+    """LAMB (You et al., 2019, Algorithm 2) written out in float64 numpy, one leaf = one layer.
+
+    Adam moments with bias correction, r = m_hat / (sqrt(v_hat) + eps) + wd * w on decayed
+    leaves, trust ratio ||w|| / ||r|| (1 when either norm is 0, as optax does), step
+    -lr(t) * ratio * r. Returns the parameters after each step.
+    """
+    w = {k: np.asarray(v, np.float64) for k, v in params.items()}
+    m = {k: np.zeros_like(v) for k, v in w.items()}
+    v = {k: np.zeros_like(x) for k, x in w.items()}
+    history = []
+    for t, grads in enumerate(grads_per_step):
+        for k in w:
+            g = np.asarray(grads[k], np.float64)
+            m[k] = b1 * m[k] + (1 - b1) * g
+            v[k] = b2 * v[k] + (1 - b2) * g * g
+            m_hat = m[k] / (1 - b1 ** (t + 1))
+            v_hat = v[k] / (1 - b2 ** (t + 1))
+            r = m_hat / (np.sqrt(v_hat) + eps)
+            if decayed[k]:
+                r = r + weight_decay * w[k]
+            w_norm, r_norm = np.linalg.norm(w[k]), np.linalg.norm(r)
+            ratio = 1.0 if w_norm == 0 or r_norm == 0 else w_norm / r_norm
+            w[k] = w[k] - lr(t) * ratio * r
+        history.append({k: x.copy() for k, x in w.items()})
+    return history
+
+
+def test_lamb_follows_its_formula_with_the_weight_decay_mask():
+    rng = np.random.default_rng(0)
+    params = {
+        "kernel": rng.normal(size=(3, 4)),  # decayed
+        "bias": rng.normal(size=4),  # not decayed (its name)
+        "layer_norm_scale": 1.0 + 0.1 * rng.normal(size=4),  # not decayed (a norm's)
+        "embedding": np.zeros((5, 2)),  # decayed, but ||w|| = 0: trust ratio 1
+        "unused_bias": rng.normal(size=3),  # gradient always 0, not decayed: ||r|| = 0, ratio 1
+    }
+    tree = {
+        "dense": {"kernel": "kernel", "bias": "bias"},
+        "LayerNorm": {"scale": "layer_norm_scale"},
+        "word_embeddings": {"embedding": "embedding"},
+        "unused": {"bias": "unused_bias"},
+    }
+    to_tree = lambda flat: jax.tree.map(lambda k: jnp.asarray(flat[k], jnp.float32), tree)
+    grads = []
+    for step in range(5):
+        g = {k: rng.normal(scale=1.0 + step, size=p.shape) for k, p in params.items()}
+        g["unused_bias"] = np.zeros(3)
+        grads.append(g)
+    decayed = {
+        "kernel": True,
+        "bias": False,
+        "layer_norm_scale": False,
+        "embedding": True,
+        "unused_bias": False,
+    }
+    lr = lambda t: 0.1 * min(t + 1, 3) / 3  # a warm-up, evaluated at optax's count t
+    hp = {"b1": 0.8, "b2": 0.95, "eps": 1e-3, "weight_decay": 0.3}
+    expected = numpy_lamb(params, grads, lr, decayed=decayed, **hp)
+
+    tx = optim.create(
+        "lamb", learning_rate=optax.linear_schedule(0.1 / 3, 0.1, 2), **hp
+    )  # default mask: optim.weight_decay_mask
+    w = to_tree(params)
+    state = tx.init(w)
+    update = jax.jit(tx.update)
+    for t, g in enumerate(grads):
+        updates, state = update(to_tree(g), state, w)
+        w = optax.apply_updates(w, updates)
+        got = {k: np.asarray(w[a][b]) for a, sub in tree.items() for b, k in sub.items()}
+        for k, value in expected[t].items():
+            np.testing.assert_allclose(got[k], value, rtol=2e-5, atol=1e-6, err_msg=f"{k} @ {t}")
+    # The reference is not vacuous: each leaf with a gradient or decay moved, and decay mattered.
+    assert all(not np.allclose(expected[-1][k], params[k]) for k in params if k != "unused_bias")
+    np.testing.assert_array_equal(expected[-1]["unused_bias"], params["unused_bias"])
+    no_decay = numpy_lamb(params, grads, lr, decayed=dict.fromkeys(decayed, False), **hp)
+    assert not np.allclose(no_decay[-1]["kernel"], expected[-1]["kernel"], rtol=1e-3)
+    assert np.allclose(no_decay[-1]["bias"], expected[-1]["bias"])
 
 
 def test_grad_clip_norm_clips_first():

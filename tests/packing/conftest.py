@@ -1,23 +1,16 @@
 """Shared fixtures for the packing tests."""
 
-import pathlib
-
 import numpy as np
 import pytest
 from hypothesis import strategies as st
 
-SQUAD = pathlib.Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "histograms"
-SQUAD = SQUAD / "squad_1_1_384.txt"
+from packing import histogram
 
 
 @pytest.fixture(scope="session")
 def squad_histogram():
-    """The SQuAD 1.1 length histogram at max_len 384 (skips if ../shared/data is absent)."""
-    if not SQUAD.exists():
-        pytest.skip(f"reference histogram {SQUAD} is not available")
-    from packing import histogram
-
-    return histogram.load_histogram(SQUAD, 384)
+    """The SQuAD 1.1 length histogram at max_len 384, shipped in packing/data/."""
+    return histogram.squad_1_1_histogram()
 
 
 @st.composite

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import scipy.optimize
+import scipy.sparse
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -185,9 +186,57 @@ def test_greedy_and_lp_on_squad(squad_histogram):
     spfhp = packing.pack_histogram(squad_histogram, 384, "spfhp", 3).metrics()
     lpfhp = packing.pack_histogram(squad_histogram, 384, "lpfhp", 3).metrics()
     best = packing.pack_histogram(squad_histogram, 384, "lp", 3)
+    best.check(squad_histogram)
     assert spfhp.packs <= 40_711 and lpfhp.packs <= 40_631  # the paper's reference runs
-    assert best.info["lower_bound"] <= best.num_packs <= lpfhp.packs
-    assert best.metrics().efficiency >= 98.5
+    # Optimal: the LP packer's packs equal its proven lower bound (README: 40,195, 98.80%).
+    assert best.num_packs == packing.lower_bound(squad_histogram, 384, 3) == 40_195
+    assert best.info["lower_bound"] == 40_195
+    assert round(best.metrics().efficiency, 2) == 98.80
+    assert best.metrics().max_depth_used <= 3
+
+
+def squad_dual_bound(hist, max_len, depth=3):
+    """A lower bound on the packs of any depth-3 packing, proved by weak LP duality.
+
+    Bin packing's configuration LP, min sum(x_p) over packs p with A x >= hist, has the dual
+    max hist . y over y >= 0 with sum of y over every pack's lengths <= 1. Any such y bounds
+    every packing from below. y is found with scipy's LP (monotone in the length, constrained on
+    the exact-fill packs, which then suffice), then checked here against *every* pack of at most
+    three lengths summing to <= max_len, and scaled down by its worst violation.
+    """
+    assert depth == 3
+    n = max_len
+    rows = []
+    for a in range(1, n + 1):  # exact-fill packs a >= b >= c >= 0, a + b + c == n
+        for b in range(0, min(a, n - a) + 1):
+            c = n - a - b
+            if c <= b and (b or not c):
+                rows.append((a, b, c))
+    dual = scipy.sparse.lil_matrix((len(rows) + n - 1, n))
+    for i, pack in enumerate(rows):
+        for length in pack:
+            if length:
+                dual[i, length - 1] += 1
+    for length in range(1, n):  # y[length] <= y[length + 1]
+        dual[len(rows) + length - 1, length - 1] = 1
+        dual[len(rows) + length - 1, length] = -1
+    bounds = np.r_[np.ones(len(rows)), np.zeros(n - 1)]
+    solved = scipy.optimize.linprog(-hist[1:], A_ub=dual.tocsr(), b_ub=bounds, method="highs")
+    assert solved.status == 0
+    y = np.r_[0.0, np.maximum(solved.x, 0.0)]  # y[0] = 0: an empty slot
+    # Worst pack: for a >= b, the best third length c <= min(b, n - a - b) (prefix max of y).
+    best_upto = np.maximum.accumulate(y)
+    a, b = np.meshgrid(np.arange(n + 1), np.arange(n + 1), indexing="ij")
+    ok = (b <= a) & (a + b <= n)
+    third = best_upto[np.clip(np.minimum(b, n - a - b), 0, n)]
+    worst = np.max(np.where(ok, y[a] + y[b] + third, 0.0))
+    return float(hist @ y / max(worst, 1.0))
+
+
+def test_lp_bound_on_squad_has_an_independent_certificate(squad_histogram):
+    bound = squad_dual_bound(squad_histogram.astype(np.float64), 384)
+    assert 40_194 < bound <= 40_195  # so no depth-3 packing has fewer than 40,195 packs
+    assert math.ceil(bound - 1e-6) == packing.lower_bound(squad_histogram, 384, 3)
 
 
 def test_unpacked_baseline_is_one_sequence_per_pack(squad_histogram):

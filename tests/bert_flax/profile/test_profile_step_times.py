@@ -1,27 +1,85 @@
-"""A traced step: class times add up to the step time, and the report says so."""
+"""A traced step: matmul FLOPs and times land in the classes the analytic model says, and the
+report shows them."""
 
+import gzip
 import json
+import pathlib
 
 import jax
 import jax.numpy as jnp
 import pytest
 
 from bert_flax import profile
-from bert_flax.profile import classify, report, trace
+from bert_flax.profile import classify, hlo, profiler, report, trace
+
+B, L, H, HEADS = 4, 64, 64, 2  # conftest's ToyBlock: x is (4, 64, 64), 2 heads, FFN 4 * H
 
 
-def test_class_times_add_up_to_the_step_time(toy_profile):
-    p = toy_profile
-    class_ms = sum(c.time_ms for c in p.classes)
-    assert class_ms == pytest.approx(p.attributed_ms)
-    assert class_ms + p.unattributed_ms == pytest.approx(p.step_ms)
-    # Op events never cover more than the wall time they lie in. How much of the span from the
-    # first op to the last they cover depends on how busy the machine is (descheduled runtime
-    # threads leave gaps), so only a loose lower bound: the events were found and joined.
-    assert p.span_ms <= p.step_ms * 1.001
-    assert class_ms <= p.span_ms * 1.001
-    assert class_ms >= 0.1 * p.span_ms
-    assert p.runs == 3
+def analytic_matmul_flops() -> dict[str, int]:
+    """2*M*N*K of every matrix product in ToyBlock's AdamW training step, by class.
+
+    Forward: Q/K/V, output and two feed-forward Dense layers over B*L rows, and per head the
+    (L x d) @ (d x L) scores and (L x L) @ (L x d) context products. Backward: the input x is
+    not differentiated, so the Q/K/V projections (whose input is x) need only their kernel
+    gradient (1 x forward); every other product needs both operands' gradients (2 x forward).
+    """
+    rows, d = B * L, H // HEADS
+    dense = lambda n_in, n_out: 2 * rows * n_in * n_out
+    attention = 2 * B * HEADS * L * L * d
+    forward = {
+        "qkv_projection": 3 * dense(H, H),
+        "attention_scores": attention,
+        "attention_context": attention,
+        "attention_output": dense(H, H),
+        "feed_forward": dense(H, 4 * H) + dense(4 * H, H),
+    }
+    return {name: (2 if name == "qkv_projection" else 3) * f for name, f in forward.items()}
+
+
+def test_matmul_flops_per_class_equal_the_analytic_count(toy_profile):
+    """Each matrix product lands in its class: the per-class FLOPs are the shapes' 2*M*N*K."""
+    got = {c.name: c.matmul_flops for c in toy_profile.classes if c.matmul_flops}
+    assert got == analytic_matmul_flops()
+    assert toy_profile.by_class()["optimizer"].matmul_flops == 0  # AdamW has no products
+
+
+def _replay(trace_file: str, module: str, op_us: dict[str, float], out: pathlib.Path) -> None:
+    """The trace with each op event of `module` lasting `op_us[op]`, all one after another."""
+    with gzip.open(trace_file, "rt") as f:
+        data = json.load(f)
+    clock = 0.0
+    for e in data["traceEvents"] if isinstance(data, dict) else data:
+        args = e.get("args") or {}
+        if e.get("ph") == "X" and "hlo_op" in args and args.get("hlo_module", module) == module:
+            e["ts"], e["dur"] = clock, op_us.get(args["hlo_op"], 0.0)
+            clock += e["dur"] + 1.0  # a gap: no overlaps, no op enclosing another
+    with gzip.open(out, "wt") as f:
+        json.dump(data, f)
+
+
+def test_time_attribution_on_a_known_timeline(toy_train_step, toy_profile, tmp_path):
+    """The toy step's real trace replayed as a device doing exactly 1 FLOP per picosecond of
+    matrix products (everything else instantaneous): trace events -> ops -> classes -> per-step
+    times must give every matmul class its analytic FLOPs / 1e9 ms, and the rest nothing."""
+    fn, args, _ = toy_train_step
+    shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), args)
+    module = hlo.parse_module(fn.lower(*shapes).compile().as_text())
+    assert module.name == toy_profile.module
+    op_us = {  # per execution: an op run n times a step has n events per run
+        e.instruction.name: hlo.op_cost(module, e.instruction).matmul_flops * 1e-6
+        for e in module.executed_ops()
+    }
+    replayed = tmp_path / "replayed.trace.json.gz"
+    _replay(toy_profile.trace_file, module.name, op_us, replayed)
+    events, _ = trace.load_op_events(replayed, module.name)
+    per_op, counts, span, runs = trace.per_step_times(events, toy_profile.runs)
+    assert runs == toy_profile.runs == 3
+    times = trace.TraceTimes(per_op, counts, span, span, runs, "replayed", str(replayed))
+    records, classes = profiler.analyse(module, times)
+    assert not [r.name for r in records if r.reason == "not in the HLO"]
+    got = {c.name: c.time_ms for c in classes if c.time_ms}
+    expected = {name: f / 1e9 for name, f in analytic_matmul_flops().items()}
+    assert got == pytest.approx(expected, rel=1e-6)
 
 
 def test_toy_step_has_the_classes_it_is_made_of(toy_profile):
@@ -87,6 +145,15 @@ def test_overlapping_ops_share_their_time():
     t = trace.exclusive_times(events)
     assert t == {"a": 7.5, "b": 7.5}
     assert sum(t.values()) == 15.0  # the union of the intervals
+
+
+def test_zero_length_ops_take_no_time():
+    events = [
+        trace.OpEvent("a", 0.0, 10.0, "r", (1, 1)),
+        trace.OpEvent("tiny", 4.0, 0.0, "r", (1, 2)),
+        trace.OpEvent("b", 20.0, 5.0, "r", (1, 1)),
+    ]
+    assert trace.exclusive_times(events) == {"a": 10.0, "b": 5.0}
 
 
 def test_enclosing_events_are_dropped():
