@@ -72,6 +72,9 @@ TEST_REQUIRES = [
     "torch>=2.4",  # CI pins the exact build through constraints/ci.txt
     "transformers>=4.44,<6",
     "pandas>=2.0",  # tests read the sentiment set independently of bert_flax.data.classification
+    "nbclient>=0.10,<1",  # runs the notebook in smoke mode
+    "nbformat>=5.9,<6",
+    "ipykernel>=6.29,<8",
 ]
 
 EXTRAS_REQUIRE = {

@@ -1,12 +1,10 @@
-"""The Colab notebook stays in step with the code: its cells compile and the API it calls exists.
-
-Running the notebook end to end takes minutes (data preparation and training); the individual
-steps are tested where they live. This checks what a rename would silently break.
-"""
+"""The Colab notebook stays in step with the code: its cells compile, the API it calls exists,
+and it runs end to end in smoke mode (nbclient, `NOTEBOOK_SMOKE=1`: a few steps each)."""
 
 import ast
 import importlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -23,6 +21,8 @@ CALLED = [
     "configs.tiny.get_config",
     "bert_flax.profile.report.format_table",
     "bert_flax.profile.configured.profile_config",
+    "bert_flax.finetune.finetune",
+    "configs.finetune_sentiment.get_config",
 ]
 CONFIG_FIELDS = [
     "data.data_dir",
@@ -73,3 +73,27 @@ def test_config_fields_the_notebook_sets_exist():
         for name in field.split("."):
             node = node[name]
         assert f"config.{field} =" in "\n".join(code_cells())
+
+
+@pytest.mark.slow
+def test_the_notebook_runs_in_smoke_mode(tmp_path, monkeypatch):
+    import nbclient
+    import nbformat
+
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    monkeypatch.setenv("NOTEBOOK_SMOKE", "1")
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    client = nbclient.NotebookClient(
+        notebook, timeout=900, kernel_name="python3", resources={"metadata": {"path": tmp_path}}
+    )
+    client.execute()
+    printed = "".join(
+        output.get("text", "")
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        for output in cell.outputs
+    )
+    assert "backend cpu" in printed and "(smoke)" in printed
+    assert "validation accuracy" in printed
+    assert (tmp_path / "workdir" / "notebook" / "sentiment" / "best" / "best.json").exists()
+    assert os.path.isdir(tmp_path / "workdir" / "notebook" / "train" / "checkpoints")
