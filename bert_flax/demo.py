@@ -1,6 +1,6 @@
 r"""`make demo`: what packing buys, on CPU in a few minutes.
 
-  python -m bert_flax.demo --workdir=workdir/demo [--steps=300] [--finetune_epochs=1]
+  python -m bert_flax.demo --workdir=workdir/demo [--steps=300] [--finetune_epochs=2]
 
 1. Data: the bundled State of the Union speeches cut at paragraph boundaries (each paragraph a
    document, `--document_mode=blank_line`) as BERT examples of up to 256 tokens: most paragraphs
@@ -33,7 +33,7 @@ from configs import finetune_sentiment, tiny
 FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", "workdir/demo", "Where the prepared data and the runs go.")
 flags.DEFINE_integer("steps", 300, "Pre-training steps of each run (packed and padded).")
-flags.DEFINE_float("finetune_epochs", 1.0, "Fine-tuning epochs (0 skips fine-tuning).")
+flags.DEFINE_float("finetune_epochs", 2.0, "Fine-tuning epochs (0 skips fine-tuning).")
 flags.DEFINE_integer("dupe_factor", 1, "Times each document is masked differently.")
 
 MAX_SEQ_LENGTH = 256

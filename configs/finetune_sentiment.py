@@ -11,9 +11,11 @@ r"""Packed fine-tuning of the tiny BERT on the bundled Rotten Tomatoes sentiment
 
 BERT's fine-tuning recipe: AdamW (weight decay 0.01), linear warm-up over 10% of the steps then
 linear decay to 0, dropout 0.1, a few epochs, evaluation every epoch, the best kept. Rows hold up
-to 8 short examples (L = 128; the bundled set packs at about 4.6 per row); with
-`packing_hparams="divide_accumulation"` a packed step sees about as many examples as a padded
-one (`--config.data.packed=False`), so both follow the same schedule per example.
+to 8 short examples (L = 128; the bundled set packs at about 4.6 per row). A step keeps 32 rows,
+so packed it sees about 4.6x the examples of a padded step (`--config.data.packed=False`), with
+Adam's betas raised to the power of the packing factor (`packing_hparams="raise_betas"`): the
+same validation accuracy as padded in 4.6x fewer steps (benchmarks/finetune_packed_vs_padded.py;
+`"divide_accumulation"` instead keeps about 32 examples per step, in 7 rows).
 """
 
 import ml_collections
@@ -48,8 +50,8 @@ def get_config() -> ml_collections.ConfigDict:
 
     config.train.epochs = 3.0
     config.train.steps = 1  # set from epochs by bert_flax.finetune.resolve_epochs
-    config.train.batch_size = 32  # padded rows; packed: about 32 examples in fewer rows
-    config.train.packing_hparams = "divide_accumulation"
+    config.train.batch_size = 32  # rows
+    config.train.packing_hparams = "raise_betas"
 
     config.checkpoint.keep = 1
     config.checkpoint.keep_best = True
