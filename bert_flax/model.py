@@ -121,33 +121,20 @@ class MlmHead(nn.Module):
         )
 
 
-class NspHead(nn.Module):
-    """Pooler (Dense + tanh) on a sequence's [CLS] state, then a 2-way classifier."""
-
-    config: BertConfig
-
-    @nn.compact
-    def __call__(self, cls_states: Array) -> Array:
-        cfg = self.config
-        pooled = make_dense(
-            cfg, cfg.hidden_size, name="pooler", kernel_axes=("embed", "mlp"), role="pooler"
-        )(cls_states)
-        logits = make_dense(
-            cfg, 2, name="classifier", kernel_axes=("embed", "classes"), role="nsp_classifier"
-        )(jnp.tanh(pooled))
-        return logits.astype(jnp.float32)
-
-
 @flax.struct.dataclass
 class ClassificationOutput:
     logits: Array  # [B, D, num_labels] float32, one per sequence slot (num_labels 1: regression)
 
 
 class ClassificationHead(nn.Module):
-    """Pooler (Dense + tanh) on each sequence's [CLS] state, dropout, a `num_labels`-way layer."""
+    """Pooler (Dense + tanh) on each sequence's [CLS] state, then a `num_labels`-way layer: the
+    NSP head (2 labels, no dropout, as BERT's) and the fine-tuning head (dropout on the pooled
+    state). `role` names the classifier layer for block-sparse configs."""
 
     config: BertConfig
     num_labels: int
+    role: str = "classifier"
+    dropout: bool = True
 
     @nn.compact
     def __call__(self, cls_states: Array, *, deterministic: bool) -> Array:
@@ -155,13 +142,15 @@ class ClassificationHead(nn.Module):
         pooled = make_dense(
             cfg, cfg.hidden_size, name="pooler", kernel_axes=("embed", "mlp"), role="pooler"
         )(cls_states)
-        pooled = nn.Dropout(cfg.hidden_dropout_rate)(jnp.tanh(pooled), deterministic=deterministic)
+        pooled = jnp.tanh(pooled)
+        if self.dropout:
+            pooled = nn.Dropout(cfg.hidden_dropout_rate)(pooled, deterministic=deterministic)
         logits = make_dense(
             cfg,
             self.num_labels,
             name="classifier",
             kernel_axes=("embed", "classes"),
-            role="classifier",
+            role=self.role,
         )(pooled)
         return logits.astype(jnp.float32)
 
@@ -214,7 +203,9 @@ class BertForPreTraining(nn.Module):
     def setup(self):
         self.bert = BertModel(self.config)
         self.mlm_head = MlmHead(self.config)
-        self.nsp_head = NspHead(self.config)
+        self.nsp_head = ClassificationHead(
+            self.config, num_labels=2, role="nsp_classifier", dropout=False
+        )
 
     def __call__(self, batch: Mapping[str, Array], *, deterministic: bool) -> PreTrainingOutput:
         missing = [name for name in MODEL_FEATURES if name not in batch]
@@ -233,5 +224,7 @@ class BertForPreTraining(nn.Module):
         mlm_logits = self.mlm_head(
             gather_rows(hidden, batch["masked_lm_positions"]), self.bert.embeddings
         )
-        nsp_logits = self.nsp_head(gather_rows(hidden, batch["nsp_positions"]))
+        nsp_logits = self.nsp_head(
+            gather_rows(hidden, batch["nsp_positions"]), deterministic=deterministic
+        )
         return PreTrainingOutput(mlm_logits=mlm_logits, nsp_logits=nsp_logits, hidden_states=hidden)
