@@ -33,13 +33,10 @@ import json
 import os
 import statistics
 import tempfile
-import time
 from collections.abc import Sequence
 
-import jax
-
 from bert_flax import finetune, sharding
-from bert_flax.metrics import read_metrics
+from bert_flax.metrics import read_metrics, side_by_side_rates
 from bert_flax.train_setup import create_train_setup
 from configs import finetune_sentiment
 
@@ -60,26 +57,14 @@ def layout_config(layout: str, seed: int = 0):
 
 def side_by_side_speed(rounds: int, steps: int) -> dict[str, float]:
     """Examples per second of each layout's train step, timed alternately on real batches."""
-    setups, batches, states, times = {}, {}, {}, {}
+    setups, batches = {}, {}
     for layout in LAYOUTS:
         task = finetune.ClassificationTask(layout_config(layout))
         finetune.resolve_epochs(task.config, task)
         setups[layout] = setup = create_train_setup(task.config, task=task)
         iterator = task.train_batches(setup.batch_size, setup.model_config.vocab_size)
-        batches[layout] = [
-            sharding.global_batch(setup.mesh, next(iterator)) for _ in range(max(steps, 2))
-        ]
-        states[layout], times[layout] = setup.state, []
-    rng = jax.random.key(0)
-    for _ in range(rounds + 1):  # the first round compiles and warms up
-        for layout, setup in setups.items():
-            for batch in batches[layout][:steps]:
-                start = time.perf_counter()
-                states[layout], metrics = setup.train_step(states[layout], batch, rng)
-                jax.block_until_ready(metrics)
-                seconds = time.perf_counter() - start
-                times[layout].append(float(metrics["sequences"]) / seconds)
-    return {layout: statistics.median(t[steps:]) for layout, t in times.items()}
+        batches[layout] = [sharding.global_batch(setup.mesh, next(iterator)) for _ in range(steps)]
+    return side_by_side_rates(setups, batches, rounds=rounds, steps=steps)
 
 
 def run(init_from: str, layout: str, seed: int, epochs: float) -> dict:

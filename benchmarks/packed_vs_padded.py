@@ -26,7 +26,6 @@ import argparse
 import json
 import math
 import os
-import statistics
 import time
 
 import jax
@@ -36,6 +35,7 @@ import packing
 from bert_flax import sharding
 from bert_flax.data import synthetic
 from bert_flax.data.contract import PreparedData
+from bert_flax.metrics import side_by_side_rates
 from bert_flax.train_setup import create_train_setup
 from configs import default
 
@@ -86,25 +86,6 @@ def sample_single(histogram: np.ndarray, rows: int, rng) -> list[list[int]]:
     return [[int(n)] for n in rng.choice(len(histogram), size=rows, p=p)]
 
 
-def time_side_by_side(setups: dict, batches: dict, rounds: int, steps: int) -> dict[str, float]:
-    """Median step seconds per layout, alternating layouts every `steps` steps."""
-    states = {name: setup.state for name, setup in setups.items()}
-    times: dict[str, list[float]] = {name: [] for name in setups}
-    rng = jax.random.key(0)
-    for name, setup in setups.items():  # compile and warm up
-        states[name], m = setup.train_step(states[name], batches[name][0], rng)
-        jax.block_until_ready(m)
-    for _ in range(rounds):
-        for name, setup in setups.items():
-            for i in range(steps):
-                batch = batches[name][i % len(batches[name])]
-                t0 = time.perf_counter()
-                states[name], m = setup.train_step(states[name], batch, rng)
-                jax.block_until_ready(m)
-                times[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(t) for name, t in times.items()}
-
-
 def speed_case(name: str, histogram: np.ndarray, max_len: int, args) -> dict:
     t0 = time.perf_counter()
     strategy_set = packing.pack_histogram(histogram, max_len, algorithm="nnlshp", max_depth=3)
@@ -130,8 +111,8 @@ def speed_case(name: str, histogram: np.ndarray, max_len: int, args) -> dict:
         batches[layout] = [sharding.global_batch(setup.mesh, b) for b in local]
         sequences[layout] = float(np.mean([b["sequence_mask"].sum() for b in local]))
         real_tokens[layout] = float(np.mean([(b["segment_ids"] > 0).sum() for b in local]))
-    seconds = time_side_by_side(setups, batches, args.rounds, args.steps)
-    rates = {k: sequences[k] / seconds[k] for k in seconds}
+    rates = side_by_side_rates(setups, batches, rounds=args.rounds, steps=args.steps)
+    seconds = {k: sequences[k] / rates[k] for k in rates}
     realised = sequences["packed"] / sequences["padded"]
     return {
         "case": name,

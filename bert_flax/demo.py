@@ -11,7 +11,8 @@ r"""`make demo`: what packing buys, on CPU in a few minutes.
    about the same sequences; both are evaluated on the same padded held-out rows. Printed and
    plotted (`workdir/demo/packed_vs_padded.png`): sequences per second of each and their ratio,
    and eval masked-LM accuracy against sequences seen (the packing paper's claim: the curves
-   coincide).
+   coincide). The speed is timed after both runs, their train steps alternating (10 rounds of 3
+   steps each, median), so that the load of a shared machine hits both alike.
 3. Fine-tuning: the packed pre-trained model on the bundled sentiment set, packed
    (`configs/finetune_sentiment.py`), against the majority-class baseline.
 
@@ -25,9 +26,10 @@ import time
 
 from absl import app, flags, logging
 
-from bert_flax import finetune, train
+from bert_flax import finetune, sharding, train
 from bert_flax.data.contract import SUMMARY_FILE, PreparedData
-from bert_flax.metrics import read_metrics
+from bert_flax.metrics import read_metrics, side_by_side_rates
+from bert_flax.train_setup import create_train_setup
 from configs import finetune_sentiment, tiny
 
 FLAGS = flags.FLAGS
@@ -38,6 +40,7 @@ flags.DEFINE_integer("dupe_factor", 1, "Times each document is masked differentl
 
 MAX_SEQ_LENGTH = 256
 LAYOUTS = ("packed", "padded")
+SPEED_ROUNDS = 10  # side-by-side timing: rounds of 3 steps each
 
 
 def prepare_data(
@@ -106,19 +109,19 @@ def plot(runs: dict[str, dict], path: str) -> str:
 
 
 def pretrain(workdir: str, data_dir: str, steps: int) -> dict[str, dict]:
-    runs = {}
+    """Both runs; then their train steps timed side by side (alternating, so that the load of a
+    shared machine hits both alike): `sequences_per_second`."""
+    runs, setups, batches = {}, {}, {}
     for layout in LAYOUTS:
+        config = pretraining_config(data_dir, layout == "packed", steps)
         run_dir = os.path.join(workdir, layout)
-        final = train.train_and_evaluate(
-            pretraining_config(data_dir, layout == "packed", steps), run_dir
-        )
-        records = read_metrics(run_dir)["train"][1:]  # the first interval holds the compilation
-        seconds = sum(r["steps"] * r["step_seconds"] for r in records)
-        runs[layout] = {
-            "workdir": run_dir,
-            "final": final,
-            "sequences_per_second": sum(r["sequences"] for r in records) / max(seconds, 1e-9),
-        }
+        runs[layout] = {"workdir": run_dir, "final": train.train_and_evaluate(config, run_dir)}
+        setups[layout] = setup = create_train_setup(config)
+        iterator = setup.task.train_batches(setup.batch_size, setup.model_config.vocab_size)
+        batches[layout] = [sharding.global_batch(setup.mesh, next(iterator)) for _ in range(3)]
+    rates = side_by_side_rates(setups, batches, rounds=SPEED_ROUNDS, steps=3)
+    for layout, rate in rates.items():
+        runs[layout]["sequences_per_second"] = rate
     return runs
 
 
@@ -140,11 +143,12 @@ def summary_text(data: dict, runs: dict[str, dict], tuned: dict | None, seconds:
         final, curve = run["final"], learning_curve(run["workdir"])
         lines.append(
             f"  {layout:8s}  {final['step']} steps of {final['setup']['rows_per_step']} rows, "
-            f"{final['sequences_seen']:,.0f} sequences, {run['sequences_per_second']:,.0f} seq/s;"
+            f"{final['sequences_seen']:,.0f} sequences, {run['sequences_per_second']:,.1f} seq/s;"
             f" eval masked-LM accuracy {curve[1][-1] if curve[1] else float('nan'):.4f}"
         )
     lines.append(
-        f"  packed / padded: {ratio:.2f}x the sequences per second; most-frequent-token "
+        f"  packed / padded: {ratio:.2f}x the sequences per second (side by side); "
+        "most-frequent-token "
         f"baseline {packed['final']['baseline']:.4f}"
     )
     if tuned is not None:

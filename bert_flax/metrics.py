@@ -2,10 +2,11 @@
 
 Steps return global sums and counts (`name/sum`, `name/count`) plus scalars; `summarize` turns
 sums over any number of steps into means, and `Throughput` adds sequences/s, real tokens/s and
-padding fraction for a wall-clock interval. `MetricsWriter` (process 0 only) appends them to
-`workdir/metrics.jsonl`, one object per (split, step): `{"split": "train", "step": 100,
-"mlm_loss": ...}`, and to TensorBoard under `workdir/tensorboard/` as `split/name`; a resumed run
-appends, and `read_metrics` keeps the last record per (split, step).
+padding fraction for a wall-clock interval; `side_by_side_rates` times several train steps
+alternately, so that the load of a shared machine hits them alike. `MetricsWriter` (process 0
+only) appends them to `workdir/metrics.jsonl`, one object per (split, step): `{"split":
+"train", "step": 100, "mlm_loss": ...}`, and to TensorBoard under `workdir/tensorboard/` as
+`split/name`; a resumed run appends, and `read_metrics` keeps the last record per (split, step).
 """
 
 from __future__ import annotations
@@ -162,3 +163,25 @@ def read_metrics(workdir: str) -> dict[str, list[dict[str, Any]]]:
     for (split, _), record in sorted(by_key.items()):
         out.setdefault(split, []).append(record)
     return out
+
+
+def side_by_side_rates(
+    setups: Mapping[str, Any], batches: Mapping[str, list], *, rounds: int, steps: int
+) -> dict[str, float]:
+    """Median sequences per second of each setup's train step (a `TrainSetup`) on its
+    `batches` (global, sharded), the setups taking turns every `steps` steps for `rounds`
+    rounds after a round that compiles and warms up."""
+    states = {name: setup.state for name, setup in setups.items()}
+    rates: dict[str, list[float]] = {name: [] for name in setups}
+    rng = jax.random.key(0)
+    for round_index in range(rounds + 1):
+        for name, setup in setups.items():
+            for i in range(steps):
+                batch = batches[name][i % len(batches[name])]
+                start = time.perf_counter()
+                states[name], metrics = setup.train_step(states[name], batch, rng)
+                jax.block_until_ready(metrics)
+                seconds = time.perf_counter() - start
+                if round_index:
+                    rates[name].append(float(metrics["sequences"]) / seconds)
+    return {name: float(np.median(r)) for name, r in rates.items()}
