@@ -404,6 +404,7 @@ def main(argv: list[str]) -> None:
     if FLAGS.config is None:
         raise app.UsageError("--config is required to train (or --predict=FILE to classify).")
     final = finetune(FLAGS.config, FLAGS.workdir)
+    train.exit_if_preempted(final)
     best = final.get("best") or {}
     print(
         f"best validation {best.get('metric')} {best.get('value', float('nan')):.4f} at step "

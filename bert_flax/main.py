@@ -25,7 +25,7 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     logging.info("Config:\n%s", FLAGS.config)
-    train.train_and_evaluate(FLAGS.config, FLAGS.workdir)
+    train.exit_if_preempted(train.train_and_evaluate(FLAGS.config, FLAGS.workdir))
 
 
 if __name__ == "__main__":

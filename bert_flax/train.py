@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging as logging_std
 import os
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -40,6 +41,8 @@ from bert_flax.train_setup import TrainSetup, create_train_setup
 from bert_flax.train_step import TrainState
 
 BEST_DIR, BEST_FILE = "best", "best.json"
+# Input iterators of preempted runs, kept open until the process exits (`exit_if_preempted`).
+_PREEMPTED_INPUTS: list[Any] = []
 
 
 def quiet_library_logs() -> None:
@@ -310,6 +313,8 @@ def _train(
             logging.warning("Stopping at step %d after saving (preemption).", step)
         if stop or last:
             break
+    if preempted:  # closing it waits on tf.data's generator thread (seconds): leave it to exit
+        _PREEMPTED_INPUTS.append(train_iter)
     del train_iter  # closes the tf.data generator now rather than at interpreter exit
     checkpointer.close()
     writer.close()
@@ -332,6 +337,16 @@ def _train(
         if config.log.plots and not preempted:
             task.plot(workdir)
     return final
+
+
+def exit_if_preempted(final: dict[str, Any]) -> None:
+    """For a program's main: after a preempted run (saved and closed), exit at once (status 0)
+    rather than after the interpreter's teardown of tf.data and XLA, which takes seconds a
+    preemption's grace period may not have (0.5 s instead of 5.6 s measured)."""
+    if final["preempted"]:
+        logging.flush()
+        sys.stdout.flush()
+        os._exit(0)
 
 
 class BestParams:
