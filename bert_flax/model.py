@@ -20,7 +20,7 @@ same contract with one sequence per row):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import flax.linen as nn
 import flax.struct
@@ -91,6 +91,24 @@ class BertModel(nn.Module):
         if self.config.pre_layer_norm:
             x = nn.with_logical_constraint(self.final_layer_norm(x), BATCH_LENGTH_EMBED)
         return x
+
+    def encode(
+        self, batch: Mapping[str, Array], needs: Sequence[str], contract: str, deterministic: bool
+    ) -> Array:
+        """Hidden states of a batch's rows, after checking it holds the features `needs` (a
+        head's inputs, defined by the module `contract`)."""
+        missing = [name for name in needs if name not in batch]
+        if missing:
+            raise KeyError(
+                f"Batch lacks features {missing}; the model reads {list(needs)} ({contract})."
+            )
+        return self(
+            batch["input_ids"],
+            batch["token_type_ids"],
+            batch["positions"],
+            batch["segment_ids"],
+            deterministic=deterministic,
+        )
 
 
 class MlmHead(nn.Module):
@@ -170,18 +188,8 @@ class BertForSequenceClassification(nn.Module):
         self.head = ClassificationHead(self.config, self.num_labels)
 
     def __call__(self, batch: Mapping[str, Array], *, deterministic: bool) -> ClassificationOutput:
-        missing = [name for name in classification.MODEL_INPUTS if name not in batch]
-        if missing:
-            raise KeyError(
-                f"Batch lacks features {missing}; the classifier reads "
-                f"{list(classification.MODEL_INPUTS)} (bert_flax.data.classification)."
-            )
-        hidden = self.bert(
-            batch["input_ids"],
-            batch["token_type_ids"],
-            batch["positions"],
-            batch["segment_ids"],
-            deterministic=deterministic,
+        hidden = self.bert.encode(
+            batch, classification.MODEL_INPUTS, "bert_flax.data.classification", deterministic
         )
         cls_states = gather_rows(hidden, batch["cls_positions"])
         return ClassificationOutput(logits=self.head(cls_states, deterministic=deterministic))
@@ -208,19 +216,7 @@ class BertForPreTraining(nn.Module):
         )
 
     def __call__(self, batch: Mapping[str, Array], *, deterministic: bool) -> PreTrainingOutput:
-        missing = [name for name in MODEL_FEATURES if name not in batch]
-        if missing:
-            raise KeyError(
-                f"Batch lacks features {missing}; the model reads {list(MODEL_FEATURES)} "
-                "(bert_flax.data.contract)."
-            )
-        hidden = self.bert(
-            batch["input_ids"],
-            batch["token_type_ids"],
-            batch["positions"],
-            batch["segment_ids"],
-            deterministic=deterministic,
-        )
+        hidden = self.bert.encode(batch, MODEL_FEATURES, "bert_flax.data.contract", deterministic)
         mlm_logits = self.mlm_head(
             gather_rows(hidden, batch["masked_lm_positions"]), self.bert.embeddings
         )
