@@ -15,6 +15,7 @@ training, the best parameters predict the test split (`workdir/predictions_test.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -110,19 +111,22 @@ class ClassificationTask(Task):
         length = self.config.data.max_seq_length
         return model_config_from(self.config, length, self.vocab.size, "the tokenizer")
 
-    def epoch_rows(self, split: str = "train", epoch: int = 0) -> list[list[int]]:
+    @functools.cached_property
+    def epoch_rows(self) -> list[list[int]]:
+        """The train split's rows of epoch 0 (every epoch packs the same lengths into as many
+        rows); computed once for the packing factor and the steps per epoch."""
         data = self.config.data
         return classification.pack_examples(
-            self.encoded[split].lengths,
+            self.encoded["train"].lengths,
             data.max_seq_length,
             self.depth,
             algorithm=data.algorithm,
-            seed=classification.epoch_seed(self.config.seed, epoch),
+            seed=classification.epoch_seed(self.config.seed, 0),
             packed=data.packed,
         )
 
     def packing_factor(self) -> float:
-        return classification.packing_factor(self.epoch_rows()) if self.config.data.packed else 1.0
+        return classification.packing_factor(self.epoch_rows) if self.config.data.packed else 1.0
 
     def _batches(self, split: str, rows: int, **kwargs: Any) -> Iterator[Batch]:
         data = self.config.data
@@ -147,13 +151,13 @@ class ClassificationTask(Task):
         return {name: value[:rows] for name, value in batch.items()}
 
     def steps_per_epoch(self, global_rows: int) -> int:
-        return len(self.epoch_rows()) // global_rows
+        return len(self.epoch_rows) // global_rows
 
     def train_batches(self, rows: int, vocab_size: int, *, start: int = 0) -> Iterator[Batch]:
         per_epoch = self.steps_per_epoch(rows)
         if per_epoch == 0:
             raise ValueError(
-                f"The train split makes {len(self.epoch_rows())} rows, fewer than one batch of "
+                f"The train split makes {len(self.epoch_rows)} rows, fewer than one batch of "
                 f"{rows}; lower config.train.batch_size."
             )
         first_epoch, skip = divmod(start, per_epoch)
