@@ -36,7 +36,7 @@ import tempfile
 from collections.abc import Sequence
 
 from bert_flax import finetune, sharding
-from bert_flax.metrics import read_metrics, side_by_side_rates
+from bert_flax.metrics import read_metrics, side_by_side
 from bert_flax.train_setup import create_train_setup
 from configs import finetune_sentiment
 
@@ -64,7 +64,8 @@ def side_by_side_speed(rounds: int, steps: int) -> dict[str, float]:
         setups[layout] = setup = create_train_setup(task.config, task=task)
         iterator = task.train_batches(setup.batch_size, setup.model_config.vocab_size)
         batches[layout] = [sharding.global_batch(setup.mesh, next(iterator)) for _ in range(steps)]
-    return side_by_side_rates(setups, batches, rounds=rounds, steps=steps)
+    timings = side_by_side(setups, batches, rounds=rounds, steps=steps)
+    return {layout: timing.sequences_per_second for layout, timing in timings.items()}
 
 
 def run(init_from: str, layout: str, seed: int, epochs: float) -> dict:

@@ -9,16 +9,18 @@ Per optimizer the same budget of trials: a grid of peak learning rate (its centr
 --lr_multipliers) x warm-up steps (--warmups), each run with seed 0; the trial with the lowest
 final eval MLM loss is then rerun with the other seeds. The target eval MLM loss is the highest
 median final loss of the first-order optimizers' winners (AdamW, LAMB), so every first-order
-winner reaches it; reported per optimizer, as the median over seeds: steps and training seconds
-to reach the target (evaluation excluded, the first step's compilation included), final loss,
-step time, the time the loop waited on the host per step (Shampoo's root jobs), and optimizer
-state bytes per parameter. Three Shampoo studies follow, each from the winner, seed 0: the knob
-ablation (one knob changed at a time from the optimizer's defaults: graft, start step,
-statistics decay, exponent, Nesterov, block size, vectors, ridge, host float64 roots), the
-staleness study (roots every N steps, asynchronously and synchronously) and the max-staleness
-study (at N = --max_staleness_interval, how long a root job may stay in flight). Plots (eval loss
-against steps and against seconds, one line per optimizer) go to --plot_dir. Missing data is
-prepared from the bundled corpus.
+winner reaches it; reported per optimizer, as the median over seeds: steps to the target,
+final loss, the time the loop waited on the host per step (Shampoo's root jobs) and optimizer
+state bytes per parameter. Step times come from timing the winners' training-loop steps (host
+work included) in turns on the same batches (`metrics.side_by_side`, --speed_rounds rounds of
+--speed_steps steps), so machine load hits them alike; seconds to target = steps to target x
+that step time (the trials' own wall-clock figures, minutes apart, are kept as `trial_*`).
+Three Shampoo studies follow, each from the winner, seed 0: the knob ablation (one knob changed at a
+time from the optimizer's defaults: graft, start step, statistics decay, exponent, Nesterov, block
+size, vectors, ridge, host float64 roots), the staleness study (roots every N steps, asynchronously
+and synchronously) and the max-staleness study (at N = --max_staleness_interval, how long a root job
+may stay in flight). Plots (eval loss against steps and against seconds, one line per optimizer) go
+to --plot_dir. Missing data is prepared from the bundled corpus.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ import jax
 import numpy as np
 
 from bert_flax import sharding, train
-from bert_flax.metrics import read_metrics
+from bert_flax.metrics import Timing, paired_ratio, read_metrics, side_by_side
+from bert_flax.train_setup import create_train_setup
 from configs import tiny
 
 # The centre of each optimizer's learning-rate grid (times --lr_multipliers) for this model and
@@ -151,6 +154,24 @@ def state_bytes_per_param(optimizer: str) -> float:
     return nbytes / sum(x.size for x in jax.tree_util.tree_leaves(params))
 
 
+def side_by_side_timings(args, winners: dict[str, dict]) -> dict[str, Timing]:
+    """The winners' training-loop steps (Shampoo's host work included) timed in turns on the
+    same real batches, plus Shampoo's winner with synchronous roots: step times that the load of
+    a shared machine hits alike, unlike the trials', which ran minutes apart."""
+    variants = {name: (name, {}) for name in winners}
+    variants["shampoo sync"] = ("shampoo", {"asynchronous": False})
+    setups, batches = {}, {}
+    for name, (optimizer, settings) in variants.items():
+        best = winners[optimizer]
+        config = race_config(args, optimizer, best["learning_rate"], best["warmup"], 0, **settings)
+        setups[name] = setup = create_train_setup(config)
+        iterator = setup.task.train_batches(setup.batch_size, setup.model_config.vocab_size)
+        batches[name] = [
+            sharding.global_batch(setup.mesh, next(iterator)) for _ in range(args.speed_steps)
+        ]
+    return side_by_side(setups, batches, rounds=args.speed_rounds, steps=args.speed_steps)
+
+
 def median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
 
@@ -185,16 +206,22 @@ def race(args) -> dict:
     target = max(
         median([r["final_eval_mlm_loss"] for r in results[n]["runs"]]) for n in FIRST_ORDER
     )
+    timings = side_by_side_timings(args, {n: r["best"] for n, r in results.items()})
     table = {}
     for optimizer, result in results.items():
         reach = [to_target(run, target) for run in result["runs"]]
+        steps_to_target = median([s for s, _ in reach])
         table[optimizer] = {
             "learning_rate": result["best"]["learning_rate"],
             "warmup": result["best"]["warmup"],
-            "steps_to_target": median([s for s, _ in reach]),
-            "seconds_to_target": median([t for _, t in reach]),
+            "steps_to_target": steps_to_target,
+            # Steps to target at the side-by-side step time (the compilation excluded).
+            "seconds_to_target": steps_to_target * timings[optimizer].step_seconds,
+            "trial_seconds_to_target": median([t for _, t in reach]),
             "final_eval_mlm_loss": median([r["final_eval_mlm_loss"] for r in result["runs"]]),
-            "step_seconds": median([r["step_seconds"] for r in result["runs"]]),
+            "step_seconds": timings[optimizer].step_seconds,
+            "step_seconds_spread": timings[optimizer].spread,
+            "trial_step_seconds": median([r["step_seconds"] for r in result["runs"]]),
             "host_wait_seconds_per_step": median(
                 [r["host_wait_seconds_per_step"] for r in result["runs"]]
             ),
@@ -220,10 +247,15 @@ def race(args) -> dict:
             max_staleness=limit,
             swap_when_done=False,
         )
+    # Rates are per sequence and the three see the same batches: the inverse rate ratio is the
+    # step-time ratio, paired within each round.
+    lamb_over_async, spread = paired_ratio(timings["lamb"], timings["shampoo"])
+    sync_over_async, _ = paired_ratio(timings["shampoo"], timings["shampoo sync"])
     return {
         "target_eval_mlm_loss": target,
-        "async_over_lamb_step_time": table["shampoo"]["step_seconds"]
-        / table["lamb"]["step_seconds"],
+        "async_over_lamb_step_time": 1 / lamb_over_async,
+        "async_over_lamb_step_time_spread": spread,
+        "sync_over_async_step_time": sync_over_async,
         "table": table,
         "ablation": ablation,
         "staleness": staleness,
@@ -240,11 +272,14 @@ def plot(summary: dict, plot_dir: str) -> list[str]:
 
     os.makedirs(plot_dir, exist_ok=True)
     paths = []
-    for axis, label in (("steps", "step"), ("seconds", "training seconds")):
+    seconds_label = "training seconds (side-by-side step time)"
+    for axis, label in (("steps", "step"), ("seconds", seconds_label)):
         fig, ax = plt.subplots(figsize=(6, 4))
         for optimizer, result in summary["results"].items():
             runs = result["runs"]
-            x = np.median([r[axis] for r in runs], axis=0)
+            x = np.median([r["steps"] for r in runs], axis=0)
+            if axis == "seconds":
+                x = x * summary["table"][optimizer]["step_seconds"]
             y = np.median([r["eval_mlm_loss"] for r in runs], axis=0)
             ax.plot(x, y, marker="o", markersize=3, label=optimizer)
         ax.axhline(summary["target_eval_mlm_loss"], color="gray", linestyle="--", label="target")
@@ -275,6 +310,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--max_staleness_interval", type=int, default=100)
     parser.add_argument("--max_staleness", type=int, nargs="*", default=[1, 10, 100])
+    parser.add_argument("--speed_rounds", type=int, default=10, help="side-by-side timing")
+    parser.add_argument("--speed_steps", type=int, default=20, help="steps per timed round")
     parser.add_argument("--plot_dir", default="docs/images")
     parser.add_argument("--cache", default="", help="JSON lines of finished trials (resumable)")
     parser.add_argument(
@@ -286,6 +323,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         args.steps, args.eval_every, args.eval_batches, args.seeds = 60, 20, 2, 1
         args.root_intervals, args.ablations = [1, 10], args.ablations[:1]
         args.max_staleness_interval, args.max_staleness = 10, [1]
+        args.speed_rounds, args.speed_steps = 2, 10
     if not os.path.isdir(args.data_dir):
         from bert_flax.demo import prepare_data
 
@@ -317,7 +355,12 @@ def main(argv: Sequence[str] | None = None) -> None:
                 f"{row['step_seconds']:.3f} s/step, "
                 f"host wait {row['host_wait_seconds_per_step']:.4f} s/step"
             )
-    print(f"Async Shampoo over LAMB step time: {summary['async_over_lamb_step_time']:.3f}")
+    print(
+        f"Async Shampoo over LAMB step time (side by side, {args.speed_rounds} rounds of "
+        f"{args.speed_steps} steps): {summary['async_over_lamb_step_time']:.3f} "
+        f"(spread {summary['async_over_lamb_step_time_spread']:.1%}); synchronous roots over "
+        f"asynchronous: {summary['sync_over_async_step_time']:.3f}"
+    )
     for path in plot(summary, args.plot_dir):
         print(f"plot: {path}")
     if args.json:

@@ -35,7 +35,7 @@ import packing
 from bert_flax import sharding
 from bert_flax.data import synthetic
 from bert_flax.data.contract import PreparedData
-from bert_flax.metrics import side_by_side_rates
+from bert_flax.metrics import side_by_side
 from bert_flax.train_setup import create_train_setup
 from configs import default
 
@@ -111,7 +111,8 @@ def speed_case(name: str, histogram: np.ndarray, max_len: int, args) -> dict:
         batches[layout] = [sharding.global_batch(setup.mesh, b) for b in local]
         sequences[layout] = float(np.mean([b["sequence_mask"].sum() for b in local]))
         real_tokens[layout] = float(np.mean([(b["segment_ids"] > 0).sum() for b in local]))
-    rates = side_by_side_rates(setups, batches, rounds=args.rounds, steps=args.steps)
+    timings = side_by_side(setups, batches, rounds=args.rounds, steps=args.steps)
+    rates = {layout: timing.sequences_per_second for layout, timing in timings.items()}
     seconds = {k: sequences[k] / rates[k] for k in rates}
     realised = sequences["packed"] / sequences["padded"]
     return {

@@ -28,7 +28,7 @@ from absl import app, flags, logging
 
 from bert_flax import finetune, sharding, train
 from bert_flax.data.contract import SUMMARY_FILE, PreparedData
-from bert_flax.metrics import read_metrics, side_by_side_rates
+from bert_flax.metrics import read_metrics, side_by_side
 from bert_flax.train_setup import create_train_setup
 from configs import finetune_sentiment, tiny
 
@@ -119,9 +119,9 @@ def pretrain(workdir: str, data_dir: str, steps: int) -> dict[str, dict]:
         setups[layout] = setup = create_train_setup(config)
         iterator = setup.task.train_batches(setup.batch_size, setup.model_config.vocab_size)
         batches[layout] = [sharding.global_batch(setup.mesh, next(iterator)) for _ in range(3)]
-    rates = side_by_side_rates(setups, batches, rounds=SPEED_ROUNDS, steps=3)
-    for layout, rate in rates.items():
-        runs[layout]["sequences_per_second"] = rate
+    timings = side_by_side(setups, batches, rounds=SPEED_ROUNDS, steps=3)
+    for layout, timing in timings.items():
+        runs[layout]["sequences_per_second"] = timing.sequences_per_second
     return runs
 
 

@@ -2,8 +2,8 @@
 
 Steps return global sums and counts (`name/sum`, `name/count`) plus scalars; `summarize` turns
 sums over any number of steps into means, and `Throughput` adds sequences/s, real tokens/s and
-padding fraction for a wall-clock interval; `side_by_side_rates` times several train steps
-alternately, so that the load of a shared machine hits them alike. `MetricsWriter` (process 0
+padding fraction for a wall-clock interval; `side_by_side` times several setups' training steps
+in turns, so that the load of a shared machine hits them alike. `MetricsWriter` (process 0
 only) appends them to `workdir/metrics.jsonl`, one object per (split, step): `{"split":
 "train", "step": 100, "mlm_loss": ...}`, and to TensorBoard under `workdir/tensorboard/` as
 `split/name`; a resumed run appends, and `read_metrics` keeps the last record per (split, step).
@@ -11,6 +11,7 @@ only) appends them to `workdir/metrics.jsonl`, one object per (split, step): `{"
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -20,6 +21,8 @@ from typing import Any
 
 import jax
 import numpy as np
+
+import optim
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -165,23 +168,65 @@ def read_metrics(workdir: str) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def side_by_side_rates(
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """One setup's side-by-side timing: sequences/s and seconds per step of each timed round."""
+
+    round_rates: tuple[float, ...]
+    round_step_seconds: tuple[float, ...]
+
+    @property
+    def sequences_per_second(self) -> float:
+        return float(np.median(self.round_rates))
+
+    @property
+    def step_seconds(self) -> float:
+        return float(np.median(self.round_step_seconds))
+
+    @property
+    def spread(self) -> float:
+        """The interquartile range of the rounds' sequences/s over their median."""
+        q1, q3 = np.percentile(self.round_rates, [25, 75])
+        return float((q3 - q1) / self.sequences_per_second)
+
+
+def paired_ratio(numerator: Timing, denominator: Timing) -> tuple[float, float]:
+    """Median over rounds of the two setups' rate ratio within each round, and its spread (the
+    ratios' interquartile range over their median): robust to load that drifts between rounds."""
+    ratios = np.asarray(numerator.round_rates) / np.asarray(denominator.round_rates)
+    q1, q2, q3 = np.percentile(ratios, [25, 50, 75])
+    return float(q2), float((q3 - q1) / q2)
+
+
+def side_by_side(
     setups: Mapping[str, Any], batches: Mapping[str, list], *, rounds: int, steps: int
-) -> dict[str, float]:
-    """Median sequences per second of each setup's train step (a `TrainSetup`) on its
-    `batches` (global, sharded), the setups taking turns every `steps` steps for `rounds`
-    rounds after a round that compiles and warms up."""
+) -> dict[str, Timing]:
+    """Times each setup's training-loop step (its jitted train step, then `optim.after_step`'s
+    host work, as `train.train_and_evaluate` runs them) on its `batches` (global, sharded).
+
+    The setups take turns, `steps` steps each (one timed interval), for `rounds` rounds after a
+    round that compiles and warms up, so that the load of a shared machine hits them alike.
+    """
     states = {name: setup.state for name, setup in setups.items()}
+    counts = {name: int(setup.state.step) for name, setup in setups.items()}
     rates: dict[str, list[float]] = {name: [] for name in setups}
+    step_seconds: dict[str, list[float]] = {name: [] for name in setups}
     rng = jax.random.key(0)
     for round_index in range(rounds + 1):
         for name, setup in setups.items():
+            sequences = []
+            start = time.perf_counter()
             for i in range(steps):
                 batch = batches[name][i % len(batches[name])]
-                start = time.perf_counter()
-                states[name], metrics = setup.train_step(states[name], batch, rng)
-                jax.block_until_ready(metrics)
-                seconds = time.perf_counter() - start
-                if round_index:
-                    rates[name].append(float(metrics["sequences"]) / seconds)
-    return {name: float(np.median(r)) for name, r in rates.items()}
+                state, metrics = setup.train_step(states[name], batch, rng)
+                counts[name] += 1
+                states[name] = state.replace(
+                    opt_state=optim.after_step(setup.tx, state.opt_state, counts[name])
+                )
+                sequences.append(metrics["sequences"])
+            total = float(sum(jax.device_get(sequences)))
+            seconds = time.perf_counter() - start
+            if round_index:
+                rates[name].append(total / seconds)
+                step_seconds[name].append(seconds / steps)
+    return {name: Timing(tuple(rates[name]), tuple(step_seconds[name])) for name in setups}

@@ -1,0 +1,60 @@
+"""metrics.side_by_side against setups whose step time and host work are known."""
+
+import dataclasses
+import time
+import types
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bert_flax import metrics
+
+
+@dataclasses.dataclass(frozen=True)
+class FakeState:
+    step: int
+    opt_state: tuple = ()
+
+    def replace(self, **changes):
+        return dataclasses.replace(self, **changes)
+
+
+class RecordingHost:
+    """Host hooks that record the update numbers the loop hands them."""
+
+    def __init__(self):
+        self.steps = []
+
+    def after_step(self, opt_state, step):
+        self.steps.append(step)
+        return (*opt_state, step)
+
+
+def fake_setup(seconds_per_step: float, sequences_per_step: int, start_step: int):
+    def train_step(state, batch, rng):
+        time.sleep(seconds_per_step)
+        return state, {"sequences": jnp.asarray(sequences_per_step * batch)}
+
+    tx = types.SimpleNamespace(host=RecordingHost())
+    return types.SimpleNamespace(state=FakeState(start_step), train_step=train_step, tx=tx)
+
+
+def test_side_by_side_times_each_setup_and_runs_its_host_work():
+    setups = {"slow": fake_setup(0.02, 4, start_step=0), "fast": fake_setup(0.005, 3, 7)}
+    batches = {"slow": [1], "fast": [1, 2]}  # the fast setup's batches hold 3 and 6 sequences
+    timings = metrics.side_by_side(setups, batches, rounds=4, steps=4)
+
+    assert len(timings["slow"].round_rates) == 4  # the warm-up round is not timed
+    assert timings["slow"].step_seconds == pytest.approx(0.02, rel=0.5)
+    assert timings["fast"].step_seconds == pytest.approx(0.005, rel=0.8)
+    assert timings["slow"].sequences_per_second == pytest.approx(4 / 0.02, rel=0.5)
+    assert timings["fast"].sequences_per_second == pytest.approx(4.5 / 0.005, rel=0.8)
+    assert timings["slow"].spread >= 0
+    # Host work after every update, numbered on from the state's own step: 5 rounds x 4 steps.
+    assert setups["slow"].tx.host.steps == list(range(1, 21))
+    assert setups["fast"].tx.host.steps == list(range(8, 28))
+
+    ratio, spread = metrics.paired_ratio(timings["fast"], timings["slow"])
+    want = np.median(np.divide(timings["fast"].round_rates, timings["slow"].round_rates))
+    assert ratio == pytest.approx(want) and ratio > 2 and spread >= 0
