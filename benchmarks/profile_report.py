@@ -87,16 +87,19 @@ def label(model: str, seq_len: int, dtype: str, packed: bool, optimizer: str) ->
 
 
 def summary(profiles: list[StepProfile]) -> str:
-    """Matmul vs memory-bound shares, and how they move with bfloat16 and sequence length."""
-    lines = ["| setting | step ms | sequences/s | matmul % | memory-bound % | unattributed % |",
-             "|---|---|---|---|---|---|"]  # fmt: skip
+    """Matmul vs other (non-matmul) shares, the part of the latter below the roofline's ridge
+    (memory-bound), and how they move with bfloat16 and sequence length."""
+    lines = ["| setting | step ms | sequences/s | matmul % | other (non-matmul) % "
+             "| of which memory-bound % | unattributed % |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
     for p in profiles:
-        mm = 100 * p.matmul_share()
         un = 100 * p.unattributed_ms / p.step_ms
         seqs = p.settings.get("sequences", 0.0) / (p.step_ms * 1e-3)
+        memory_bound = p.memory_bound_share()
+        mb = "-" if memory_bound is None else f"{100 * memory_bound:.1f}"
         lines.append(
-            f"| {p.label} | {p.step_ms:.0f} | {seqs:.1f} | {mm:.1f} | {100 - mm - un:.1f} | "
-            f"{un:.1f} |"
+            f"| {p.label} | {p.step_ms:.0f} | {seqs:.1f} | {100 * p.matmul_share():.1f} | "
+            f"{100 * p.non_matmul_share():.1f} | {mb} | {un:.1f} |"
         )
     return "\n".join(lines)
 
@@ -135,7 +138,7 @@ def main(argv):
 
     print("## Time share per class (% of the step)\n")
     print(report.format_sweep(profiles, markdown=True), end="\n\n")
-    print("## Matrix products against memory-bound work\n")
+    print("## Matrix products against other (non-matmul) work\n")
     print(summary(profiles), end="\n\n")
     for dtype, c in measured.items():
         print(f"ceiling {dtype}: {c.flops_per_s / 1e9:.1f} GFLOP/s ({c.matmul_size}^3 matmul), "

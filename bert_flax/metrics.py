@@ -16,7 +16,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -190,12 +190,15 @@ class Timing:
         return float((q3 - q1) / self.sequences_per_second)
 
 
-def paired_ratio(numerator: Timing, denominator: Timing) -> tuple[float, float]:
-    """Median over rounds of the two setups' rate ratio within each round, and its spread (the
-    ratios' interquartile range over their median): robust to load that drifts between rounds."""
-    ratios = np.asarray(numerator.round_rates) / np.asarray(denominator.round_rates)
+def paired_ratio(numerator: Sequence[float], denominator: Sequence[float]) -> tuple[float, float]:
+    """The median over rounds of two setups' ratio within each round (of `Timing.round_rates` or
+    `round_step_seconds`: robust to load that drifts between rounds), and that median's relative
+    standard error (from the ratios' interquartile range, as for a normal sample: 1.253 sigma /
+    sqrt(rounds))."""
+    ratios = np.asarray(numerator) / np.asarray(denominator)
     q1, q2, q3 = np.percentile(ratios, [25, 50, 75])
-    return float(q2), float((q3 - q1) / q2)
+    sigma = (q3 - q1) / 1.349
+    return float(q2), float(1.253 * sigma / np.sqrt(len(ratios)) / q2)
 
 
 def side_by_side(
@@ -205,10 +208,12 @@ def side_by_side(
     host work, as `train.train_and_evaluate` runs them) on its `batches` (global, sharded).
 
     The setups take turns, `steps` steps each (one timed interval), for `rounds` rounds after a
-    round that compiles and warms up, so that the load of a shared machine hits them alike.
+    round that compiles and warms up, so that the load of a shared machine hits them alike; each
+    cycles through all of its batches across the rounds.
     """
     states = {name: setup.state for name, setup in setups.items()}
     counts = {name: int(setup.state.step) for name, setup in setups.items()}
+    starts = dict(counts)
     rates: dict[str, list[float]] = {name: [] for name in setups}
     step_seconds: dict[str, list[float]] = {name: [] for name in setups}
     rng = jax.random.key(0)
@@ -216,8 +221,8 @@ def side_by_side(
         for name, setup in setups.items():
             sequences = []
             start = time.perf_counter()
-            for i in range(steps):
-                batch = batches[name][i % len(batches[name])]
+            for _ in range(steps):
+                batch = batches[name][(counts[name] - starts[name]) % len(batches[name])]
                 state, metrics = setup.train_step(states[name], batch, rng)
                 counts[name] += 1
                 states[name] = state.replace(

@@ -10,14 +10,14 @@ See docs/profile.md.
 
 from bert_flax.profile import ceilings, classify, hlo, report, trace
 from bert_flax.profile.ceilings import Ceilings
-from bert_flax.profile.classify import CLASSES, LABELS, MATMUL_CLASSES, MEMORY_CLASSES
+from bert_flax.profile.classify import CLASSES, LABELS, MATMUL_CLASSES, NON_MATMUL_CLASSES
 from bert_flax.profile.profiler import ClassStats, OpRecord, StepProfile, analyse, profile_step
 
 __all__ = [
     "CLASSES",
     "LABELS",
     "MATMUL_CLASSES",
-    "MEMORY_CLASSES",
+    "NON_MATMUL_CLASSES",
     "Ceilings",
     "ClassStats",
     "OpRecord",

@@ -10,7 +10,8 @@ An executed op is usually a fusion of many HLO instructions, so it is classified
    product PV, and their backward products follow their source line;
 2. collectives by opcode; the loss by the Python frames jax records (a file named `*loss*`);
    ops outside autodiff (no `jvp(`/`transpose(` in their op_name) in a differentiated program
-   are the optimizer update (including Shampoo's matrix products and gradient statistics);
+   are the optimizer update: its matrix products (Shampoo's statistics and preconditioning) a
+   matmul class of their own, the rest the optimizer's elementwise update;
 3. otherwise each instruction inside votes by its own evidence (module path and frames such as
    `LayerNorm`/`Dropout`, or its opcode: `rsqrt` normalisation, `exp`/max-reduce softmax,
    `tanh`/`erf` activation, random bits dropout, gather/scatter on a table embedding), weighted
@@ -37,8 +38,11 @@ MATMUL_CLASSES = (
     "feed_forward",
     "mlm_head",
     "matmul_other",
+    "optimizer_matmul",
 )
-MEMORY_CLASSES = (
+# Everything else. Not all of it is memory-bound: `StepProfile.memory_bound_share` asks the
+# roofline which ops are.
+NON_MATMUL_CLASSES = (
     "normalization",
     "softmax",
     "activation",
@@ -52,7 +56,7 @@ MEMORY_CLASSES = (
     "collectives",
     "other",
 )
-CLASSES = MATMUL_CLASSES + MEMORY_CLASSES
+CLASSES = MATMUL_CLASSES + NON_MATMUL_CLASSES
 
 LABELS = {
     "attention_scores": "matmul: attention scores QK^T",
@@ -63,6 +67,7 @@ LABELS = {
     "feed_forward": "matmul: feed-forward",
     "mlm_head": "matmul: MLM head",
     "matmul_other": "matmul: other (pooler, NSP)",
+    "optimizer_matmul": "matmul: optimizer (Shampoo)",
     "normalization": "normalisation (LayerNorm)",
     "softmax": "softmax",
     "activation": "activation (GELU)",
@@ -71,7 +76,7 @@ LABELS = {
     "bias": "bias adds and gradients",
     "embedding": "embedding gather/scatter",
     "loss": "loss",
-    "optimizer": "optimizer update",
+    "optimizer": "optimizer update (elementwise)",
     "data_movement": "data movement (copy/transpose)",
     "collectives": "collectives",
     "other": "other elementwise",
@@ -384,6 +389,8 @@ class Classifier:
         if self.differentiated and named and not any(in_autodiff(i.op_name) for i in named):
             if any(_is_loss(module, i) for i in named):
                 return OpClass("loss", "loss code outside autodiff")
+            if _matmul_instruction(module, inner) is not None:
+                return OpClass("optimizer_matmul", "matrix product outside autodiff")
             return OpClass("optimizer", "outside autodiff (after the gradients)")
         dot = _matmul_instruction(module, inner)
         if dot is not None:

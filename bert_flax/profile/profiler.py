@@ -109,6 +109,24 @@ class StepProfile:
         t = sum(c.time_ms for c in self.classes if c.name in classify.MATMUL_CLASSES)
         return t / self.step_ms if self.step_ms else 0.0
 
+    def non_matmul_share(self) -> float:
+        """Fraction of the step's time in the other (non-matmul) classes."""
+        t = sum(c.time_ms for c in self.classes if c.name not in classify.MATMUL_CLASSES)
+        return t / self.step_ms if self.step_ms else 0.0
+
+    def memory_bound_share(self) -> float | None:
+        """Fraction of the step's time in non-matmul ops that the roofline calls memory-bound
+        (arithmetic intensity below the ceilings' ridge); None without measured ceilings."""
+        if self.ceilings is None or not self.step_ms:
+            return None
+        ridge = self.ceilings.ridge_intensity
+        t = sum(
+            op.time_ms
+            for op in self.ops
+            if op.op_class not in classify.MATMUL_CLASSES and op.flops < ridge * op.bytes
+        )
+        return t / self.step_ms
+
 
 def _xla_totals(compiled) -> dict[str, float]:
     try:

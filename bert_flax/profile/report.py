@@ -108,6 +108,8 @@ def json_lines(p: StepProfile) -> list[str]:
             "gbytes": p.total_bytes / 1e9,
             "xla_gflop": p.xla_cost.get("flops", 0.0) / 1e9,
             "matmul_time_frac": p.matmul_share(),
+            "non_matmul_time_frac": p.non_matmul_share(),
+            "memory_bound_time_frac": p.memory_bound_share(),
             "peak_gflops_per_s": c.flops_per_s / 1e9 if c else None,
             "peak_gbytes_per_s": c.bytes_per_s / 1e9 if c else None,
             "runs": p.runs,
@@ -117,8 +119,13 @@ def json_lines(p: StepProfile) -> list[str]:
     return [json.dumps(line, sort_keys=False) for line in lines]
 
 
+def _percent(fraction: float | None) -> str:
+    return "-" if fraction is None else f"{100 * fraction:.1f}"
+
+
 def format_sweep(profiles: list[StepProfile], *, markdown: bool = False) -> str:
-    """Time share (%) of each class, one column per setting, plus step ms and matmul share."""
+    """Time share (%) of each class, one column per setting, plus step ms, the matmul and other
+    (non-matmul) shares, and the part of the latter the roofline calls memory-bound."""
     names = [n for n in classify.CLASSES if any(n in p.by_class() for p in profiles)]
     header = ("class", *(p.label for p in profiles))
     rows = []
@@ -135,6 +142,10 @@ def format_sweep(profiles: list[StepProfile], *, markdown: bool = False) -> str:
         )
     )
     rows.append(("all matmuls %", *(f"{100 * p.matmul_share():.1f}" for p in profiles)))
+    rows.append(("other (non-matmul) %", *(f"{100 * p.non_matmul_share():.1f}" for p in profiles)))
+    rows.append(
+        ("  memory-bound by roofline %", *(_percent(p.memory_bound_share()) for p in profiles))
+    )
     rows.append(("step ms", *(f"{p.step_ms:.1f}" for p in profiles)))
     return _format(rows, header, markdown)
 

@@ -32,29 +32,45 @@ class RecordingHost:
 
 
 def fake_setup(seconds_per_step: float, sequences_per_step: int, start_step: int):
+    batches_seen = []
+
     def train_step(state, batch, rng):
+        batches_seen.append(batch)
         time.sleep(seconds_per_step)
         return state, {"sequences": jnp.asarray(sequences_per_step * batch)}
 
-    tx = types.SimpleNamespace(host=RecordingHost())
-    return types.SimpleNamespace(state=FakeState(start_step), train_step=train_step, tx=tx)
+    tx = types.SimpleNamespace(host=RecordingHost())  # what optim.after_step calls
+    return types.SimpleNamespace(
+        state=FakeState(start_step), train_step=train_step, tx=tx, batches_seen=batches_seen
+    )
 
 
 def test_side_by_side_times_each_setup_and_runs_its_host_work():
     setups = {"slow": fake_setup(0.02, 4, start_step=0), "fast": fake_setup(0.005, 3, 7)}
-    batches = {"slow": [1], "fast": [1, 2]}  # the fast setup's batches hold 3 and 6 sequences
+    batches = {"slow": [1], "fast": [1, 2, 3]}  # the fast setup's hold 3, 6, 9 sequences
     timings = metrics.side_by_side(setups, batches, rounds=4, steps=4)
 
     assert len(timings["slow"].round_rates) == 4  # the warm-up round is not timed
     assert timings["slow"].step_seconds == pytest.approx(0.02, rel=0.5)
     assert timings["fast"].step_seconds == pytest.approx(0.005, rel=0.8)
     assert timings["slow"].sequences_per_second == pytest.approx(4 / 0.02, rel=0.5)
-    assert timings["fast"].sequences_per_second == pytest.approx(4.5 / 0.005, rel=0.8)
+    assert timings["fast"].sequences_per_second == pytest.approx(6 / 0.005, rel=0.8)
+    assert setups["fast"].batches_seen == [1, 2, 3] * 6 + [1, 2]  # cycled on across rounds
     assert timings["slow"].spread >= 0
     # Host work after every update, numbered on from the state's own step: 5 rounds x 4 steps.
     assert setups["slow"].tx.host.steps == list(range(1, 21))
     assert setups["fast"].tx.host.steps == list(range(8, 28))
 
-    ratio, spread = metrics.paired_ratio(timings["fast"], timings["slow"])
+    ratio, error = metrics.paired_ratio(timings["fast"].round_rates, timings["slow"].round_rates)
     want = np.median(np.divide(timings["fast"].round_rates, timings["slow"].round_rates))
-    assert ratio == pytest.approx(want) and ratio > 2 and spread >= 0
+    assert ratio == pytest.approx(want) and ratio > 2 and 0 <= error < 0.5
+
+
+def test_paired_ratio_error_shrinks_with_rounds_like_a_normal_sample():
+    rng = np.random.default_rng(0)
+    for rounds in (16, 400):
+        noise = rng.normal(1.0, 0.05, size=rounds)  # 5% per-round noise on the numerator
+        ratio, error = metrics.paired_ratio(2.0 * noise, np.ones(rounds))
+        assert ratio == pytest.approx(2.0, abs=0.1)
+        # The median of a normal sample: standard error 1.253 sigma / sqrt(n).
+        assert error == pytest.approx(1.253 * 0.05 / np.sqrt(rounds), rel=0.5)

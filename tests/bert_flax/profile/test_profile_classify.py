@@ -108,3 +108,16 @@ def test_op_name_parts_strip_transform_wrappers():
         "jit(step)/transpose(jvp(Model))/bert/layer_0/attention/query/dot_general"
     )
     assert tokens == ["bert", "layer_0", "attention", "query"] and primitive == "dot_general"
+
+
+def test_products_after_the_gradient_are_the_optimizers_matmuls():
+    w = jnp.ones((128, 64))
+
+    def step(w, statistics, x):  # Shampoo-like: statistics G G^T, then the update L G
+        g = jax.grad(lambda w: jnp.sum((x @ w) ** 2))(w)
+        statistics = statistics + g @ g.T
+        return w - 1e-3 * (statistics @ g), statistics
+
+    by_class = class_flops(step, w, jnp.zeros((128, 128)), x)
+    assert by_class["optimizer_matmul"][0] == 2 * (2 * 128 * 64 * 128)  # G G^T and L G
+    assert "optimizer_matmul" in profile.MATMUL_CLASSES

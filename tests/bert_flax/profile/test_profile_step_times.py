@@ -1,6 +1,7 @@
 """A traced step: matmul FLOPs and times land in the classes the analytic model says, and the
 report shows them."""
 
+import dataclasses
 import gzip
 import json
 import pathlib
@@ -179,3 +180,21 @@ def test_lone_matmul_step_is_mostly_matmul(tmp_path):
 def test_bad_steps_is_a_clear_error():
     with pytest.raises(ValueError, match="steps"):
         trace.trace_steps(lambda: None, "m", steps=0)
+
+
+def test_memory_bound_share_is_the_non_matmul_time_below_the_ridge():
+    ceilings = profile.Ceilings(
+        flops_per_s=1e12, bytes_per_s=1e11, matmul_dtype="float32", matmul_size=1, stream_bytes=1
+    )  # ridge: 10 FLOP per byte
+    ops = [  # name, class, reason, ms, count, flops, bytes, transcendentals, matmul flops
+        profile.OpRecord("mm", "feed_forward", "", 5.0, 1, 1e9, 1e6, 0, 1e9),
+        profile.OpRecord("ln", "normalization", "", 2.0, 1, 1e6, 1e6, 0, 0),  # 1 FLOP/B
+        profile.OpRecord("gelu", "activation", "", 1.0, 1, 5e7, 1e6, 0, 0),  # 50 FLOP/B
+        profile.OpRecord("adam", "optimizer", "", 1.0, 1, 4e6, 1e6, 0, 0),  # 4 FLOP/B
+    ]
+    step = profile.StepProfile(
+        label="", module="", step_ms=10.0, span_ms=9.0, attributed_ms=9.0, runs=1, timeline="",
+        classes=[], ops=ops, ceilings=ceilings, xla_cost={}, trace_file="",
+    )  # fmt: skip
+    assert step.memory_bound_share() == pytest.approx(0.3)  # LayerNorm and Adam, not GELU
+    assert dataclasses.replace(step, ceilings=None).memory_bound_share() is None
