@@ -4,10 +4,12 @@
   python benchmarks/block_sparse_bench.py --json               # one JSON line per case
   python benchmarks/block_sparse_bench.py --block_sizes=32 --densities=0.1 --repeats=20
 
-Each case times, alternately, the dense product with the masked weight and the block-sparse one
-(same inputs, jitted, after a warm-up); the figure is the minimum over `--repeats` rounds (the
-least disturbed run on a shared machine). fwd+bwd computes y, dx and dW for a fixed cotangent.
-Speedup = dense time / block-sparse time.
+One dense baseline per shape (the product with a dense weight, forward and forward+backward,
+jitted once) is timed in every round of every case, alternating with that case's block-sparse
+product on the same inputs, so it is sampled throughout the run: its figure is the median over
+all of its samples, with their spread (interquartile range over the median). A block-sparse
+case's figure is the median over its --repeats rounds. Speedup = dense median / block-sparse
+median. fwd+bwd computes y, dx and dW for a fixed cotangent.
 """
 
 from __future__ import annotations
@@ -29,50 +31,79 @@ def _time(fn, *args) -> float:
     return time.perf_counter() - start
 
 
-def bench_case(features: int, rows: int, block_size: int, density: float, repeats: int, impl):
+def fwd_bwd(f):
+    def run(x, w, g):
+        y, vjp = jax.vjp(f, x, w)
+        return y, *vjp(g)
+
+    return jax.jit(run)
+
+
+def median_and_spread(samples: list[float]) -> tuple[float, float]:
+    q1, q2, q3 = np.percentile(samples, [25, 50, 75])
+    return float(q2), float((q3 - q1) / q2)
+
+
+class DenseBaseline:
+    """The dense products of one shape, compiled once; their samples pooled over the run."""
+
+    def __init__(self, features: int, rows: int):
+        rng = np.random.default_rng(0)
+        self.x = jnp.asarray(rng.standard_normal((rows, features)), jnp.float32)
+        self.g = jnp.asarray(rng.standard_normal((rows, features)), jnp.float32)
+        weight = jnp.asarray(rng.standard_normal((features, features)), jnp.float32)
+        self.fns = {
+            "fwd": (jax.jit(jnp.dot), (self.x, weight)),
+            "fwd_bwd": (fwd_bwd(jnp.dot), (self.x, weight, self.g)),
+        }
+        for fn, args in self.fns.values():  # compile and warm up
+            _time(fn, *args)
+        self.samples: dict[str, list[float]] = {name: [] for name in self.fns}
+
+    def sample(self, name: str) -> None:
+        fn, args = self.fns[name]
+        self.samples[name].append(_time(fn, *args))
+
+
+def bench_case(dense: DenseBaseline, block_size: int, density: float, repeats: int, impl):
+    rows, features = dense.x.shape
     layout = random_layout(features, features, block_size, density, seed=0)
-    rng = np.random.default_rng(0)
-    x = jnp.asarray(rng.standard_normal((rows, features)), jnp.float32)
-    g = jnp.asarray(rng.standard_normal((rows, features)), jnp.float32)
+    rng = np.random.default_rng(1)
     blocks = jnp.asarray(rng.standard_normal(layout.blocks_shape), jnp.float32)
-    weight = jnp.asarray(layout.to_dense(blocks))
-
     sparse = lambda x, b: block_sparse_matmul(x, b, layout, impl=impl)
-    dense = jnp.dot
-
-    def fwd_bwd(f):
-        def run(x, w, g):
-            y, vjp = jax.vjp(f, x, w)
-            return y, *vjp(g)
-
-        return jax.jit(run)
-
     fns = {
-        "fwd_dense": (jax.jit(dense), (x, weight)),
-        "fwd_sparse": (jax.jit(sparse), (x, blocks)),
-        "fwd_bwd_dense": (fwd_bwd(dense), (x, weight, g)),
-        "fwd_bwd_sparse": (fwd_bwd(sparse), (x, blocks, g)),
+        "fwd": (jax.jit(sparse), (dense.x, blocks)),
+        "fwd_bwd": (fwd_bwd(sparse), (dense.x, blocks, dense.g)),
     }
     for fn, args in fns.values():  # compile and warm up
         _time(fn, *args)
     times = {name: [] for name in fns}
     for _ in range(repeats):
         for name, (fn, args) in fns.items():
+            dense.sample(name)
             times[name].append(_time(fn, *args))
-    best = {name: min(t) for name, t in times.items()}
-    return {
+    result = {
         "block_size": block_size,
         "density": density,
         "realised_density": round(layout.density, 4),
         "features": features,
         "rows": rows,
-        "fwd_dense_ms": round(best["fwd_dense"] * 1e3, 2),
-        "fwd_sparse_ms": round(best["fwd_sparse"] * 1e3, 2),
-        "fwd_bwd_dense_ms": round(best["fwd_bwd_dense"] * 1e3, 2),
-        "fwd_bwd_sparse_ms": round(best["fwd_bwd_sparse"] * 1e3, 2),
-        "fwd_speedup": round(best["fwd_dense"] / best["fwd_sparse"], 2),
-        "fwd_bwd_speedup": round(best["fwd_bwd_dense"] / best["fwd_bwd_sparse"], 2),
     }
+    for name, samples in times.items():
+        result[f"{name}_sparse_ms"] = round(median_and_spread(samples)[0] * 1e3, 3)
+        result[f"{name}_sparse_spread"] = round(median_and_spread(samples)[1], 3)
+    return result
+
+
+def with_dense(result: dict, dense: DenseBaseline) -> dict:
+    """Adds the dense baseline's median over the whole run, its spread and the speed-ups."""
+    for name, samples in dense.samples.items():
+        median, spread = median_and_spread(samples)
+        result[f"{name}_dense_ms"] = round(median * 1e3, 3)
+        result[f"{name}_dense_spread"] = round(spread, 3)
+        result[f"{name}_dense_samples"] = len(samples)
+        result[f"{name}_speedup"] = round(median * 1e3 / result[f"{name}_sparse_ms"], 2)
+    return result
 
 
 def main():
@@ -86,25 +117,37 @@ def main():
     parser.add_argument("--json", action="store_true", help="one JSON line per case")
     args = parser.parse_args()
 
-    if not args.json:
-        print(f"backend={jax.default_backend()} devices={jax.devices()} impl={args.impl}")
+    dense = DenseBaseline(args.features, args.rows)
+    cases = [
+        bench_case(dense, int(block_size), float(density), args.repeats, args.impl)
+        for block_size in args.block_sizes.split(",")
+        for density in args.densities.split(",")
+    ]
+    cases = [with_dense(r, dense) for r in cases]  # one baseline: the whole run's median
+    if args.json:
+        for r in cases:
+            print(json.dumps(r), flush=True)
+        return
+    r = cases[0]
+    print(
+        f"backend={jax.default_backend()} devices={jax.devices()} impl={args.impl}; "
+        f"{args.rows} x {args.features} @ {args.features} x {args.features}, float32; "
+        f"dense baseline (median of {r['fwd_dense_samples']} samples over the run): "
+        f"fwd {r['fwd_dense_ms']:.1f} ms (spread {r['fwd_dense_spread']:.0%}), "
+        f"fwd+bwd {r['fwd_bwd_dense_ms']:.1f} ms (spread {r['fwd_bwd_dense_spread']:.0%})"
+    )
+    print(
+        f"{'bs':>3} {'density':>8} {'fwd sparse':>11} {'spread':>7} {'speedup':>8} "
+        f"{'f+b sparse':>11} {'spread':>7} {'speedup':>8}"
+    )
+    for r in cases:
         print(
-            f"{'bs':>3} {'density':>8} {'fwd dense':>10} {'fwd sparse':>11} {'speedup':>8} "
-            f"{'f+b dense':>10} {'f+b sparse':>11} {'speedup':>8}"
+            f"{r['block_size']:>3} {r['density']:>8.2f} {r['fwd_sparse_ms']:>9.1f}ms "
+            f"{r['fwd_sparse_spread']:>7.0%} {r['fwd_speedup']:>7.2f}x "
+            f"{r['fwd_bwd_sparse_ms']:>9.1f}ms {r['fwd_bwd_sparse_spread']:>7.0%} "
+            f"{r['fwd_bwd_speedup']:>7.2f}x"
         )
-    for block_size in (int(b) for b in args.block_sizes.split(",")):
-        for density in (float(d) for d in args.densities.split(",")):
-            r = bench_case(args.features, args.rows, block_size, density, args.repeats, args.impl)
-            if args.json:
-                print(json.dumps(r), flush=True)
-            else:
-                print(
-                    f"{block_size:>3} {density:>8.2f} {r['fwd_dense_ms']:>8.1f}ms "
-                    f"{r['fwd_sparse_ms']:>9.1f}ms {r['fwd_speedup']:>7.2f}x "
-                    f"{r['fwd_bwd_dense_ms']:>8.1f}ms {r['fwd_bwd_sparse_ms']:>9.1f}ms "
-                    f"{r['fwd_bwd_speedup']:>7.2f}x",
-                    flush=True,
-                )
+    print(f"({args.repeats} rounds per case; spread = interquartile range / median)")
 
 
 if __name__ == "__main__":
