@@ -10,9 +10,12 @@ Speed: the paper calls ``scipy.optimize.nnls`` on the dense ``[max_len, patterns
 max_len 384, 20-30 s at 512). The optimum uses at most ``max_len`` patterns, so we solve it by
 column generation on the same objective: NNLS over a working set of columns, then the gradient
 ``(W A)^T r`` of all columns from one sparse product; columns with a positive gradient (the KKT
-violators) join the working set until there are none. The working set starts from the patterns
-that dominate the LPFHP solution, which is close to optimal, so two or three rounds usually
-suffice. The optimum (residual norm) is the same as the full solve's, at a fraction of the cost.
+violators) join the working set until there are none, and columns the last solve left at zero
+leave it, so each solve stays near the optimum's size (at most ``max_len`` columns) plus the
+newcomers. The working set starts from the patterns that dominate the LPFHP solution, which is
+close to optimal. The optimum (residual norm) is the same as the full solve's, at a fraction of
+the cost (on a 16.3M-sequence histogram at 512 with real-world structure,
+`packing.synthetic.corpus_like_histogram`, dropping the zero columns halves the time).
 """
 
 from __future__ import annotations
@@ -58,9 +61,11 @@ def solve_weighted_nnls(
         violators = np.flatnonzero(gradient > threshold)
         if violators.size == 0:
             break
-        # Add the strongest violators; never drop columns, so degenerate problems cannot cycle.
+        # Keep the columns in use, add the strongest violators. The new set holds the current
+        # optimum and an improving column, so the optimum strictly decreases each round: no
+        # working set comes back (no cycling), and the loop ends.
         top = violators[np.argsort(-gradient[violators])[:COLUMNS_PER_ROUND]]
-        work = np.union1d(work, top)
+        work = np.union1d(work[x_work > 0], top)
     x = np.zeros(num_columns)
     x[solved] = x_work
     return x, float(rnorm), rounds

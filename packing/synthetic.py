@@ -38,5 +38,43 @@ def wikipedia_like_histogram(
     return rng.multinomial(int(num_sequences), probs / probs.sum()).astype(np.int64)
 
 
+def corpus_like_histogram(
+    num_sequences: int = 16_300_000,
+    max_len: int = 512,
+    seed: int = 0,
+    *,
+    at_max_len: float = 0.2,
+    short_tail_power: float = 0.6,
+    roughness: float = 0.35,
+) -> np.ndarray:
+    """A histogram with the structure of a real pre-training corpus at ``max_len``.
+
+    Unlike the smooth ``wikipedia_like_histogram``, every length from 2 to ``max_len`` occurs
+    (dense bins), short sequences form a heavy tail (density ~ length^-short_tail_power: document
+    ends, short paragraphs), 30% of the rest form a broad hump around 0.4 * max_len, each bin's
+    density is jagged by a log-normal factor (``roughness``) as real counts are, and
+    ``at_max_len`` of the sequences are exactly ``max_len`` long (documents cut at the row
+    length). Multinomial counts: they sum to ``num_sequences`` and depend only on the arguments.
+
+    Returns:
+      int64 array of shape ``[max_len + 1]`` (index = length).
+    """
+    if max_len < 8:
+        raise ValueError(f"max_len must be >= 8, got {max_len}")
+    if num_sequences < 1:
+        raise ValueError(f"num_sequences must be >= 1, got {num_sequences}")
+    if not 0.0 <= at_max_len < 1.0:
+        raise ValueError(f"at_max_len must be in [0, 1), got {at_max_len}")
+    rng = np.random.default_rng(seed)
+    lengths = np.arange(2, max_len, dtype=np.float64)
+    tail = _normalized(lengths**-short_tail_power)
+    hump = _normalized(np.exp(-(((lengths - 0.4 * max_len) / (0.25 * max_len)) ** 2)))
+    body = (0.7 * tail + 0.3 * hump) * np.exp(rng.normal(0.0, roughness, lengths.size))
+    probs = np.zeros(max_len + 1)
+    probs[2:max_len] = (1.0 - at_max_len) * _normalized(body)
+    probs[max_len] = at_max_len
+    return rng.multinomial(int(num_sequences), probs / probs.sum()).astype(np.int64)
+
+
 def _normalized(values: np.ndarray) -> np.ndarray:
     return values / values.sum()

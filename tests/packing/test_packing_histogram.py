@@ -100,3 +100,16 @@ def test_wikipedia_like_shape_and_determinism():
     assert not np.array_equal(hist, synthetic.wikipedia_like_histogram(1_000_000, 512, 2))
     huge = synthetic.wikipedia_like_histogram(10**9, 512)
     assert huge.sum() == 10**9
+
+
+def test_corpus_like_histogram_has_real_world_structure():
+    hist = synthetic.corpus_like_histogram(16_300_000, 512, seed=0)
+    assert hist.shape == (513,) and hist.sum() == 16_300_000 and hist[:2].sum() == 0
+    assert np.all(hist[2:] > 0)  # dense: every length occurs
+    assert 0.19 < hist[512] / hist.sum() < 0.21  # the spike of documents cut at the row length
+    assert hist[2:34].mean() > 4 * hist[256:512].mean()  # the heavy short tail
+    smooth = np.convolve(hist[2:512], np.ones(9) / 9, mode="valid")
+    assert np.median(np.abs(hist[6:508] / smooth - 1)) > 0.1  # jagged bins, like real counts
+    np.testing.assert_array_equal(hist, synthetic.corpus_like_histogram(16_300_000, 512, 0))
+    with pytest.raises(ValueError, match="at_max_len"):
+        synthetic.corpus_like_histogram(100, 64, at_max_len=1.0)
