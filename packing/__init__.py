@@ -11,7 +11,7 @@ Pure numpy/scipy. Typical use::
 
 from packing import histogram, synthetic
 from packing.api import ALGORITHMS, pack_histogram
-from packing.assign import Assignment, assign_sequences
+from packing.assign import Assignment, assign_sequences, count_packs, plan_packs
 from packing.histogram import from_lengths, load_histogram, save_histogram, validate_histogram
 from packing.lp import lower_bound
 from packing.online import OnlinePacker
@@ -24,11 +24,13 @@ __all__ = [
     "PackingMetrics",
     "StrategySet",
     "assign_sequences",
+    "count_packs",
     "from_lengths",
     "histogram",
     "load_histogram",
     "lower_bound",
     "pack_histogram",
+    "plan_packs",
     "save_histogram",
     "synthetic",
     "validate_histogram",

@@ -31,6 +31,42 @@ class Assignment:
         return len(self.packs) - self.fallback_packs
 
 
+def plan_packs(
+    counts: np.ndarray, strategy_set: StrategySet
+) -> tuple[list[tuple[tuple[int, ...], int]], list[tuple[tuple[int, ...], int]], np.ndarray]:
+    """How many packs of each strategy sequences with these per-length ``counts`` allow (each
+    strategy used as often as the counts allow, up to its count, in the set's order), the
+    fallback packs (SPFHP "worst" fit, at the set's ``max_depth``) of what is left, and that
+    leftover per length. Histogram arithmetic only: what ``assign_sequences`` builds, and its
+    pack count (``count_packs``), without touching a sequence."""
+
+    def use(strategies, available: np.ndarray) -> list[tuple[tuple[int, ...], int]]:
+        used = []
+        for contents, count in strategies:
+            multiplicity = collections.Counter(contents)
+            n = int(min(count, min(available[k] // m for k, m in multiplicity.items())))
+            if n > 0:
+                for k, m in multiplicity.items():
+                    available[k] -= n * m
+                used.append((tuple(contents), n))
+        return used
+
+    leftover = np.asarray(counts, np.int64).copy()
+    planned = use(strategy_set.strategies, leftover)
+    fallback: list[tuple[tuple[int, ...], int]] = []
+    if leftover.any():
+        extra = greedy.greedy_pack(leftover, strategy_set.max_len, strategy_set.max_depth, "worst")
+        fallback = use(sorted(extra.items()), leftover.copy())
+    return planned, fallback, leftover
+
+
+def count_packs(counts: np.ndarray, strategy_set: StrategySet) -> int:
+    """The number of packs ``assign_sequences`` makes for sequences with these per-length
+    ``counts`` (index = length), e.g. to locate a position in a stream without packing it."""
+    planned, fallback, _ = plan_packs(counts, strategy_set)
+    return sum(n for _, n in planned) + sum(n for _, n in fallback)
+
+
 def assign_sequences(
     lengths, strategy_set: StrategySet, *, drop_unassigned: bool = False, seed: int = 0
 ) -> Assignment:
@@ -54,14 +90,8 @@ def assign_sequences(
 
     def build(strategies) -> list[list[int]]:
         built = []
-        for contents, count in strategies:
+        for contents, n in strategies:
             multiplicity = collections.Counter(contents)
-            available = min(
-                (starts[k + 1] - starts[k] - taken[k]) // m for k, m in multiplicity.items()
-            )
-            n = int(min(count, available))
-            if n <= 0:
-                continue
             columns = []
             for k, m in sorted(multiplicity.items()):
                 begin = starts[k] + taken[k]
@@ -70,19 +100,16 @@ def assign_sequences(
             built.extend(np.concatenate(columns, axis=1).tolist())
         return built
 
-    packs = build(strategy_set.strategies)
-    leftover = np.bincount(values, minlength=strategy_set.max_len + 1) - taken
+    counts = np.bincount(values, minlength=strategy_set.max_len + 1)
+    planned, fallback_plan, leftover = plan_packs(counts, strategy_set)
+    packs = build(planned)
     dropped: list[int] = []
     fallback: list[list[int]] = []
-    if leftover.any():
-        if drop_unassigned:
-            left = [order[starts[k] + taken[k] : starts[k + 1]] for k in np.flatnonzero(leftover)]
-            dropped = np.sort(np.concatenate(left)).tolist()
-        else:
-            extra = greedy.greedy_pack(
-                leftover, strategy_set.max_len, strategy_set.max_depth, "worst"
-            )
-            fallback = build(sorted(extra.items()))
+    if drop_unassigned:
+        left = [order[starts[k] + taken[k] : starts[k + 1]] for k in np.flatnonzero(leftover)]
+        dropped = np.sort(np.concatenate(left)).tolist() if left else []
+    else:
+        fallback = build(fallback_plan)
     packs.extend(fallback)
     permutation = rng.permutation(len(packs))
     return Assignment(

@@ -12,6 +12,7 @@ prepared TFDS dataset with a ``text`` feature (nothing is downloaded). The outpu
     histogram.txt      train lengths, packing text format (line i = count of length i)
     strategies.json    packing strategies for the histogram (NNLSHP by default)
     summary.json       documents, skipped, examples, tokens, length statistics, timings
+    index/SPLIT.npz    where each record is and its length (record_index.py)
     vocab.txt          only with --train_vocab_size (a vocabulary learned from the train split)
 
 Examples follow Google BERT's recipe (see examples.py); NSP labels are 0 = IsNext, 1 = random.
@@ -32,7 +33,7 @@ import tqdm
 from absl import app, flags, logging
 
 import packing
-from bert_flax.data import corpus, records, tfds_corpus, tokenization
+from bert_flax.data import corpus, record_index, records, tfds_corpus, tokenization
 from bert_flax.data.examples import (
     ExampleOptions,
     Recipe,
@@ -102,18 +103,21 @@ def _init_worker(documents, recipe: Recipe, seed: int, split: str) -> None:
     _WORKER.update(documents=documents, recipe=recipe, seed=seed, split=split)
 
 
-def _work(tasks: Sequence[tuple[int, int]]) -> tuple[list[bytes], list[int], RecipeStats]:
-    """Serialized examples (records are cheap to send back between processes) and lengths."""
+def _work(
+    tasks: Sequence[tuple[int, int]],
+) -> tuple[list[bytes], list[tuple[int, int]], RecipeStats]:
+    """Serialized examples (records are cheap to send back between processes) and their
+    (length, masked positions)."""
     stats = RecipeStats()
     serialized: list[bytes] = []
-    lengths: list[int] = []
+    lengths: list[tuple[int, int]] = []
     for dupe, index in tasks:
         rng = document_rng(_WORKER["seed"], _WORKER["split"], dupe, index)
         for example in examples_from_document(
             _WORKER["documents"], index, rng, _WORKER["recipe"], stats
         ):
             serialized.append(records.serialize(example))
-            lengths.append(len(example.input_ids))
+            lengths.append((len(example.input_ids), len(example.masked_lm_positions)))
     return serialized, lengths, stats
 
 
@@ -127,9 +131,9 @@ def create_examples(
     num_workers: int = 1,
     tasks_per_chunk: int = 8,
     progress: bool = True,
-) -> tuple[list[bytes], np.ndarray, RecipeStats]:
-    """Serialized examples of all dupe passes over ``documents``, shuffled, and their lengths;
-    identical for any ``num_workers``."""
+) -> tuple[list[bytes], np.ndarray, np.ndarray, RecipeStats]:
+    """Serialized examples of all dupe passes over ``documents``, shuffled, their lengths and
+    their numbers of masked positions; identical for any ``num_workers``."""
     stats = RecipeStats()
     documents = [
         split_long_sentences(d, options.max_seq_length - 3, vocab.is_continuation, stats)
@@ -150,7 +154,7 @@ def create_examples(
         total=len(tasks), desc=f"{split} examples", unit="doc", disable=not progress, mininterval=2
     )
     serialized: list[bytes] = []
-    lengths: list[int] = []
+    lengths: list[tuple[int, int]] = []
 
     def collect(results):
         for (chunk_records, chunk_lengths, chunk_stats), chunk in zip(results, chunks):
@@ -173,7 +177,8 @@ def create_examples(
     _WORKER.clear()
     order = list(range(len(serialized)))
     random.Random(f"{seed}:{split}:shuffle").shuffle(order)
-    return [serialized[i] for i in order], np.asarray(lengths, dtype=np.int64)[order], stats
+    counts = np.asarray(lengths, dtype=np.int64).reshape(-1, 2)[order]
+    return [serialized[i] for i in order], counts[:, 0], counts[:, 1], stats
 
 
 def length_stats(lengths: np.ndarray, max_seq_length: int) -> dict[str, float]:
@@ -272,7 +277,7 @@ def create_pretraining_data(
         )
         tokenized = [d for d in tokenized if d]
         tokenize_seconds = time.perf_counter() - t0
-        serialized, lengths, recipe = create_examples(
+        serialized, lengths, num_predictions, recipe = create_examples(
             tokenized,
             loaded,
             options,
@@ -285,14 +290,19 @@ def create_pretraining_data(
         for stale in records.existing_shards(output_dir, split):
             os.remove(stale)
         paths = records.shard_paths(output_dir, split, num_shards if serialized else 0)
-        counts = records.write_shards(serialized, paths)
+        sizes = records.write_shards(serialized, paths)
+        by_shard = [np.arange(k, len(serialized), len(paths)) for k in range(len(paths))]
+        in_file_order = np.concatenate(by_shard) if paths else np.zeros(0, np.int64)
+        record_index.RecordIndex.from_sizes(
+            paths, sizes, lengths[in_file_order], num_predictions[in_file_order]
+        ).save(record_index.index_path(output_dir, split))
         summary["splits"][split] = {
             "documents": len(documents),
             "documents_without_tokens": len(documents) - len(tokenized),
             "sentences": int(sum(len(d) for d in tokenized)),
             **recipe.as_dict(),
             "shards": [os.path.basename(p) for p in paths],
-            "examples_per_shard": counts,
+            "examples_per_shard": [len(s) for s in sizes],
             "length": length_stats(lengths, max_seq_length),
             "tokenize_seconds": round(tokenize_seconds, 3),
             "example_seconds": round(example_seconds, 3),

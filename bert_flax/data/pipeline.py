@@ -6,23 +6,31 @@
 
 How rows are made (``packed=True``, the default):
 
-1. Each host reads its share of the split's records (whole shards when their number divides
-   evenly, otherwise every ``process_count``-th record), ``pack_window`` examples at a time
-   (default: all of them, read once and kept in memory).
-2. Per epoch and window, ``packing.assign_sequences`` maps example indices to packs following the
-   strategies (``strategies.json``, scaled to the window's size; computed from ``histogram.txt``
-   if missing). It groups by length and shuffles within each length with the epoch's seed;
-   examples the strategies do not cover go to the library's fallback packer, none are dropped.
-3. Pack order is shuffled, and each batch of packs becomes rows by one vectorized numpy gather
-   (``build_rows``), so Python does O(batch) work per batch, not O(tokens).
+1. Each host takes its share of the split's records (whole shards when their number divides
+   evenly, otherwise every ``process_count``-th record). The record index
+   (``record_index.RecordIndex``: file, byte offset, size, tokens and masked positions of every
+   record, 18 bytes each) says where each one is, so nothing has to be read to plan an epoch.
+2. Per epoch the host's records are cut into windows of ``pack_window`` examples (blocks of
+   consecutive records in a random order; a split that fits is one window, read once and kept).
+   Per window, ``packing.assign_sequences`` maps example indices to packs following the
+   strategies (``strategies.json`` scaled to the window; solved from ``histogram.txt`` if
+   missing), random within each length; examples the strategies do not cover go to the
+   fallback packer at depth D, none are dropped. Memory: one or two windows and the index.
+3. A resumed stream starts at its position, computed from the index's lengths
+   (``packing.count_packs`` per window), never by replaying batches.
+4. The pack order is shuffled; batches of packs become rows by one vectorized numpy gather
+   (``build_rows``) on ``workers`` threads of tf.data's parallel map, in a deterministic order.
 
-``streaming=True`` packs on the fly with ``packing.OnlinePacker`` (bounded memory, no strategies);
+``streaming=True`` packs on the fly with ``packing.OnlinePacker`` (bounded memory, no strategies,
+no index; resume counts packs by reading);
 ``packed=False`` gives one example per row with the same features (D = 1).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import threading
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -38,6 +46,7 @@ from bert_flax.data.contract import (
     feature_dtype,
     load_strategies,
 )
+from bert_flax.data.record_index import RecordIndex
 from bert_flax.data.records import ExampleTable
 
 
@@ -133,63 +142,91 @@ def scale_strategies(strategy_set: packing.StrategySet, num_sequences: int) -> p
     )
 
 
-@dataclasses.dataclass
-class _Source:
-    """Where a host's examples come from, and how to read one epoch of them."""
+DEFAULT_PACK_WINDOW = 1 << 17  # examples per window once a host's split is larger
+SHUFFLE_BLOCK = 1024  # consecutive records read together; a window is a random set of blocks
 
-    files: list[str]
-    shard: tuple[int, int]
-    max_seq_length: int
-    max_predictions_per_seq: int
-    read_batch: int = 1024
 
-    def read_all(self) -> ExampleTable:
-        return records.read_table(
-            self.files, self.max_seq_length, self.max_predictions_per_seq, shard=self.shard
-        )
+def host_records(index: RecordIndex, files: Sequence[str], shard: tuple[int, int]) -> np.ndarray:
+    """This host's record numbers, in file order (``host_share``'s files and record shard)."""
+    names = {os.path.basename(f) for f in files}
+    mine = np.flatnonzero(np.isin(np.asarray(index.files), sorted(names))[index.file_ids])
+    return mine[shard[0] :: shard[1]]
 
-    def stream(self, shuffle: bool, seed: int, shuffle_buffer: int) -> Iterator[ExampleTable]:
-        files = list(self.files)
-        if shuffle and self.shard[1] == 1:
-            np.random.default_rng(seed).shuffle(files)
-        dataset = tf.data.TFRecordDataset(files)
-        if self.shard[1] > 1:
-            dataset = dataset.shard(self.shard[1], self.shard[0])
-        if shuffle:
-            dataset = dataset.shuffle(shuffle_buffer, seed=seed)
-        yield from records.iterate_tables(
-            dataset, self.max_seq_length, self.max_predictions_per_seq, self.read_batch
-        )
+
+def epoch_windows(host: np.ndarray, window: int, shuffle: bool, seed: int) -> list[np.ndarray]:
+    """The host's records cut into windows of about ``window`` records: blocks of consecutive
+    records (each one read) in an order random with ``seed``; each window's records sorted."""
+    if len(host) <= window:
+        return [host]
+    block = max(1, min(SHUFFLE_BLOCK, window))
+    blocks = [host[i : i + block] for i in range(0, len(host), block)]
+    order = np.random.default_rng(seed).permutation(len(blocks)) if shuffle else range(len(blocks))
+    order = list(order)
+    per_window = max(1, window // block)
+    return [
+        np.sort(np.concatenate([blocks[b] for b in order[i : i + per_window]]))
+        for i in range(0, len(order), per_window)
+    ]
+
+
+class _LiveTables:
+    """Example tables that batches in flight still read, by serial number. A table goes once
+    its reader said no more batches will need it (``release``) and every batch that was going
+    to (``expect``) has been built or cancelled: tf.data builds rows on several threads."""
+
+    def __init__(self):
+        self._tables: dict[int, ExampleTable] = {}
+        self._pending: dict[int, int] = {}
+        self._released: set[int] = set()
+        self._lock = threading.Lock()
+        self._next = 0
+
+    def add(self, table: ExampleTable) -> int:
+        with self._lock:
+            serial, self._next = self._next, self._next + 1
+            self._tables[serial], self._pending[serial] = table, 0
+            return serial
+
+    def expect(self, serial: int) -> None:
+        """One more batch will read ``serial``."""
+        with self._lock:
+            self._pending[serial] += 1
+
+    def finish(self, serial: int) -> None:
+        """An expected batch no longer needs ``serial`` (its rows are built, or it was dropped)."""
+        with self._lock:
+            self._pending[serial] -= 1
+            self._drop_if_done(serial)
+
+    def release(self, serial: int) -> None:
+        """No batch beyond those already expected will read ``serial``."""
+        with self._lock:
+            self._released.add(serial)
+            self._drop_if_done(serial)
+
+    def build(self, serials: np.ndarray, slots: np.ndarray, shape: RowShape) -> dict:
+        """The rows of one batch: row i packs examples ``slots[i]`` (-1 = empty) of table
+        ``serials[i]``."""
+        parts = []
+        for serial in dict.fromkeys(serials.tolist()):
+            with self._lock:
+                table = self._tables[serial]
+            rows = np.flatnonzero(serials == serial)
+            packs = [[i for i in row if i >= 0] for row in slots[rows].tolist()]
+            parts.append(build_rows(table, packs, shape))
+            self.finish(serial)
+        if len(parts) == 1:
+            return parts[0]
+        return _concatenate(parts)  # consecutive tables: rows stay in order
+
+    def _drop_if_done(self, serial: int) -> None:
+        if serial in self._released and self._pending[serial] == 0:
+            del self._tables[serial], self._pending[serial]
+            self._released.discard(serial)
 
 
 def _concatenate(parts: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-
-
-def _windows(tables: Iterator[ExampleTable], size: int) -> Iterator[ExampleTable]:
-    """Regroup a stream of tables into tables of ``size`` rows (the last may be smaller)."""
-    pending: list[ExampleTable] = []
-    count = 0
-    for table in tables:
-        pending.append(table)
-        count += len(table)
-        while count >= size:
-            merged = ExampleTable.concatenate(pending)
-            yield merged.select(np.arange(size))
-            rest = merged.select(np.arange(size, count))
-            pending, count = [rest], count - size
-    if count:
-        yield ExampleTable.concatenate(pending)
-
-
-def _strategy_packs(
-    table: ExampleTable, strategy_set: packing.StrategySet, seed: int
-) -> list[list[int]]:
-    """Packs of ``table`` rows, in an order random with ``seed``."""
-    assignment = packing.assign_sequences(
-        table.lengths, scale_strategies(strategy_set, len(table)), seed=seed
-    )
-    return assignment.packs
 
 
 def _online_packs(
@@ -236,6 +273,13 @@ def _online_packs(
         raise RuntimeError(f"The online packer lost {len(pending)} examples.")
 
 
+def _epoch_seed(seed: int, epoch: int, shuffle: bool, process_index: int) -> int:
+    """Without shuffling every epoch packs the same way (the seed still fixes which examples of
+    equal length share a row); with it, each epoch (and host) draws a new order."""
+    key = [seed, epoch if shuffle else 0, process_index]
+    return int(np.random.SeedSequence(key).generate_state(1)[0])
+
+
 def pack_stats(
     data_dir: str,
     *,
@@ -246,23 +290,29 @@ def pack_stats(
     process_count: int = 1,
     seed: int = 0,
     algorithm: str = "nnlshp",
+    pack_window: int | None = None,
 ) -> dict[str, float]:
-    """What one epoch of ``packed_dataset`` (in-memory strategy mode) gives this host, without
-    building rows: rows, sequences, fallback rows, achieved vs predicted efficiency, packing
-    factor (e.g. to size steps per epoch)."""
+    """What the first epoch of ``packed_dataset`` (strategy mode, shuffled) gives this host,
+    from the record index alone (no example is read): rows, sequences, fallback rows, achieved
+    vs predicted efficiency, packing factor (e.g. to size steps per epoch)."""
     data = PreparedData.load(data_dir)
-    L, M = data.max_seq_length, data.max_predictions_per_seq
+    L = data.max_seq_length
+    index = RecordIndex.load_or_build(data_dir, split)
     files, shard = host_share(records.find_shards(data_dir, split), process_index, process_count)
-    lengths = records.read_table(files, L, M, shard=shard).lengths
+    host = host_records(index, files, shard)
     strategy_set = load_strategies(data_dir, strategies, L, max_sequences_per_pack, algorithm)
-    assignment = packing.assign_sequences(
-        lengths, scale_strategies(strategy_set, len(lengths)), seed=seed
-    )
-    rows = len(assignment.packs)
+    window = pack_window or DEFAULT_PACK_WINDOW
+    rows = fallback = 0
+    for ids in epoch_windows(host, window, True, _epoch_seed(seed, 0, True, process_index)):
+        counts = np.bincount(index.lengths[ids], minlength=L + 1)
+        planned, extra, _ = packing.plan_packs(counts, scale_strategies(strategy_set, len(ids)))
+        rows += sum(n for _, n in planned) + sum(n for _, n in extra)
+        fallback += sum(n for _, n in extra)
+    lengths = index.lengths[host]
     return {
         "sequences": len(lengths),
         "rows": rows,
-        "fallback_rows": assignment.fallback_packs,
+        "fallback_rows": fallback,
         "packing_factor": len(lengths) / max(1, rows),
         "achieved_efficiency": 100.0 * float(lengths.sum()) / max(1, rows * L),
         "predicted_efficiency": float(strategy_set.metrics().efficiency),
@@ -292,6 +342,7 @@ def packed_dataset(
     algorithm: str = "nnlshp",
     prefetch: int = 2,
     start_batch: int = 0,
+    workers: int = 2,
 ) -> tf.data.Dataset:
     """Batches of packed rows, exactly the packed-batch contract (see module docstring).
 
@@ -304,18 +355,20 @@ def packed_dataset(
       max_sequences_per_pack: D, the sequence slots per row.
       max_predictions_per_pack: P; default a bound no pack can exceed (see
         ``contract.max_predictions_per_pack``); a pack over an explicit P raises.
-      shuffle, seed: shuffle files, examples within each length, and pack order, per epoch.
+      shuffle, seed: shuffle windows, examples within each length, and pack order, per epoch.
       repeat: loop over epochs forever (rows flow across epoch boundaries).
       process_index, process_count: this host's share (default jax.process_index()/count()).
-      streaming: pack on the fly with packing.OnlinePacker (no strategies, bounded memory).
+      streaming: pack on the fly with packing.OnlinePacker (no strategies, no record index).
       drop_remainder: drop the last partial batch (only matters with repeat=False).
-      pack_window: assign strategies over windows of this many examples (bounded memory)
-        instead of the whole host split.
-      shuffle_buffer: record shuffle buffer when streaming or windowed.
+      pack_window: examples per window (default ``DEFAULT_PACK_WINDOW``): a host's split up to
+        this size is one window, kept in memory across epochs; a larger one is read a window at
+        a time (memory bounded by the window, not the split).
+      shuffle_buffer: record shuffle buffer when streaming.
       online_buffer_size: open packs of the online packer.
       start_batch: begin where a stream that had already yielded this many batches stands
-        (resume). The position is computed, not replayed: in memory from one epoch's pack
-        count; streaming or windowed by reading and counting packs without building rows.
+        (resume). The position is computed from the record index's lengths (packs counted per
+        window, nothing read or built); streaming, by reading and counting packs.
+      workers: threads building rows (tf.data's parallel map; the order stays deterministic).
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
@@ -323,6 +376,10 @@ def packed_dataset(
         raise ValueError(f"max_sequences_per_pack must be >= 1, got {max_sequences_per_pack}.")
     if start_batch < 0:
         raise ValueError(f"start_batch must be >= 0, got {start_batch}.")
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}.")
+    if pack_window is not None and pack_window < 1:
+        raise ValueError(f"pack_window must be >= 1 (or None for the default), got {pack_window}.")
     data = PreparedData.load(data_dir)
     L, M = data.max_seq_length, data.max_predictions_per_seq
     shape = data.row_shape(max_sequences_per_pack, packed=packed)
@@ -335,96 +392,175 @@ def packed_dataset(
         process_index = jax.process_index() if process_index is None else process_index
         process_count = jax.process_count() if process_count is None else process_count
     files, shard = host_share(records.find_shards(data_dir, split), process_index, process_count)
-    source = _Source(files, shard, L, M)
     strategy_set = None
     if packed and not streaming:
         strategy_set = load_strategies(data_dir, strategies, L, D, algorithm)
-    in_memory = pack_window is None and not streaming
-    table = source.read_all() if in_memory else None
-    if table is not None and len(table) == 0:
-        raise ValueError(f"Host {process_index} of {process_count} has no {split} examples.")
-    if table is not None and table.num_predictions.max() > P:
-        raise ValueError(
-            f"An example has {table.num_predictions.max()} masked positions, more than "
-            f"max_predictions_per_pack={P}; raise it (or leave it None to derive a safe bound)."
-        )
+    window = pack_window or DEFAULT_PACK_WINDOW
+    index = host = None
+    if not streaming:
+        index = RecordIndex.load_or_build(data_dir, split)
+        host = host_records(index, files, shard)
+        if len(host) == 0:
+            raise ValueError(f"Host {process_index} of {process_count} has no {split} examples.")
+        most = int(index.lengths[host].max())
+        if most > L:
+            raise ValueError(f"A {split} record has {most} tokens, more than max_seq_length={L}.")
+        most = int(index.num_predictions[host].max())
+        if most > P:
+            raise ValueError(
+                f"An example has {most} masked positions, more than max_predictions_per_pack="
+                f"{P}; raise it (or leave it None to derive a safe bound)."
+            )
+    tables = _LiveTables()
+    whole_split: list[int] = []  # the serial of the one window of a small split, read once
 
-    def epoch_batches(epoch: int) -> Iterator[tuple[ExampleTable, list[list[int]]]]:
-        # Without shuffling every epoch packs the same way (the seed still fixes which examples
-        # of equal length share a row); with it, each epoch (and host) draws a new order.
-        key = [seed, epoch if shuffle else 0, process_index]
-        epoch_seed = int(np.random.SeedSequence(key).generate_state(1)[0])
-        if in_memory:
-            windows: Iterator[ExampleTable] = iter([table])
-        else:
-            windows = source.stream(shuffle, epoch_seed, shuffle_buffer)
-        if packed and streaming:
-            yield from _online_packs(windows, shape, online_buffer_size, batch_size)
-            return
-        if pack_window is not None:
-            windows = _windows(windows, pack_window)
-        for w, window in enumerate(windows):
-            window_seed = epoch_seed + w
-            if packed:
-                yield window, _strategy_packs(window, strategy_set, window_seed)
-            else:
-                order = np.arange(len(window))
-                if shuffle:
-                    np.random.default_rng(window_seed).shuffle(order)
-                yield window, [[int(i)] for i in order]
+    def epoch_seed(epoch: int) -> int:
+        return _epoch_seed(seed, epoch, shuffle, process_index)
 
-    def start_position() -> tuple[int, int, int | None]:
-        """(epoch, packs to drop in it, packs per epoch) of row `start_batch * batch_size`.
+    def windows_of(epoch: int) -> list[np.ndarray]:
+        return epoch_windows(host, window, shuffle, epoch_seed(epoch))
 
-        In memory every epoch holds the same number of packs (the same lengths, reshuffled),
-        so the position is computed from one epoch's assignment; streaming or windowed, the
-        epoch is not known in advance and its packs are counted as they are read (no rows
-        are built for them)."""
-        rows = start_batch * batch_size
-        if not in_memory or rows == 0:
-            return 0, rows, None
-        per_epoch = sum(len(packs) for _, packs in epoch_batches(0))
-        if not repeat:
-            return 0, rows, per_epoch
-        epoch, offset = divmod(rows, per_epoch)
-        return epoch, offset, per_epoch
+    def window_packs(ids: np.ndarray, window_seed: int) -> list[list[int]]:
+        if packed:
+            scaled = scale_strategies(strategy_set, len(ids))
+            return packing.assign_sequences(index.lengths[ids], scaled, seed=window_seed).packs
+        order = np.arange(len(ids))
+        if shuffle:
+            np.random.default_rng(window_seed).shuffle(order)
+        return [[int(i)] for i in order]
 
-    def generate() -> Iterator[dict[str, np.ndarray]]:
-        pending: list[dict[str, np.ndarray]] = []  # rows of a batch not yet full
-        pending_rows = 0
-        epoch, to_skip, per_epoch = start_position()
+    def window_pack_count(ids: np.ndarray) -> int:
+        if not packed:
+            return len(ids)
+        counts = np.bincount(index.lengths[ids], minlength=L + 1)
+        return packing.count_packs(counts, scale_strategies(strategy_set, len(ids)))
+
+    def start_position() -> tuple[int, int, int]:
+        """(epoch, window, packs to drop in it) of row ``start_batch * batch_size``: packs are
+        counted per window from the index's lengths (nothing read, nothing built)."""
+        rows, epoch = start_batch * batch_size, 0
+        if rows == 0:
+            return 0, 0, 0
         while True:
-            epoch_packs = 0
-            for window, packs in epoch_batches(epoch):
-                epoch_packs += len(packs)
-                dropped = min(to_skip, len(packs))
-                packs, to_skip = packs[dropped:], to_skip - dropped
-                i = 0
-                while i < len(packs):  # rows flow across window and epoch boundaries
-                    take = min(batch_size - pending_rows, len(packs) - i)
-                    rows = build_rows(window, packs[i : i + take], shape)
-                    i += take
-                    if take == batch_size:
-                        yield rows
-                        continue
-                    pending.append(rows)
-                    pending_rows += take
-                    if pending_rows == batch_size:
-                        yield _concatenate(pending)
-                        pending, pending_rows = [], 0
-            if epoch_packs == 0:
-                raise ValueError(f"Host {process_index}/{process_count} has no {split} examples.")
-            if per_epoch is not None and epoch_packs != per_epoch:
-                raise RuntimeError(
-                    f"Epoch {epoch} made {epoch_packs} packs, not {per_epoch}: the resume "
-                    "position computed for start_batch would be wrong."
-                )
+            windows = windows_of(epoch)
+            counts = [window_pack_count(ids) for ids in windows]
+            if len(windows) == 1 and repeat:  # every epoch the same count: skip them at once
+                epoch, rows = epoch + rows // counts[0], rows % counts[0]
+            for w, count in enumerate(counts):
+                if rows < count:
+                    return epoch, w, rows
+                rows -= count
             epoch += 1
             if not repeat:
-                break
-        if pending_rows and not drop_remainder:
-            yield _concatenate(pending)
+                return epoch, 0, 0
 
-    signature = dataset_spec(shape, batch_size if drop_remainder or repeat else None)
-    dataset = tf.data.Dataset.from_generator(generate, output_signature=signature)
+    def strategy_pairs() -> Iterator[tuple[int, list[list[int]]]]:
+        """(table serial, packs) per window, from the resume position on."""
+        epoch, first_window, to_skip = start_position()
+        while repeat or epoch == 0:
+            windows = windows_of(epoch)
+            for w in range(first_window, len(windows)):
+                ids = windows[w]
+                packs = window_packs(ids, epoch_seed(epoch) + w)[to_skip:]
+                to_skip = 0
+                if len(windows) == 1:
+                    if not whole_split:
+                        whole_split.append(tables.add(index.read(ids, L, M, data_dir)))
+                    yield whole_split[0], packs
+                else:
+                    serial = tables.add(index.read(ids, L, M, data_dir))
+                    yield serial, packs
+                    tables.release(serial)
+            first_window = 0
+            epoch += 1
+
+    def online_pairs() -> Iterator[tuple[int, list[list[int]]]]:
+        """(table serial, packs) from the online packer; resume counts packs as they come."""
+        to_skip, epoch = start_batch * batch_size, 0
+        source = _Source(files, shard, L, M)
+        while True:
+            made = 0
+            stream = source.stream(shuffle, epoch_seed(epoch), shuffle_buffer)
+            for table, packs in _online_packs(stream, shape, online_buffer_size, batch_size):
+                made += len(packs)
+                dropped = min(to_skip, len(packs))
+                packs, to_skip = packs[dropped:], to_skip - dropped
+                if packs:
+                    serial = tables.add(table)
+                    yield serial, packs
+                    tables.release(serial)
+            if made == 0:
+                raise ValueError(f"Host {process_index}/{process_count} has no {split} examples.")
+            epoch += 1
+            if not repeat:
+                return
+
+    def descriptors() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Per batch: the table serial of each row and its slots (example rows, -1 = empty)."""
+        serials, slots = [], []
+        for serial, packs in online_pairs() if streaming else strategy_pairs():
+            for pack in packs:
+                if len(pack) > D:
+                    raise ValueError(f"A pack holds {len(pack)} sequences, more than D={D}.")
+                if not serials or serials[-1] != serial or len(slots) % batch_size == 0:
+                    tables.expect(serial)  # one expectation per (batch, table) part
+                serials.append(serial)
+                slots.append(list(pack) + [-1] * (D - len(pack)))
+                if len(slots) == batch_size:
+                    yield np.asarray(serials, np.int64), np.asarray(slots, np.int64)
+                    serials, slots = [], []
+        if slots and not drop_remainder:
+            yield np.asarray(serials, np.int64), np.asarray(slots, np.int64)
+        elif slots:  # the dropped remainder: its expected parts will not be built
+            for serial in dict.fromkeys(serials):
+                tables.finish(serial)
+
+    spec = dataset_spec(shape, batch_size if drop_remainder or repeat else None)
+    names = list(spec)
+
+    def build(serials: np.ndarray, slots: np.ndarray) -> list[np.ndarray]:
+        rows = tables.build(serials, slots, shape)
+        return [rows[name] for name in names]
+
+    @tf.autograph.experimental.do_not_convert
+    def to_rows(serials, slots):
+        values = tf.numpy_function(build, [serials, slots], [spec[n].dtype for n in names])
+        rows = {}
+        for name, value in zip(names, values):
+            value.set_shape(spec[name].shape)
+            rows[name] = value
+        return rows
+
+    dataset = tf.data.Dataset.from_generator(
+        descriptors,
+        output_signature=(
+            tf.TensorSpec([None], tf.int64),
+            tf.TensorSpec([None, D], tf.int64),
+        ),
+    )
+    dataset = dataset.map(to_rows, num_parallel_calls=workers, deterministic=True)
     return dataset.prefetch(prefetch)
+
+
+@dataclasses.dataclass
+class _Source:
+    """How the online packer reads a host's examples: shuffled records, a table at a time."""
+
+    files: list[str]
+    shard: tuple[int, int]
+    max_seq_length: int
+    max_predictions_per_seq: int
+    read_batch: int = 1024
+
+    def stream(self, shuffle: bool, seed: int, shuffle_buffer: int) -> Iterator[ExampleTable]:
+        files = list(self.files)
+        if shuffle and self.shard[1] == 1:
+            np.random.default_rng(seed).shuffle(files)
+        dataset = tf.data.TFRecordDataset(files)
+        if self.shard[1] > 1:
+            dataset = dataset.shard(self.shard[1], self.shard[0])
+        if shuffle:
+            dataset = dataset.shuffle(shuffle_buffer, seed=seed)
+        yield from records.iterate_tables(
+            dataset, self.max_seq_length, self.max_predictions_per_seq, self.read_batch
+        )

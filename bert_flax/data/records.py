@@ -81,18 +81,19 @@ def find_shards(data_dir: str, split: str) -> list[str]:
     return files
 
 
-def write_shards(serialized: Sequence[bytes], paths: Sequence[str]) -> list[int]:
-    """Write serialized examples round-robin over ``paths``; returns the count per shard."""
-    counts = [0] * len(paths)
+def write_shards(serialized: Sequence[bytes], paths: Sequence[str]) -> list[list[int]]:
+    """Write serialized examples round-robin over ``paths``; returns the record sizes per shard
+    (record i goes to shard ``i % len(paths)``)."""
+    sizes: list[list[int]] = [[] for _ in paths]
     writers = [tf.io.TFRecordWriter(p) for p in paths]
     try:
         for i, record in enumerate(serialized):
             writers[i % len(paths)].write(record)
-            counts[i % len(paths)] += 1
+            sizes[i % len(paths)].append(len(record))
     finally:
         for writer in writers:
             writer.close()
-    return counts
+    return sizes
 
 
 @tf.autograph.experimental.do_not_convert
@@ -204,15 +205,35 @@ def read_table(
     dataset = tf.data.TFRecordDataset(list(files))
     if shard[1] > 1:
         dataset = dataset.shard(shard[1], shard[0])
-    tables = list(iterate_tables(dataset, max_seq_length, max_predictions))
-    if not tables:
-        return ExampleTable(
-            input_ids=np.zeros((0, max_seq_length), np.uint16),
-            token_type_ids=np.zeros((0, max_seq_length), np.int8),
-            masked_lm_positions=np.zeros((0, max_predictions), np.int16),
-            masked_lm_ids=np.zeros((0, max_predictions), np.uint16),
-            next_sentence_labels=np.zeros((0,), np.int32),
-            lengths=np.zeros((0,), np.int32),
-            num_predictions=np.zeros((0,), np.int32),
-        )
-    return ExampleTable.concatenate(tables)
+    return _one_table(iterate_tables(dataset, max_seq_length, max_predictions), max_seq_length,
+                      max_predictions)  # fmt: skip
+
+
+def table_from_serialized(
+    serialized: Sequence[bytes], max_seq_length: int, max_predictions: int
+) -> ExampleTable:
+    """The examples of serialized records, in order."""
+    dataset = tf.data.Dataset.from_tensor_slices(tf.constant(list(serialized), tf.string))
+    tables = iterate_tables(dataset, max_seq_length, max_predictions)
+    return _one_table(tables, max_seq_length, max_predictions)
+
+
+def empty_table(max_seq_length: int, max_predictions: int) -> ExampleTable:
+    return ExampleTable(
+        input_ids=np.zeros((0, max_seq_length), np.uint16),
+        token_type_ids=np.zeros((0, max_seq_length), np.int8),
+        masked_lm_positions=np.zeros((0, max_predictions), np.int16),
+        masked_lm_ids=np.zeros((0, max_predictions), np.uint16),
+        next_sentence_labels=np.zeros((0,), np.int32),
+        lengths=np.zeros((0,), np.int32),
+        num_predictions=np.zeros((0,), np.int32),
+    )
+
+
+def _one_table(
+    tables: Iterator[ExampleTable], max_seq_length: int, max_predictions: int
+) -> ExampleTable:
+    parts = list(tables)
+    if not parts:
+        return empty_table(max_seq_length, max_predictions)
+    return parts[0] if len(parts) == 1 else ExampleTable.concatenate(parts)

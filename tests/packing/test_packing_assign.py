@@ -121,3 +121,20 @@ def test_online_packer_rejects_bad_input():
         packing.OnlinePacker(8, -1)
     with pytest.raises(ValueError, match=r"in 1\.\.8"):
         packing.OnlinePacker(8).add(0, 9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_count_packs_is_the_number_of_packs_assign_makes(data):
+    """On lengths other than the strategies' histogram (leftovers and fallback included)."""
+    max_len = data.draw(st.integers(8, 64))
+    solved = data.draw(st.lists(st.integers(1, max_len), min_size=1, max_size=200))
+    lengths = data.draw(st.lists(st.integers(1, max_len), min_size=0, max_size=300))
+    algorithm = data.draw(st.sampled_from(["spfhp", "lpfhp", "nnlshp", "lp"]))
+    strategy_set = packing.pack_histogram(
+        packing.from_lengths(solved, max_len), max_len, algorithm, 3
+    )
+    counts = np.bincount(np.asarray(lengths, np.int64), minlength=max_len + 1)
+    packs = packing.assign_sequences(lengths, strategy_set, seed=1).packs
+    assert packing.count_packs(counts, strategy_set) == len(packs)
+    assert sorted(i for p in packs for i in p) == list(range(len(lengths)))

@@ -145,6 +145,7 @@ def test_command_line_writes_a_data_directory(tmp_path, speeches_dir):
     names = sorted(p.name for p in out.iterdir())
     assert names == [
         "histogram.txt",
+        "index",
         "strategies.json",
         "summary.json",
         "tfds",
@@ -152,3 +153,4 @@ def test_command_line_writes_a_data_directory(tmp_path, speeches_dir):
         "train-00001-of-00002.tfrecord",
         "validation-00000-of-00001.tfrecord",
     ]
+    assert sorted(p.name for p in (out / "index").iterdir()) == ["train.npz", "validation.npz"]

@@ -114,7 +114,7 @@ def test_whole_word_masking_masks_every_piece_of_a_word(vocab, speeches_dir, tmp
     texts = [open(os.path.join(speeches_dir, n)).read() for n in sorted(os.listdir(speeches_dir))]
     documents = tokenization.tokenize_documents(vocab, [t.split("\n") for t in texts[-3:]])
     options = ExampleOptions(max_seq_length=64, whole_word_mask=True, dupe_factor=1)
-    serialized, _, stats = create_examples(
+    serialized, _, _, stats = create_examples(
         documents, vocab, options, seed=0, split="train", progress=False
     )
     path = str(tmp_path / "wwm.tfrecord")
