@@ -158,8 +158,10 @@ def side_by_side_timings(args, winners: dict[str, dict]) -> dict[str, Timing]:
     """The winners' training-loop steps (Shampoo's host work included) timed in turns on the
     same real batches, plus Shampoo's winner with synchronous roots: step times that the load of
     a shared machine hits alike, unlike the trials', which ran minutes apart."""
-    variants = {name: (name, {}) for name in winners}
+    variants = {name: (name, {}) for name in winners if name in CENTRE_LEARNING_RATES}
     variants["shampoo sync"] = ("shampoo", {"asynchronous": False})
+    if "shampoo_tuned" in winners:
+        variants["shampoo_tuned"] = ("shampoo", winners["shampoo_tuned"]["knobs"])
     setups, batches = {}, {}
     for name, (optimizer, settings) in variants.items():
         best = winners[optimizer]
@@ -202,11 +204,28 @@ def race(args) -> dict:
             cache.run(race_config(args, optimizer, best["learning_rate"], best["warmup"], seed))
             for seed in seeds[1:]
         ]
-        results[optimizer] = {"trials": trials, "best": best, "runs": runs}
+        results[optimizer] = {"optimizer": optimizer, "trials": trials, "best": best, "runs": runs}
+    if args.tuned:  # the winner with the chosen ablation knobs together, every seed
+        best = results["shampoo"]["best"]
+        knobs = {k: v for name in args.tuned for k, v in SHAMPOO_ABLATIONS[name].items()}
+        runs = [
+            cache.run(
+                race_config(args, "shampoo", best["learning_rate"], best["warmup"], s, **knobs)
+            )
+            for s in seeds
+        ]
+        results["shampoo_tuned"] = {
+            "optimizer": "shampoo",
+            "trials": [],
+            "best": best,
+            "runs": runs,
+            "knobs": knobs,
+        }
     target = max(
         median([r["final_eval_mlm_loss"] for r in results[n]["runs"]]) for n in FIRST_ORDER
     )
-    timings = side_by_side_timings(args, {n: r["best"] for n, r in results.items()})
+    winners = {n: {**r["best"], "knobs": r.get("knobs", {})} for n, r in results.items()}
+    timings = side_by_side_timings(args, winners)
     table = {}
     for optimizer, result in results.items():
         reach = [to_target(run, target) for run in result["runs"]]
@@ -225,7 +244,7 @@ def race(args) -> dict:
             "host_wait_seconds_per_step": median(
                 [r["host_wait_seconds_per_step"] for r in result["runs"]]
             ),
-            "state_bytes_per_param": state_bytes_per_param(optimizer),
+            "state_bytes_per_param": state_bytes_per_param(result["optimizer"]),
         }
     best = results["shampoo"]["best"]
     ablation = {}
@@ -309,6 +328,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--root_intervals", type=int, nargs="+", default=[1, 10, 100, 1000])
     parser.add_argument(
         "--ablations", nargs="*", default=list(SHAMPOO_ABLATIONS), choices=list(SHAMPOO_ABLATIONS)
+    )
+    parser.add_argument(
+        "--tuned",
+        nargs="*",
+        default=[],
+        choices=list(SHAMPOO_ABLATIONS),
+        help="ablation knobs to combine on Shampoo's winner and run with every seed",
     )
     parser.add_argument("--max_staleness_interval", type=int, default=100)
     parser.add_argument("--max_staleness", type=int, nargs="*", default=[1, 10, 100])

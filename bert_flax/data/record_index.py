@@ -29,6 +29,7 @@ from bert_flax.data import records
 INDEX_DIR = "index"
 FRAME_HEADER_BYTES = 12  # uint64 length + uint32 CRC
 FRAME_OVERHEAD_BYTES = 16  # header + uint32 CRC of the payload
+READ_CHUNK = 16384  # records parsed at once when reading
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,13 +124,35 @@ class RecordIndex:
         return index
 
     def read(
-        self, records_wanted: np.ndarray, max_seq_length: int, max_predictions: int, data_dir: str
+        self,
+        records_wanted: np.ndarray,
+        max_seq_length: int,
+        max_predictions: int,
+        data_dir: str,
+        *,
+        chunk: int = READ_CHUNK,
     ) -> records.ExampleTable:
         """The examples of ``records_wanted`` (record numbers), in that order, read by byte
-        range: each run of consecutive records of a file is one read."""
+        range (each run of consecutive records of a file is one read) and parsed ``chunk``
+        records at a time, so the raw bytes held at once stay small."""
         wanted = np.asarray(records_wanted, np.int64)
-        if wanted.size == 0:
+        parts = [
+            self._read_chunk(wanted[i : i + chunk], max_seq_length, max_predictions, data_dir)
+            for i in range(0, wanted.size, chunk)
+        ]
+        if not parts:
             return records.empty_table(max_seq_length, max_predictions)
+        table = parts[0] if len(parts) == 1 else records.ExampleTable.concatenate(parts)
+        if not np.array_equal(table.lengths, self.lengths[wanted]):
+            raise ValueError(
+                f"Records of {data_dir} disagree with {INDEX_DIR}/: the shards changed after "
+                f"the index was written; delete {os.path.join(data_dir, INDEX_DIR)} to rebuild it."
+            )
+        return table
+
+    def _read_chunk(
+        self, wanted: np.ndarray, max_seq_length: int, max_predictions: int, data_dir: str
+    ) -> records.ExampleTable:
         order = np.argsort(wanted, kind="stable")
         ordered = wanted[order]
         payloads: list[bytes] = [b""] * wanted.size
@@ -144,13 +167,7 @@ class RecordIndex:
             for position, record in zip(run, ordered[run]):
                 begin = int(self.offsets[record]) - start + FRAME_HEADER_BYTES
                 payloads[order[position]] = data[begin : begin + int(self.sizes[record])]
-        table = records.table_from_serialized(payloads, max_seq_length, max_predictions)
-        if not np.array_equal(table.lengths, self.lengths[wanted]):
-            raise ValueError(
-                f"Records of {data_dir} disagree with {INDEX_DIR}/: the shards changed after "
-                f"the index was written; delete {os.path.join(data_dir, INDEX_DIR)} to rebuild it."
-            )
-        return table
+        return records.table_from_serialized(payloads, max_seq_length, max_predictions)
 
 
 def index_path(data_dir: str, split: str) -> str:
