@@ -142,7 +142,7 @@ def scale_strategies(strategy_set: packing.StrategySet, num_sequences: int) -> p
     )
 
 
-DEFAULT_PACK_WINDOW = 1 << 17  # examples per window once a host's split is larger
+DEFAULT_PACK_WINDOW = 1 << 16  # examples per window once a host's split is larger
 SHUFFLE_BLOCK = 1024  # consecutive records read together; a window is a random set of blocks
 
 
@@ -167,6 +167,58 @@ def epoch_windows(host: np.ndarray, window: int, shuffle: bool, seed: int) -> li
         np.sort(np.concatenate([blocks[b] for b in order[i : i + per_window]]))
         for i in range(0, len(order), per_window)
     ]
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowPlan:
+    """One window of an epoch: the records it packs (its own plus those the previous window
+    carried over, minus those it carries on), the window size the strategies are scaled to,
+    and how many packs it makes."""
+
+    records: np.ndarray
+    scale_to: int
+    packs: int
+
+
+# A window carries at most this fraction of its examples over to the next one (beyond it, all
+# its leftovers go to the fallback packer at once).
+MAX_CARRY_FRACTION = 0.125
+
+
+def epoch_plan(
+    windows: Sequence[np.ndarray], lengths: np.ndarray, strategy_set: packing.StrategySet
+) -> list[WindowPlan]:
+    """What each window of an epoch packs, from the lengths alone (``lengths[r]`` of record r).
+
+    Examples a window's strategies cannot place are carried over to the next window (where they
+    meet new partners) instead of being packed by the fallback at once; the last window packs
+    whatever is left. Which examples a window carries is fixed by the lengths (of each length,
+    the highest record numbers), so the plan, and with it any stream position, is computed
+    without running the seeded assignment, let alone reading an example."""
+    plan, carried = [], np.zeros(0, np.int64)
+    max_len = strategy_set.max_len
+    for w, own in enumerate(windows):
+        ids = np.union1d(carried, own)
+        scaled = scale_strategies(strategy_set, len(ids))
+        counts = np.bincount(lengths[ids], minlength=max_len + 1)
+        planned, fallback, leftover = packing.plan_packs(counts, scaled)
+        made = sum(n for _, n in planned)
+        last = w == len(windows) - 1
+        if last or leftover.sum() > MAX_CARRY_FRACTION * len(ids):
+            plan.append(WindowPlan(ids, len(ids), made + sum(n for _, n in fallback)))
+            carried = np.zeros(0, np.int64)
+            continue
+        carried = _highest_of_each_length(ids, lengths[ids], leftover)
+        plan.append(WindowPlan(np.setdiff1d(ids, carried), len(ids), made))
+    return plan
+
+
+def _highest_of_each_length(ids: np.ndarray, lengths: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """Of ``ids`` (with ``lengths``), the ``count[k]`` highest of each length k."""
+    order = np.lexsort((ids, lengths))
+    ends = np.searchsorted(lengths[order], np.arange(len(count)), side="right")
+    picked = [order[ends[k] - count[k] : ends[k]] for k in np.flatnonzero(count)]
+    return np.sort(ids[np.concatenate(picked)]) if picked else np.zeros(0, np.int64)
 
 
 class _LiveTables:
@@ -293,26 +345,23 @@ def pack_stats(
     pack_window: int | None = None,
 ) -> dict[str, float]:
     """What the first epoch of ``packed_dataset`` (strategy mode, shuffled) gives this host,
-    from the record index alone (no example is read): rows, sequences, fallback rows, achieved
-    vs predicted efficiency, packing factor (e.g. to size steps per epoch)."""
+    from the record index alone (no example is read): rows, sequences, windows, achieved vs
+    predicted efficiency, packing factor (e.g. to size steps per epoch)."""
     data = PreparedData.load(data_dir)
     L = data.max_seq_length
     index = RecordIndex.load_or_build(data_dir, split)
     files, shard = host_share(records.find_shards(data_dir, split), process_index, process_count)
     host = host_records(index, files, shard)
     strategy_set = load_strategies(data_dir, strategies, L, max_sequences_per_pack, algorithm)
-    window = pack_window or DEFAULT_PACK_WINDOW
-    rows = fallback = 0
-    for ids in epoch_windows(host, window, True, _epoch_seed(seed, 0, True, process_index)):
-        counts = np.bincount(index.lengths[ids], minlength=L + 1)
-        planned, extra, _ = packing.plan_packs(counts, scale_strategies(strategy_set, len(ids)))
-        rows += sum(n for _, n in planned) + sum(n for _, n in extra)
-        fallback += sum(n for _, n in extra)
+    windows = epoch_windows(
+        host, pack_window or DEFAULT_PACK_WINDOW, True, _epoch_seed(seed, 0, True, process_index)
+    )
+    rows = sum(window.packs for window in epoch_plan(windows, index.lengths, strategy_set))
     lengths = index.lengths[host]
     return {
         "sequences": len(lengths),
         "rows": rows,
-        "fallback_rows": fallback,
+        "windows": len(windows),
         "packing_factor": len(lengths) / max(1, rows),
         "achieved_efficiency": 100.0 * float(lengths.sum()) / max(1, rows * L),
         "predicted_efficiency": float(strategy_set.metrics().efficiency),
@@ -420,36 +469,37 @@ def packed_dataset(
     def windows_of(epoch: int) -> list[np.ndarray]:
         return epoch_windows(host, window, shuffle, epoch_seed(epoch))
 
-    def window_packs(ids: np.ndarray, window_seed: int) -> list[list[int]]:
+    def plan_of(epoch: int) -> list[WindowPlan]:
+        windows = windows_of(epoch)
         if packed:
-            scaled = scale_strategies(strategy_set, len(ids))
-            return packing.assign_sequences(index.lengths[ids], scaled, seed=window_seed).packs
-        order = np.arange(len(ids))
+            return epoch_plan(windows, index.lengths, strategy_set)
+        return [WindowPlan(ids, len(ids), len(ids)) for ids in windows]
+
+    def window_packs(window: WindowPlan, window_seed: int) -> list[list[int]]:
+        """Packs of rows of the window's table (``window.records``, in that order)."""
+        if packed:
+            scaled = scale_strategies(strategy_set, window.scale_to)
+            lengths = index.lengths[window.records]
+            return packing.assign_sequences(lengths, scaled, seed=window_seed).packs
+        order = np.arange(len(window.records))
         if shuffle:
             np.random.default_rng(window_seed).shuffle(order)
         return [[int(i)] for i in order]
 
-    def window_pack_count(ids: np.ndarray) -> int:
-        if not packed:
-            return len(ids)
-        counts = np.bincount(index.lengths[ids], minlength=L + 1)
-        return packing.count_packs(counts, scale_strategies(strategy_set, len(ids)))
-
     def start_position() -> tuple[int, int, int]:
-        """(epoch, window, packs to drop in it) of row ``start_batch * batch_size``: packs are
-        counted per window from the index's lengths (nothing read, nothing built)."""
+        """(epoch, window, packs to drop in it) of row ``start_batch * batch_size``, from the
+        epochs' plans (lengths only: nothing read, nothing built)."""
         rows, epoch = start_batch * batch_size, 0
         if rows == 0:
             return 0, 0, 0
         while True:
-            windows = windows_of(epoch)
-            counts = [window_pack_count(ids) for ids in windows]
-            if len(windows) == 1 and repeat:  # every epoch the same count: skip them at once
-                epoch, rows = epoch + rows // counts[0], rows % counts[0]
-            for w, count in enumerate(counts):
-                if rows < count:
+            plan = plan_of(epoch)
+            if len(plan) == 1 and repeat:  # every epoch the same count: skip them at once
+                epoch, rows = epoch + rows // plan[0].packs, rows % plan[0].packs
+            for w, window in enumerate(plan):
+                if rows < window.packs:
                     return epoch, w, rows
-                rows -= count
+                rows -= window.packs
             epoch += 1
             if not repeat:
                 return epoch, 0, 0
@@ -458,17 +508,18 @@ def packed_dataset(
         """(table serial, packs) per window, from the resume position on."""
         epoch, first_window, to_skip = start_position()
         while repeat or epoch == 0:
-            windows = windows_of(epoch)
-            for w in range(first_window, len(windows)):
-                ids = windows[w]
-                packs = window_packs(ids, epoch_seed(epoch) + w)[to_skip:]
-                to_skip = 0
-                if len(windows) == 1:
+            plan = plan_of(epoch)
+            for w in range(first_window, len(plan)):
+                packs = window_packs(plan[w], epoch_seed(epoch) + w)
+                if len(packs) != plan[w].packs:
+                    raise RuntimeError(f"Window {w} of epoch {epoch} broke its plan.")
+                packs, to_skip = packs[to_skip:], 0
+                if len(plan) == 1:
                     if not whole_split:
-                        whole_split.append(tables.add(index.read(ids, L, M, data_dir)))
+                        whole_split.append(tables.add(index.read(plan[0].records, L, M, data_dir)))
                     yield whole_split[0], packs
                 else:
-                    serial = tables.add(index.read(ids, L, M, data_dir))
+                    serial = tables.add(index.read(plan[w].records, L, M, data_dir))
                     yield serial, packs
                     tables.release(serial)
             first_window = 0
