@@ -25,6 +25,9 @@ def get_config(phase: str = "phase1") -> ml_collections.ConfigDict:
         graft="adam",
         b1=0.9,
         b2=0.999,
+        # Statistics of the first steps of a 110M-parameter model are those of random
+        # weights: precondition after the warm-up's first tenth (the race's start step 1 is
+        # the tiny model's optimum; not measured at this scale).
         start_preconditioning_step=1_000,
         preconditioning_compute_steps=100,
         weight_decay=0.01,

@@ -24,7 +24,7 @@ from optim.shampoo_host import ShampooHost
 def shampoo(
     learning_rate: optax.ScalarOrSchedule,
     b1: float = 0.9,
-    nesterov: bool = False,
+    nesterov: bool = True,
     b2: float = 0.999,
     block_size: int = 128,
     max_preconditioner_dim: int = 4096,
@@ -40,7 +40,7 @@ def shampoo(
     graft_epsilon: float = 1e-8,
     weight_decay: float = 0.0,
     mask: MaskOrFn = weight_decay_mask,
-    start_preconditioning_step: int = 10,
+    start_preconditioning_step: int = 1,
     preconditioning_compute_steps: int = 10,
     asynchronous: bool = False,
     max_staleness: int | None = None,

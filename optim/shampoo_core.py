@@ -72,7 +72,7 @@ class ShampooConfig:
     """Shampoo's static hyperparameters (see :func:`shampoo` for their meaning)."""
 
     b1: float = 0.9
-    nesterov: bool = False
+    nesterov: bool = True
     b2: float = 0.999
     block_size: int = 128
     max_preconditioner_dim: int = 4096
@@ -86,7 +86,7 @@ class ShampooConfig:
     graft: str = "adam"
     graft_b2: float = 0.999
     graft_epsilon: float = 1e-8
-    start_preconditioning_step: int = 10
+    start_preconditioning_step: int = 1
     preconditioning_compute_steps: int = 10
     asynchronous: bool = False
     max_staleness: int | None = None
