@@ -19,7 +19,8 @@ class Assignment:
       packs: one list of indices (into the ``lengths`` given) per pack, in a random order fixed by
         the seed; within a pack, indices are ordered by length.
       dropped: indices left out; empty unless ``drop_unassigned=True`` was asked for.
-      fallback_packs: packs made by SPFHP for sequences no strategy covered (the last ones built).
+      fallback_packs: packs made by the fallback for sequences no strategy covered (the last
+        ones built).
     """
 
     packs: list[list[int]]
@@ -32,13 +33,15 @@ class Assignment:
 
 
 def plan_packs(
-    counts: np.ndarray, strategy_set: StrategySet
+    counts: np.ndarray, strategy_set: StrategySet, *, fallback: str = "spfhp"
 ) -> tuple[list[tuple[tuple[int, ...], int]], list[tuple[tuple[int, ...], int]], np.ndarray]:
     """How many packs of each strategy sequences with these per-length ``counts`` allow (each
     strategy used as often as the counts allow, up to its count, in the set's order), the
-    fallback packs (SPFHP "worst" fit, at the set's ``max_depth``) of what is left, and that
-    leftover per length. Histogram arithmetic only: what ``assign_sequences`` builds, and its
-    pack count (``count_packs``), without touching a sequence."""
+    fallback packs of what is left (by the packing algorithm ``fallback``, at the set's
+    ``max_depth``: "spfhp", worst fit, is instant; "lp" is near-optimal and takes up to a few
+    tenths of a second at 512), and that leftover per length. Histogram arithmetic only: what
+    ``assign_sequences`` builds, and its pack count (``count_packs``), without touching a
+    sequence."""
 
     def use(strategies, available: np.ndarray) -> list[tuple[tuple[int, ...], int]]:
         used = []
@@ -53,30 +56,45 @@ def plan_packs(
 
     leftover = np.asarray(counts, np.int64).copy()
     planned = use(strategy_set.strategies, leftover)
-    fallback: list[tuple[tuple[int, ...], int]] = []
-    if leftover.any():
-        extra = greedy.greedy_pack(leftover, strategy_set.max_len, strategy_set.max_depth, "worst")
-        fallback = use(sorted(extra.items()), leftover.copy())
-    return planned, fallback, leftover
+    extra: list[tuple[tuple[int, ...], int]] = []
+    if leftover.any() and fallback == "spfhp":
+        greedy_packs = greedy.greedy_pack(
+            leftover, strategy_set.max_len, strategy_set.max_depth, "worst"
+        )
+        extra = use(sorted(greedy_packs.items()), leftover.copy())
+    elif leftover.any():
+        from packing import api  # the packers' entry point imports this module
+
+        solved = api.pack_histogram(
+            leftover, strategy_set.max_len, fallback, strategy_set.max_depth
+        )
+        extra = use(solved.strategies, leftover.copy())
+    return planned, extra, leftover
 
 
-def count_packs(counts: np.ndarray, strategy_set: StrategySet) -> int:
+def count_packs(counts: np.ndarray, strategy_set: StrategySet, *, fallback: str = "spfhp") -> int:
     """The number of packs ``assign_sequences`` makes for sequences with these per-length
     ``counts`` (index = length), e.g. to locate a position in a stream without packing it."""
-    planned, fallback, _ = plan_packs(counts, strategy_set)
-    return sum(n for _, n in planned) + sum(n for _, n in fallback)
+    planned, extra, _ = plan_packs(counts, strategy_set, fallback=fallback)
+    return sum(n for _, n in planned) + sum(n for _, n in extra)
 
 
 def assign_sequences(
-    lengths, strategy_set: StrategySet, *, drop_unassigned: bool = False, seed: int = 0
+    lengths,
+    strategy_set: StrategySet,
+    *,
+    drop_unassigned: bool = False,
+    seed: int = 0,
+    fallback: str = "spfhp",
 ) -> Assignment:
     """Builds packs of example indices following ``strategy_set``.
 
     The lengths may come from data other than the histogram the strategies were solved for (another
     shard, another epoch): each strategy is used as often as the examples allow, up to its count.
-    Examples no strategy covers are packed by SPFHP on their own histogram, unless
-    ``drop_unassigned`` is set, in which case they are returned in ``Assignment.dropped``. Which
-    examples of equal length share a pack, and the order of the packs, are random with ``seed``.
+    Examples no strategy covers are packed on their own histogram by ``fallback`` (SPFHP by
+    default; see ``plan_packs``), unless ``drop_unassigned`` is set, in which case they are
+    returned in ``Assignment.dropped``. Which examples of equal length share a pack, and the
+    order of the packs, are random with ``seed``.
 
     Raises:
       ValueError: if a length is not an integer in ``1..strategy_set.max_len``.
@@ -101,7 +119,7 @@ def assign_sequences(
         return built
 
     counts = np.bincount(values, minlength=strategy_set.max_len + 1)
-    planned, fallback_plan, leftover = plan_packs(counts, strategy_set)
+    planned, fallback_plan, leftover = plan_packs(counts, strategy_set, fallback=fallback)
     packs = build(planned)
     dropped: list[int] = []
     fallback: list[list[int]] = []

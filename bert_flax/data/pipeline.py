@@ -173,16 +173,21 @@ def epoch_windows(host: np.ndarray, window: int, shuffle: bool, seed: int) -> li
 class WindowPlan:
     """One window of an epoch: the records it packs (its own plus those the previous window
     carried over, minus those it carries on), the window size the strategies are scaled to,
-    and how many packs it makes."""
+    the packer of the sequences they leave (if it carries none on), and how many packs it
+    makes."""
 
     records: np.ndarray
     scale_to: int
     packs: int
+    fallback: str = "spfhp"
 
 
 # A window carries at most this fraction of its examples over to the next one (beyond it, all
-# its leftovers go to the fallback packer at once).
-MAX_CARRY_FRACTION = 0.125
+# its leftovers go to the fallback packer at once, CAPPED_FALLBACK); the last window of an epoch
+# packs what is left with FINAL_FALLBACK (near-optimal, a fraction of a second at 512).
+MAX_CARRY_FRACTION = 0.25
+CAPPED_FALLBACK = "lpfhp"
+FINAL_FALLBACK = "lp"
 
 
 def epoch_plan(
@@ -201,11 +206,13 @@ def epoch_plan(
         ids = np.union1d(carried, own)
         scaled = scale_strategies(strategy_set, len(ids))
         counts = np.bincount(lengths[ids], minlength=max_len + 1)
-        planned, fallback, leftover = packing.plan_packs(counts, scaled)
+        planned, _, leftover = packing.plan_packs(counts, scaled)
         made = sum(n for _, n in planned)
         last = w == len(windows) - 1
         if last or leftover.sum() > MAX_CARRY_FRACTION * len(ids):
-            plan.append(WindowPlan(ids, len(ids), made + sum(n for _, n in fallback)))
+            packer = FINAL_FALLBACK if last else CAPPED_FALLBACK
+            packs = packing.count_packs(counts, scaled, fallback=packer)
+            plan.append(WindowPlan(ids, len(ids), packs, packer))
             carried = np.zeros(0, np.int64)
             continue
         carried = _highest_of_each_length(ids, lengths[ids], leftover)
@@ -480,7 +487,9 @@ def packed_dataset(
         if packed:
             scaled = scale_strategies(strategy_set, window.scale_to)
             lengths = index.lengths[window.records]
-            return packing.assign_sequences(lengths, scaled, seed=window_seed).packs
+            return packing.assign_sequences(
+                lengths, scaled, seed=window_seed, fallback=window.fallback
+            ).packs
         order = np.arange(len(window.records))
         if shuffle:
             np.random.default_rng(window_seed).shuffle(order)
