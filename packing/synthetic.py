@@ -20,10 +20,7 @@ def wikipedia_like_histogram(
     Returns:
       int64 array of shape ``[max_len + 1]`` (index = length).
     """
-    if max_len < 8:
-        raise ValueError(f"max_len must be >= 8 for the Wikipedia-like shape, got {max_len}")
-    if num_sequences < 1:
-        raise ValueError(f"num_sequences must be >= 1, got {num_sequences}")
+    _check_size(num_sequences, max_len)
     lengths = np.arange(max_len + 1, dtype=np.float64)
     shortest = max(2, max_len // 64)
     half = max_len // 2
@@ -59,10 +56,7 @@ def corpus_like_histogram(
     Returns:
       int64 array of shape ``[max_len + 1]`` (index = length).
     """
-    if max_len < 8:
-        raise ValueError(f"max_len must be >= 8, got {max_len}")
-    if num_sequences < 1:
-        raise ValueError(f"num_sequences must be >= 1, got {num_sequences}")
+    _check_size(num_sequences, max_len)
     if not 0.0 <= at_max_len < 1.0:
         raise ValueError(f"at_max_len must be in [0, 1), got {at_max_len}")
     rng = np.random.default_rng(seed)
@@ -74,6 +68,13 @@ def corpus_like_histogram(
     probs[2:max_len] = (1.0 - at_max_len) * _normalized(body)
     probs[max_len] = at_max_len
     return rng.multinomial(int(num_sequences), probs / probs.sum()).astype(np.int64)
+
+
+def _check_size(num_sequences: int, max_len: int) -> None:
+    if max_len < 8:
+        raise ValueError(f"max_len must be >= 8 for a corpus-shaped histogram, got {max_len}")
+    if num_sequences < 1:
+        raise ValueError(f"num_sequences must be >= 1, got {num_sequences}")
 
 
 def _normalized(values: np.ndarray) -> np.ndarray:
