@@ -363,7 +363,6 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     if "test" in task.encoded and jax.process_index() == 0 and not final["preempted"]:
         final["test"] = predict_split(workdir, config, task, "test")
         logging.info("Test %s", json.dumps(final["test"]))
-    final["baseline_name"], _ = task.baseline([])
     return final
 
 

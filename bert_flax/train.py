@@ -326,6 +326,7 @@ def _train(
         "preempted": preempted,
         "sequences_seen": progress["sequences_seen"],
         "baseline": baseline,
+        "baseline_name": baseline_name,
         "train": train_summary,
         "eval": eval_summary,
         "best": best.record,

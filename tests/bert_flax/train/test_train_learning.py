@@ -30,3 +30,6 @@ def test_tiny_bert_learns(make_config, small_data_dir, tmp_path):
     # Held-out data: the loss is far below chance (ln V); packed rows: more sequences than rows.
     assert final["eval"]["mlm_loss"] < first - 2.5
     assert final["sequences_seen"] > STEPS * 16
+    # The summary names the trivial predictor its baseline figure is for.
+    assert final["baseline_name"].startswith("always predicting token")
+    assert 0 < final["baseline"] < 1
