@@ -22,8 +22,6 @@ from typing import Any
 import jax
 import numpy as np
 
-import optim
-
 METRICS_FILE = "metrics.jsonl"
 
 # Scalars averaged over the steps of an interval (all others are summed).
@@ -204,8 +202,8 @@ def paired_ratio(numerator: Sequence[float], denominator: Sequence[float]) -> tu
 def side_by_side(
     setups: Mapping[str, Any], batches: Mapping[str, list], *, rounds: int, steps: int
 ) -> dict[str, Timing]:
-    """Times each setup's training-loop step (its jitted train step, then `optim.after_step`'s
-    host work, as `train.train_and_evaluate` runs them) on its `batches` (global, sharded).
+    """Times each setup's training-loop step (`TrainSetup.loop_step`: the jitted train step,
+    then the optimizer's host work, as `train.train_and_evaluate` runs it) on its `batches`.
 
     The setups take turns, `steps` steps each (one timed interval), for `rounds` rounds after a
     round that compiles and warms up, so that the load of a shared machine hits them alike; each
@@ -223,11 +221,8 @@ def side_by_side(
             start = time.perf_counter()
             for _ in range(steps):
                 batch = batches[name][(counts[name] - starts[name]) % len(batches[name])]
-                state, metrics = setup.train_step(states[name], batch, rng)
                 counts[name] += 1
-                states[name] = state.replace(
-                    opt_state=optim.after_step(setup.tx, state.opt_state, counts[name])
-                )
+                states[name], metrics = setup.loop_step(states[name], batch, rng, counts[name])
                 sequences.append(metrics["sequences"])
             total = float(sum(jax.device_get(sequences)))
             seconds = time.perf_counter() - start

@@ -294,8 +294,7 @@ def _train(
         if step == start_step + 1:
             task.check_batch(local, setup.model_config, evaluation=False)
         batch = sharding.global_batch(setup.mesh, local)
-        state, step_metrics = setup.train_step(state, batch, step_rng(config.seed, step - 1))
-        state = state.replace(opt_state=optim.after_step(setup.tx, state.opt_state, step))
+        state, step_metrics = setup.loop_step(state, batch, step_rng(config.seed, step - 1), step)
         progress["data_position"] += 1
         pending.append(step_metrics)
         last = step == total_steps or (deadline is not None and time.perf_counter() > deadline)

@@ -78,6 +78,14 @@ class TrainSetup:
     def num_params(self) -> int:
         return sum(int(x.size) for x in jax.tree_util.tree_leaves(self.state.params))
 
+    def loop_step(
+        self, state: TrainState, batch: Any, rng: jax.Array, step: int
+    ) -> tuple[TrainState, dict]:
+        """One step of the training loop: the jitted train step, then the optimizer's host
+        work after update number `step` (`optim.after_step`: Shampoo's asynchronous roots)."""
+        state, metrics = self.train_step(state, batch, rng)
+        return state.replace(opt_state=optim.after_step(self.tx, state.opt_state, step)), metrics
+
     def make_batch(self, seed: int = 0, rows: int | None = None) -> dict[str, jax.Array]:
         """A synthetic global batch of `rows` (default: one optimizer step), sharded."""
         rows = self.batch_size if rows is None else rows

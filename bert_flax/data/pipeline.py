@@ -206,13 +206,19 @@ def epoch_plan(
         ids = np.union1d(carried, own)
         scaled = scale_strategies(strategy_set, len(ids))
         counts = np.bincount(lengths[ids], minlength=max_len + 1)
-        planned, _, leftover = packing.plan_packs(counts, scaled)
-        made = sum(n for _, n in planned)
         last = w == len(windows) - 1
-        if last or leftover.sum() > MAX_CARRY_FRACTION * len(ids):
+        # The last window packs its leftovers (near-optimally); another carries them on unless
+        # they are too many, and then packs them itself (its plan redone with that packer).
+        planned, extra, leftover = packing.plan_packs(
+            counts, scaled, fallback=FINAL_FALLBACK if last else "spfhp"
+        )
+        made = sum(n for _, n in planned)
+        capped = not last and leftover.sum() > MAX_CARRY_FRACTION * len(ids)
+        if capped:
+            _, extra, _ = packing.plan_packs(counts, scaled, fallback=CAPPED_FALLBACK)
+        if last or capped:
             packer = FINAL_FALLBACK if last else CAPPED_FALLBACK
-            packs = packing.count_packs(counts, scaled, fallback=packer)
-            plan.append(WindowPlan(ids, len(ids), packs, packer))
+            plan.append(WindowPlan(ids, len(ids), made + sum(n for _, n in extra), packer))
             carried = np.zeros(0, np.int64)
             continue
         carried = _highest_of_each_length(ids, lengths[ids], leftover)

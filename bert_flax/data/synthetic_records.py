@@ -33,8 +33,8 @@ def write_data_dir(
     seed: int = 0,
     chunk: int = 65536,
 ) -> dict:
-    """Writes the directory (streaming: memory independent of ``num_examples``); returns the
-    summary."""
+    """Writes the directory, generating and writing ``chunk`` examples at a time (per record
+    only its length, size and prediction count are kept); returns the summary."""
     os.makedirs(out_dir, exist_ok=True)
     rng = np.random.default_rng(seed)
     histogram = packing.synthetic.corpus_like_histogram(num_examples, max_seq_length, seed)

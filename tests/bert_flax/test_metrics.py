@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from bert_flax import metrics
+from bert_flax.train_setup import TrainSetup
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,9 +41,11 @@ def fake_setup(seconds_per_step: float, sequences_per_step: int, start_step: int
         return state, {"sequences": jnp.asarray(sequences_per_step * batch)}
 
     tx = types.SimpleNamespace(host=RecordingHost())  # what optim.after_step calls
-    return types.SimpleNamespace(
+    setup = types.SimpleNamespace(
         state=FakeState(start_step), train_step=train_step, tx=tx, batches_seen=batches_seen
     )
+    setup.loop_step = lambda *args: TrainSetup.loop_step(setup, *args)  # the real loop step
+    return setup
 
 
 def test_side_by_side_times_each_setup_and_runs_its_host_work():
