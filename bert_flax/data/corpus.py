@@ -23,6 +23,7 @@ import math
 import os
 from collections.abc import Iterator, Sequence
 
+import numpy as np
 from absl import logging
 
 DOCUMENT_MODES = ("file", "blank_line")
@@ -149,15 +150,15 @@ def _paragraph_blocks(text: str) -> Iterator[list[str]]:
         yield block
 
 
-def read_documents(
+def iter_documents(
     path: str, *, document_mode: str = "file", stats: CorpusStats | None = None
-) -> list[Document]:
-    """All non-empty documents under ``path`` (a folder or one file), in a deterministic order."""
+) -> Iterator[Document]:
+    """The non-empty documents under ``path`` (a folder or one file), one file in memory at a
+    time, in a deterministic order; ``stats`` counts what was read and skipped."""
     if document_mode not in DOCUMENT_MODES:
         raise ValueError(f"document_mode must be one of {DOCUMENT_MODES}, got {document_mode!r}.")
     stats = stats if stats is not None else CorpusStats()
     root = path if os.path.isdir(path) else os.path.dirname(path)
-    documents = []
     for file in list_text_files(path):
         with open(file, "rb") as f:
             data = f.read()
@@ -183,43 +184,58 @@ def read_documents(
                 candidates = [(rel, [])]
         for doc_id, paragraphs in candidates:
             if paragraphs:
-                documents.append(Document(doc_id, tuple(paragraphs)))
+                stats.documents += 1
+                yield Document(doc_id, tuple(paragraphs))
             else:
                 stats.skipped_empty_documents += 1
-    stats.documents = len(documents)
-    if not documents:
+    if not stats.documents:
         raise ValueError(
             f"Corpus {path!r} has no non-empty documents ({stats.files} files, "
             f"{stats.skipped_empty_documents} empty documents and "
             f"{stats.skipped_non_text_files} non-text files skipped)."
         )
-    return documents
 
 
-def _split_key(doc_id: str) -> str:
-    return hashlib.md5(doc_id.encode("utf-8")).hexdigest()
+def read_documents(
+    path: str, *, document_mode: str = "file", stats: CorpusStats | None = None
+) -> list[Document]:
+    """All of ``iter_documents`` as a list."""
+    return list(iter_documents(path, document_mode=document_mode, stats=stats))
+
+
+def split_key(doc_id: str) -> int:
+    """The id's rank key for the train/validation split (64 bits of its md5)."""
+    return int.from_bytes(hashlib.md5(doc_id.encode("utf-8")).digest()[:8], "big")
+
+
+def validation_count(num_documents: int, validation_fraction: float) -> int:
+    """How many documents go to validation: ``ceil(fraction * n)``, at least two when the
+    fraction is positive and n >= 10 (one when 2 <= n < 10), never all."""
+    if not 0.0 <= validation_fraction < 1.0:
+        raise ValueError(f"validation_fraction must be in [0, 1), got {validation_fraction}.")
+    if num_documents < 2 or validation_fraction == 0:
+        return 0
+    count = math.ceil(validation_fraction * num_documents)
+    return min(max(count, 2 if num_documents >= 10 else 1), num_documents - 1)
+
+
+def validation_threshold(keys: Sequence[int], validation_fraction: float) -> int:
+    """The split rule for documents with these ``split_key``s: a document is in validation iff
+    its key is below the returned threshold (so the split depends only on the ids)."""
+    count = validation_count(len(keys), validation_fraction)
+    if count == 0:
+        return 0
+    return int(np.partition(np.asarray(keys, np.uint64), count - 1)[count - 1]) + 1
 
 
 def split_documents(
     documents: Sequence[Document], validation_fraction: float
 ) -> dict[str, list[Document]]:
-    """Deterministic train/validation split by a hash of the document id.
-
-    The ``ceil(fraction * n)`` documents with the smallest id hashes go to validation (at least two
-    when the fraction is positive and n >= 10, one when 2 <= n < 10), so the split depends only on
-    the ids, not on file order, and adding documents moves few others.
-    """
-    if not 0.0 <= validation_fraction < 1.0:
-        raise ValueError(f"validation_fraction must be in [0, 1), got {validation_fraction}.")
-    n = len(documents)
-    num_validation = math.ceil(validation_fraction * n) if validation_fraction > 0 else 0
-    if n < 2:
-        num_validation = 0
-    elif validation_fraction > 0:  # >= 2 documents when possible, so NSP has another document
-        num_validation = min(max(num_validation, 2 if n >= 10 else 1), n - 1)
-    ranked = sorted(documents, key=lambda d: _split_key(d.id))
-    validation_ids = {d.id for d in ranked[:num_validation]}
+    """Deterministic train/validation split: the ``validation_count`` documents with the
+    smallest ``split_key`` go to validation, so the split depends only on the ids, not on file
+    order, and adding documents moves few others."""
+    threshold = validation_threshold([split_key(d.id) for d in documents], validation_fraction)
     return {
-        "train": [d for d in documents if d.id not in validation_ids],
-        "validation": [d for d in documents if d.id in validation_ids],
+        "train": [d for d in documents if split_key(d.id) >= threshold],
+        "validation": [d for d in documents if split_key(d.id) < threshold],
     }

