@@ -328,14 +328,7 @@ def create_pretraining_data(
         texts = source_texts(sources["train"])
         vocab = tokenization.train_vocab(texts, train_vocab_size, output_dir, lowercase=lowercase)
     loaded = tokenization.load_vocab(vocab, lowercase=lowercase)
-    recipe = Recipe(
-        options=options,
-        cls_id=loaded.cls_id,
-        sep_id=loaded.sep_id,
-        mask_id=loaded.mask_id,
-        is_continuation=loaded.is_continuation,
-        replacement_ids=loaded.replacement_ids,
-    )
+    recipe = stages.make_recipe(loaded, options)
     num_shards = {"train": num_train_shards, "validation": num_validation_shards}
     paths = {split: records.shard_paths(output_dir, split, num_shards[split]) for split in SPLITS}
     for split in SPLITS:

@@ -56,7 +56,8 @@ def serialize(example: Example) -> bytes:
         "next_sentence_labels": _int64_list([example.next_sentence_label]),
         "length": _int64_list([len(example.input_ids)]),
     }
-    return tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString()
+    proto = tf.train.Example(features=tf.train.Features(feature=features))
+    return proto.SerializeToString(deterministic=True)  # keys sorted: the same bytes anywhere
 
 
 def shard_paths(output_dir: str, split: str, num_shards: int) -> list[str]:
@@ -79,21 +80,6 @@ def find_shards(data_dir: str, split: str) -> list[str]:
             "`python -m bert_flax.data.create_pretraining_data --output_dir=...`."
         )
     return files
-
-
-def write_shards(serialized: Sequence[bytes], paths: Sequence[str]) -> list[list[int]]:
-    """Write serialized examples round-robin over ``paths``; returns the record sizes per shard
-    (record i goes to shard ``i % len(paths)``)."""
-    sizes: list[list[int]] = [[] for _ in paths]
-    writers = [tf.io.TFRecordWriter(p) for p in paths]
-    try:
-        for i, record in enumerate(serialized):
-            writers[i % len(paths)].write(record)
-            sizes[i % len(paths)].append(len(record))
-    finally:
-        for writer in writers:
-            writer.close()
-    return sizes
 
 
 @tf.autograph.experimental.do_not_convert

@@ -29,6 +29,7 @@ import tensorflow as tf
 
 from bert_flax.data import records, tokenization
 from bert_flax.data.examples import (
+    ExampleOptions,
     Recipe,
     RecipeStats,
     document_rng,
@@ -73,6 +74,18 @@ class Source:
         for ordinal, item in enumerate(tfds.as_numpy(dataset), start):
             text = item["text"].decode("utf-8", errors="replace")
             yield ordinal, [line.strip() for line in text.split("\n") if line.strip()]
+
+
+def make_recipe(vocab: tokenization.Vocab, options: ExampleOptions) -> Recipe:
+    """The recipe with what it needs of ``vocab``."""
+    return Recipe(
+        options=options,
+        cls_id=vocab.cls_id,
+        sep_id=vocab.sep_id,
+        mask_id=vocab.mask_id,
+        is_continuation=vocab.is_continuation,
+        replacement_ids=vocab.replacement_ids,
+    )
 
 
 def tokenize_unit(

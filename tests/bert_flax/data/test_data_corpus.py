@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from bert_flax.data import corpus, tfds_corpus
-from bert_flax.data.create_pretraining_data import create_pretraining_data, load_corpus
+from bert_flax.data.create_pretraining_data import create_pretraining_data, open_corpus
 
 
 def write(path, data: bytes | str) -> None:
@@ -88,7 +88,7 @@ def test_missing_or_empty_folders_are_clear_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         create_pretraining_data(str(tmp_path / "missing"), str(tmp_path / "out"), progress=False)
     with pytest.raises(ValueError, match="neither a folder"):
-        load_corpus("no_such_dataset_name", tfds_data_dir=str(tmp_path / "tfds"))
+        open_corpus("no_such_dataset_name", tfds_data_dir=str(tmp_path / "tfds"))
 
 
 def test_split_is_deterministic_and_depends_only_on_ids():

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import packing
-from bert_flax.data import records, tokenization
-from bert_flax.data.create_pretraining_data import create_examples, create_pretraining_data
+from bert_flax.data import records, stages, tokenization
+from bert_flax.data.create_pretraining_data import create_pretraining_data
 from bert_flax.data.examples import ExampleOptions, RecipeStats, split_long_sentences
 
 CLS, SEP, MASK = 101, 102, 103
@@ -114,11 +114,10 @@ def test_whole_word_masking_masks_every_piece_of_a_word(vocab, speeches_dir, tmp
     texts = [open(os.path.join(speeches_dir, n)).read() for n in sorted(os.listdir(speeches_dir))]
     documents = tokenization.tokenize_documents(vocab, [t.split("\n") for t in texts[-3:]])
     options = ExampleOptions(max_seq_length=64, whole_word_mask=True, dupe_factor=1)
-    serialized, _, _, stats = create_examples(
-        documents, vocab, options, seed=0, split="train", progress=False
-    )
+    recipe = stages.make_recipe(vocab, options)
+    keyed, stats = stages.bucket_examples(enumerate(documents), recipe, seed=0, split="train")
     path = str(tmp_path / "wwm.tfrecord")
-    records.write_shards(serialized, [path])
+    stages.write_shard(path, keyed)
     table = records.read_table([path], 64, options.predictions_per_seq)
     words = 0
     for i in range(len(table)):
