@@ -14,7 +14,9 @@ the whole test suite passes with (checked in a venv of exactly these versions):
   jax >= 0.7); ml-collections 1.0 (`config_flags.config_path`); matplotlib 3.9 (numpy 2);
   TensorFlow 2.19 (older pins ml-dtypes < 0.5, which jax >= 0.7 cannot use); tensorflow-datasets
   4.9.0, tokenizers 0.19.1, absl-py 2.1, tensorboardX 2.6, tqdm 4.60, safetensors 0.4.1,
-  transformers 4.44 (test) as tested. torch >= 2.4 is not checked (only 2.13 was at hand).
+  transformers 4.44 (test) as tested. torch >= 2.4 is not checked (only 2.13 was at hand), nor
+  apache-beam below 2.77 (`beam`: it shares the environment with TensorFlow 2.21, holding
+  protobuf at 6.33).
 """
 
 import pathlib
@@ -63,8 +65,11 @@ INSTALL_REQUIRES = [
     "tqdm>=4.60,<5",
 ]
 
+BEAM = ["apache-beam>=2.77,<3"]  # create_pretraining_data --runner=DirectRunner|DataflowRunner
+
 TEST_REQUIRES = [
     *TENSORFLOW,
+    *BEAM,  # tests that the Beam pipeline writes the local runner's bytes
     "pytest>=8,<10",
     "pytest-xdist>=3.5,<4",
     "hypothesis>=6.100,<7",
@@ -82,6 +87,7 @@ EXTRAS_REQUIRE = {
     "tpu": ["jax[tpu]>=0.9.2,<0.11", *TENSORFLOW],  # a Cloud TPU VM
     "cuda": ["jax[cuda12]>=0.9.2,<0.11", *TENSORFLOW],  # an NVIDIA GPU box (Linux)
     "convert": ["torch>=2.4"],  # bert_flax.convert reading pytorch_model.bin / bf16 safetensors
+    "beam": BEAM,  # preparing data on Apache Beam
     "test": TEST_REQUIRES,
 }
 
