@@ -9,8 +9,9 @@
   which for long documents such as speeches makes all or none of a document's examples short;
   per example is what the BERT paper describes: "10% of the time" shorter sequences.)
 * Next-sentence prediction: with probability 1/2 (always when the chunk has one sentence) B is
-  replaced by text from a random point of another document (the same one only if there is no
-  other), and the unused sentences of the chunk are put back.
+  replaced by text from a random point of another of the given documents (a bucket: see
+  stages.py; the same one only if there is no other), and the unused sentences of the chunk are
+  put back.
   **Label convention (as Google BERT): 0 = IsNext (B follows A), 1 = random B.**
 * A pair longer than ``max_seq_length - 3`` is trimmed one token at a time from a random end of the
   longer side, as in the original; every trimmed token is counted (``truncated_tokens``).

@@ -17,6 +17,7 @@ import dataclasses
 import hashlib
 import os
 
+import numpy as np
 import tensorflow_datasets as tfds
 
 from bert_flax.data import corpus
@@ -59,12 +60,11 @@ class TextFolder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
         folder = os.fspath(dl_manager.manual_dir)
         mode = self.builder_config.document_mode
         stats = corpus.CorpusStats()
-        keys = [
-            corpus.split_key(d.id)
-            for d in corpus.iter_documents(folder, document_mode=mode, stats=stats)
-        ]
-        threshold = corpus.validation_threshold(keys, self.builder_config.validation_fraction)
-        num_validation = sum(k < threshold for k in keys)
+        documents = corpus.iter_documents(folder, document_mode=mode, stats=stats)
+        keys = np.fromiter((corpus.split_key(d.id) for d in documents), dtype=np.uint64)
+        fraction = self.builder_config.validation_fraction
+        threshold = corpus.validation_threshold(keys, fraction)
+        num_validation = corpus.validation_count(len(keys), fraction)  # ids are unique
         counts = {"train": len(keys) - num_validation, "validation": num_validation}
         self.info.metadata["stats"] = stats.as_dict()
         self.info.metadata["split_documents"] = counts

@@ -1,0 +1,204 @@
+r"""Preparing pre-training data at growing corpus sizes: peak memory, throughput, and Apache
+Beam against the local runner, side by side in one run.
+
+    python benchmarks/prepare_bench.py --workdir=/tmp/prepare_bench --documents=2000,8000,32000
+
+The corpora are synthetic but made of real text: documents of --paragraphs paragraphs drawn at
+random (seeded) from the bundled State of the Union speeches, written in the blank-line layout
+(one document after another, --documents_per_file to a file, like a Wikipedia extraction).
+Each size is prepared by `create_pretraining_data` in a fresh process (so `ru_maxrss` is that
+run's peak, the folder's conversion to a TFDS dataset included) with --documents_per_bucket
+documents per NSP bucket and a number of train shards that grows with the corpus (one per
+--documents_per_shard documents), as a user sizes them for bounded memory. Reported per size:
+peak resident memory of the process (and of its largest worker), the same interpreter's peak
+with the imports alone, examples, the bytes of records written (what the previous design held
+in memory as Python lists), and examples/s.
+
+Beam: the smallest corpus is prepared again with `--runner=DirectRunner` (in-process, and with
+2 worker processes) right after the local runner; the table gives examples/s of each and whether
+every shard, index and histogram is byte-identical to the local runner's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+
+from bert_flax.data import corpus
+
+PROBE = r"""
+import json, resource, sys
+from bert_flax.data.create_pretraining_data import create_pretraining_data
+args = json.loads(sys.argv[1])
+if args.pop("imports_only", False):
+    summary = None
+else:
+    summary = create_pretraining_data(progress=False, **args)
+usage = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+print(json.dumps({"peak_rss_mb": usage, "worker_peak_rss_mb": children, "summary": summary}))
+"""
+
+
+def write_corpus(folder: str, num_documents: int, paragraphs: int, per_file: int) -> None:
+    """``num_documents`` documents of ``paragraphs`` real paragraphs each, blank-line layout."""
+    if os.path.exists(os.path.join(folder, "DONE")):
+        return
+    os.makedirs(folder, exist_ok=True)
+    pool = [
+        paragraph
+        for document in corpus.read_documents(corpus.bundled_corpus_dir())
+        for paragraph in document.paragraphs
+    ]
+    rng = random.Random(num_documents)
+    for start in range(0, num_documents, per_file):
+        documents = [
+            "\n".join(rng.choice(pool) for _ in range(paragraphs))
+            for _ in range(start, min(start + per_file, num_documents))
+        ]
+        with open(os.path.join(folder, f"part-{start // per_file:05d}.txt"), "w") as f:
+            f.write("\n\n".join(documents) + "\n")
+    open(os.path.join(folder, "DONE"), "w").close()
+
+
+def probe(arguments: dict) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(arguments)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode:
+        raise RuntimeError(done.stderr[-3000:])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def record_bytes(data_dir: str) -> int:
+    return sum(
+        os.path.getsize(os.path.join(data_dir, name))
+        for name in os.listdir(data_dir)
+        if name.endswith(".tfrecord")
+    )
+
+
+def examples_of(summary: dict) -> int:
+    return sum(split["examples"] for split in summary["splits"].values())
+
+
+def identical(first: str, second: str) -> bool:
+    names = [n for n in os.listdir(first) if n.endswith(".tfrecord")]
+    names += ["histogram.txt", "index/train.npz", "index/validation.npz"]
+    return all(
+        filecmp.cmp(os.path.join(first, n), os.path.join(second, n), shallow=False) for n in names
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workdir", default="/tmp/prepare_bench")
+    parser.add_argument("--documents", default="2000,8000,32000")
+    parser.add_argument("--paragraphs", type=int, default=30)
+    parser.add_argument("--documents_per_file", type=int, default=1000)
+    parser.add_argument("--documents_per_bucket", type=int, default=1000)
+    parser.add_argument("--documents_per_shard", type=int, default=500)
+    parser.add_argument("--max_seq_length", type=int, default=128)
+    parser.add_argument("--num_workers", type=int, default=2)
+    parser.add_argument("--json", action="store_true", help="End with one JSON line.")
+    args = parser.parse_args()
+    sizes = [int(n) for n in args.documents.split(",")]
+
+    def arguments(size: int, output: str, **extra) -> dict:
+        return {
+            "input": os.path.join(args.workdir, f"corpus_{size}"),
+            "output_dir": os.path.join(args.workdir, output),
+            "document_mode": "blank_line",
+            "max_seq_length": args.max_seq_length,
+            "dupe_factor": 1,
+            "documents_per_bucket": args.documents_per_bucket,
+            "num_train_shards": math.ceil(size / args.documents_per_shard),
+            "num_workers": args.num_workers,
+            "tfds_data_dir": os.path.join(args.workdir, "tfds"),
+            **extra,
+        }
+
+    baseline = probe({"imports_only": True})["peak_rss_mb"]
+    print(f"imports alone: {baseline:.0f} MB peak resident memory")
+    rows = []
+    for size in sizes:
+        write_corpus(
+            os.path.join(args.workdir, f"corpus_{size}"),
+            size,
+            args.paragraphs,
+            args.documents_per_file,
+        )
+        result = probe(arguments(size, f"local_{size}"))
+        summary = result["summary"]
+        rows.append(
+            {
+                "documents": size,
+                "examples": examples_of(summary),
+                "shards": len(summary["splits"]["train"]["shards"]),
+                "record_mb": record_bytes(arguments(size, f"local_{size}")["output_dir"]) / 2**20,
+                "peak_rss_mb": result["peak_rss_mb"],
+                "worker_peak_rss_mb": result["worker_peak_rss_mb"],
+                "examples_per_s": summary["examples_per_second"],
+            }
+        )
+        print(json.dumps(rows[-1]))
+
+    smallest = sizes[0]
+    local_dir = arguments(smallest, f"local_{smallest}")["output_dir"]
+    beam = {}
+    for name, options in (
+        ("direct", []),
+        (
+            "direct_2_processes",
+            ["--direct_num_workers=2", "--direct_running_mode=multi_processing"],
+        ),
+    ):
+        local = probe(arguments(smallest, f"local_{smallest}"))["summary"]
+        output = f"beam_{name}_{smallest}"
+        summary = probe(arguments(smallest, output, runner="DirectRunner", beam_options=options))[
+            "summary"
+        ]
+        beam[name] = {
+            "local_examples_per_s": local["examples_per_second"],
+            "beam_examples_per_s": summary["examples_per_second"],
+            "beam_over_local": summary["examples_per_second"] / local["examples_per_second"],
+            "identical": identical(local_dir, arguments(smallest, output)["output_dir"]),
+        }
+        print(json.dumps({name: beam[name]}))
+
+    print()
+    print(
+        "| documents | examples | train shards | records MB "
+        f"| peak RSS MB (imports {baseline:.0f}) | largest worker MB | examples/s |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for row in rows:
+        print(
+            f"| {row['documents']:,} | {row['examples']:,} | {row['shards']} | "
+            f"{row['record_mb']:.0f} | {row['peak_rss_mb']:.0f} | {row['worker_peak_rss_mb']:.0f} "
+            f"| {row['examples_per_s']:,.0f} |"
+        )
+    print()
+    print(f"Beam DirectRunner on {smallest:,} documents, each right after the local runner:")
+    print("| Beam mode | local examples/s | Beam examples/s | Beam / local | byte-identical |")
+    print("|---|---|---|---|---|")
+    for name, row in beam.items():
+        print(
+            f"| {name} | {row['local_examples_per_s']:,.0f} | {row['beam_examples_per_s']:,.0f} "
+            f"| {row['beam_over_local']:.2f} | {row['identical']} |"
+        )
+    if args.json:
+        print(json.dumps({"imports_rss_mb": baseline, "sizes": rows, "beam": beam}))
+
+
+if __name__ == "__main__":
+    main()
