@@ -178,10 +178,9 @@ def run_local(
     """One split through the stages in this process (and a worker pool per bucket): documents
     streamed, one bucket of documents and one shard of examples in memory at a time."""
     split = source.split
-    spills = [
-        stages.SpillFile(os.path.join(work_dir, f"{split}-{k:05d}.spill"))
-        for k in range(len(shard_paths))
-    ]
+    spill = stages.Spill(
+        [os.path.join(work_dir, f"{split}-{k:05d}.spill") for k in range(len(shard_paths))]
+    )
     counts = stages.empty_counts()
     stats = RecipeStats()
     seconds = {"tokenize_seconds": 0.0, "example_seconds": 0.0}
@@ -196,7 +195,7 @@ def run_local(
             ordinals, sentences, recipe, seed=seed, split=split, num_workers=num_workers
         ):
             for record in keyed:
-                spills[record.key % len(spills)].append(record)
+                spill.append(record)
             stats.add(chunk_stats)
         seconds["example_seconds"] += time.perf_counter() - start
         bar.set_postfix(examples=stats.examples, refresh=False)
@@ -220,15 +219,15 @@ def run_local(
         make_examples(bucket)
     bar.close()
     metas = []
-    for path, spill in zip(shard_paths, spills):
-        if spill.bytes > LARGE_SHARD_BYTES:
+    for shard, path in enumerate(shard_paths):
+        if spill.bytes[shard] > LARGE_SHARD_BYTES:
             logging.warning(
                 "%s holds %.1f GB, sorted in memory; raise --num_%s_shards to bound memory.",
                 path,
-                spill.bytes / 1e9,
+                spill.bytes[shard] / 1e9,
                 split,
             )
-        metas.append(stages.write_shard(path, spill.read_and_remove()))
+        metas.append(stages.write_shard(path, spill.read_and_remove(shard)))
     rounded = {name: round(value, 3) for name, value in seconds.items()}
     return metas, {**stages.add_counts([counts, stats.as_dict()]), **rounded}
 

@@ -251,30 +251,48 @@ def add_counts(parts: Iterable[dict[str, int]]) -> dict[str, int]:
     return total
 
 
-class SpillFile:
-    """A shard's keyed records on local disk before they are sorted (the local runner's
-    external shuffle): appended as they are made, read back once."""
+class Spill:
+    """The local runner's external shuffle: each shard's keyed records on local disk, appended
+    as they are made (buffered in memory up to ``buffer_bytes`` in all, so a thousand shards
+    need neither a thousand open files nor a buffer each), read back one shard at a time."""
 
     _HEADER = struct.Struct("<QIIH")  # key, payload bytes, length, masked positions
 
-    def __init__(self, path: str):
-        self.path = path
-        self.bytes = 0
-        self._file = open(path, "wb")
+    def __init__(self, paths: Sequence[str], buffer_bytes: int = 64 * 1024**2):
+        self.paths = list(paths)
+        self.bytes = [0] * len(self.paths)  # spilled per shard, buffered included
+        self._buffers: list[list[bytes]] = [[] for _ in self.paths]
+        self._buffered = 0
+        self._buffer_bytes = buffer_bytes
+        for path in self.paths:
+            open(path, "wb").close()
 
     def append(self, record: KeyedRecord) -> None:
+        shard = record.key % len(self.paths)
         header = self._HEADER.pack(
             record.key, len(record.serialized), record.length, record.num_predictions
         )
-        self._file.write(header)
-        self._file.write(record.serialized)
-        self.bytes += len(header) + len(record.serialized)
+        self._buffers[shard] += [header, record.serialized]
+        size = len(header) + len(record.serialized)
+        self.bytes[shard] += size
+        self._buffered += size
+        if self._buffered > self._buffer_bytes:
+            self._flush()
 
-    def read_and_remove(self) -> list[KeyedRecord]:
-        self._file.close()
-        with open(self.path, "rb") as f:
+    def _flush(self) -> None:
+        for path, buffer in zip(self.paths, self._buffers):
+            if buffer:
+                with open(path, "ab") as f:
+                    f.write(b"".join(buffer))
+                buffer.clear()
+        self._buffered = 0
+
+    def read_and_remove(self, shard: int) -> list[KeyedRecord]:
+        """The shard's records in the order they were appended; its file is removed."""
+        self._flush()
+        with open(self.paths[shard], "rb") as f:
             data = f.read()
-        os.remove(self.path)
+        os.remove(self.paths[shard])
         keyed, position, size = [], 0, self._HEADER.size
         while position < len(data):
             key, length, tokens, predictions = self._HEADER.unpack_from(data, position)

@@ -52,14 +52,17 @@ def keyed_records(count: int, seed: int = 0) -> list[stages.KeyedRecord]:
     ]
 
 
-def test_spill_files_give_back_exactly_what_was_appended(tmp_path):
+def test_spill_gives_back_each_shard_exactly_what_was_appended(tmp_path):
     written = keyed_records(500)
-    spill = stages.SpillFile(str(tmp_path / "shard.spill"))
+    paths = [str(tmp_path / f"{k}.spill") for k in range(7)]
+    spill = stages.Spill(paths, buffer_bytes=4096)  # flushed many times
     for record in written:
         spill.append(record)
-    assert spill.bytes == sum(18 + len(r.serialized) for r in written)
-    assert spill.read_and_remove() == written
-    assert not os.path.exists(tmp_path / "shard.spill")
+    for shard in range(7):
+        mine = [r for r in written if r.key % 7 == shard]
+        assert spill.bytes[shard] == sum(18 + len(r.serialized) for r in mine)
+        assert spill.read_and_remove(shard) == mine
+        assert not os.path.exists(paths[shard])
 
 
 def test_a_shard_is_written_in_key_order_and_described_as_written(tmp_path):
