@@ -6,13 +6,13 @@ Beam against the local runner, side by side in one run.
 The corpora are synthetic but made of real text: documents of --paragraphs paragraphs drawn at
 random (seeded) from the bundled State of the Union speeches, written in the blank-line layout
 (one document after another, --documents_per_file to a file, like a Wikipedia extraction).
-Each size is prepared by `create_pretraining_data` in a fresh process (so `ru_maxrss` is that
-run's peak, the folder's conversion to a TFDS dataset included) with --documents_per_bucket
-documents per NSP bucket and a number of train shards that grows with the corpus (one per
---documents_per_shard documents), as a user sizes them for bounded memory. Reported per size:
-peak resident memory of the process (and of its largest worker), the same interpreter's peak
-with the imports alone, examples, the bytes of records written (what the previous design held
-in memory as Python lists), and examples/s.
+Each size is first converted to a fresh TFDS dataset (`open_corpus`) in one process, then
+prepared by `create_pretraining_data` in another (so each `ru_maxrss` is that phase's peak),
+with --documents_per_bucket documents per NSP bucket and a number of train shards that grows
+with the corpus (one per --documents_per_shard documents), as a user sizes them for bounded
+memory. Reported per size: the peak resident memory of each phase (and of the largest example
+worker), the same interpreter's peak with the imports alone, examples, the bytes of records
+written (what the previous design held in memory as Python lists), and examples/s.
 
 Beam: the smallest corpus is prepared again with `--runner=DirectRunner` (in-process, and with
 2 worker processes) right after the local runner; the table gives examples/s of each and whether
@@ -27,6 +27,7 @@ import json
 import math
 import os
 import random
+import shutil
 import subprocess
 import sys
 
@@ -35,10 +36,13 @@ from bert_flax.data import corpus
 PROBE = r"""
 import json, resource, sys
 from bert_flax.data.create_pretraining_data import create_pretraining_data
+from bert_flax.data.create_pretraining_data import open_corpus
 args = json.loads(sys.argv[1])
-if args.pop("imports_only", False):
-    summary = None
-else:
+phase = args.pop("phase")
+summary = None
+if phase == "convert":  # the folder -> TFDS dataset conversion alone
+    open_corpus(args["input"], tfds_data_dir=args["tfds_data_dir"], document_mode="blank_line")
+elif phase == "prepare":
     summary = create_pretraining_data(progress=False, **args)
 usage = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
@@ -123,11 +127,11 @@ def main() -> None:
             "documents_per_bucket": args.documents_per_bucket,
             "num_train_shards": math.ceil(size / args.documents_per_shard),
             "num_workers": args.num_workers,
-            "tfds_data_dir": os.path.join(args.workdir, "tfds"),
+            "tfds_data_dir": os.path.join(args.workdir, f"tfds_{size}"),
             **extra,
         }
 
-    baseline = probe({"imports_only": True})["peak_rss_mb"]
+    baseline = probe({"phase": "imports"})["peak_rss_mb"]
     print(f"imports alone: {baseline:.0f} MB peak resident memory")
     rows = []
     for size in sizes:
@@ -137,7 +141,9 @@ def main() -> None:
             args.paragraphs,
             args.documents_per_file,
         )
-        result = probe(arguments(size, f"local_{size}"))
+        shutil.rmtree(os.path.join(args.workdir, f"tfds_{size}"), ignore_errors=True)
+        convert = probe(arguments(size, f"local_{size}", phase="convert"))
+        result = probe(arguments(size, f"local_{size}", phase="prepare"))
         summary = result["summary"]
         rows.append(
             {
@@ -145,6 +151,7 @@ def main() -> None:
                 "examples": examples_of(summary),
                 "shards": len(summary["splits"]["train"]["shards"]),
                 "record_mb": record_bytes(arguments(size, f"local_{size}")["output_dir"]) / 2**20,
+                "convert_peak_rss_mb": convert["peak_rss_mb"],
                 "peak_rss_mb": result["peak_rss_mb"],
                 "worker_peak_rss_mb": result["worker_peak_rss_mb"],
                 "examples_per_s": summary["examples_per_second"],
@@ -177,14 +184,15 @@ def main() -> None:
 
     print()
     print(
-        "| documents | examples | train shards | records MB "
+        "| documents | examples | train shards | records MB | conversion peak RSS MB "
         f"| peak RSS MB (imports {baseline:.0f}) | largest worker MB | examples/s |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for row in rows:
         print(
             f"| {row['documents']:,} | {row['examples']:,} | {row['shards']} | "
-            f"{row['record_mb']:.0f} | {row['peak_rss_mb']:.0f} | {row['worker_peak_rss_mb']:.0f} "
+            f"{row['record_mb']:.0f} | {row['convert_peak_rss_mb']:.0f} | {row['peak_rss_mb']:.0f} "
+            f"| {row['worker_peak_rss_mb']:.0f} "
             f"| {row['examples_per_s']:,.0f} |"
         )
     print()

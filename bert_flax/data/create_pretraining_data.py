@@ -333,8 +333,9 @@ def create_pretraining_data(
     for split in SPLITS:
         for stale in records.existing_shards(output_dir, split):
             os.remove(stale)
-    work_dir = os.path.join(output_dir, "work")
-    os.makedirs(work_dir, exist_ok=True)
+    work_dir = os.path.join(output_dir, "work")  # spill files, shard metadata; removed at the end
+    shutil.rmtree(work_dir, ignore_errors=True)  # nothing of an interrupted run is reused
+    os.makedirs(work_dir)
     if runner == LOCAL_RUNNER:
         results = {
             split: run_local(
