@@ -12,7 +12,9 @@ with --documents_per_bucket documents per NSP bucket and a number of train shard
 with the corpus (one per --documents_per_shard documents), as a user sizes them for bounded
 memory. Reported per size: the peak resident memory of each phase (and of the largest example
 worker), the same interpreter's peak with the imports alone, examples, the bytes of records
-written (what the previous design held in memory as Python lists), and examples/s.
+written (what the previous design held in memory as Python lists), and examples/s. With
+--reference_revision, each size is prepared again right after by that revision's code (a git
+worktree), for peak memory and examples/s side by side.
 
 Beam: the smallest corpus is prepared again with `--runner=DirectRunner` (in-process, and with
 2 worker processes) right after the local runner; the table gives examples/s of each and whether
@@ -71,16 +73,29 @@ def write_corpus(folder: str, num_documents: int, paragraphs: int, per_file: int
     open(os.path.join(folder, "DONE"), "w").close()
 
 
-def probe(arguments: dict) -> dict:
+def probe(arguments: dict, code_dir: str | None = None) -> dict:
+    """Run the probe in a fresh process; with ``code_dir``, on that checkout's code."""
+    env = dict(os.environ)
+    if code_dir:  # ahead of the editable install of this checkout
+        env["PYTHONPATH"] = os.pathsep.join([code_dir, env.get("PYTHONPATH", "")])
     done = subprocess.run(
         [sys.executable, "-c", PROBE, json.dumps(arguments)],
         capture_output=True,
         text=True,
         check=False,
+        env=env,
     )
     if done.returncode:
         raise RuntimeError(done.stderr[-3000:])
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def checkout(revision: str, folder: str) -> str:
+    """A worktree of this repository at ``revision`` (the reference design to compare with)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if not os.path.isdir(folder):
+        subprocess.run(["git", "-C", root, "worktree", "add", "-f", folder, revision], check=True)
+    return folder
 
 
 def record_bytes(data_dir: str) -> int:
@@ -113,6 +128,12 @@ def main() -> None:
     parser.add_argument("--documents_per_shard", type=int, default=500)
     parser.add_argument("--max_seq_length", type=int, default=128)
     parser.add_argument("--num_workers", type=int, default=2)
+    parser.add_argument(
+        "--reference_revision",
+        default="",
+        help="Also prepare each size with the code of this git revision, right after ours "
+        "(e098f30: the last one that held a split's examples in memory).",
+    )
     parser.add_argument("--json", action="store_true", help="End with one JSON line.")
     args = parser.parse_args()
     sizes = [int(n) for n in args.documents.split(",")]
@@ -131,6 +152,10 @@ def main() -> None:
             **extra,
         }
 
+    reference_dir = ""
+    if args.reference_revision:
+        folder = os.path.join(args.workdir, f"reference_{args.reference_revision}")
+        reference_dir = checkout(args.reference_revision, folder)
     baseline = probe({"phase": "imports"})["peak_rss_mb"]
     print(f"imports alone: {baseline:.0f} MB peak resident memory")
     rows = []
@@ -157,6 +182,12 @@ def main() -> None:
                 "examples_per_s": summary["examples_per_second"],
             }
         )
+        if reference_dir:  # the same arguments, less the options the reference lacks
+            reference = arguments(size, f"reference_{size}", phase="prepare")
+            del reference["documents_per_bucket"]
+            result = probe(reference, reference_dir)
+            rows[-1]["reference_peak_rss_mb"] = result["peak_rss_mb"]
+            rows[-1]["reference_examples_per_s"] = result["summary"]["examples_per_second"]
         print(json.dumps(rows[-1]))
 
     smallest = sizes[0]
@@ -169,11 +200,10 @@ def main() -> None:
             ["--direct_num_workers=2", "--direct_running_mode=multi_processing"],
         ),
     ):
-        local = probe(arguments(smallest, f"local_{smallest}"))["summary"]
+        local = probe(arguments(smallest, f"local_{smallest}", phase="prepare"))["summary"]
         output = f"beam_{name}_{smallest}"
-        summary = probe(arguments(smallest, output, runner="DirectRunner", beam_options=options))[
-            "summary"
-        ]
+        beam_arguments = arguments(smallest, output, runner="DirectRunner", beam_options=options)
+        summary = probe({**beam_arguments, "phase": "prepare"})["summary"]
         beam[name] = {
             "local_examples_per_s": local["examples_per_second"],
             "beam_examples_per_s": summary["examples_per_second"],
@@ -185,15 +215,20 @@ def main() -> None:
     print()
     print(
         "| documents | examples | train shards | records MB | conversion peak RSS MB "
-        f"| peak RSS MB (imports {baseline:.0f}) | largest worker MB | examples/s |"
+        f"| peak RSS MB (imports {baseline:.0f}) | largest worker MB | examples/s "
+        "| reference peak RSS MB | reference examples/s |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
+        reference = (
+            f"{row['reference_peak_rss_mb']:.0f} | {row['reference_examples_per_s']:,.0f}"
+            if "reference_peak_rss_mb" in row
+            else "- | -"
+        )
         print(
             f"| {row['documents']:,} | {row['examples']:,} | {row['shards']} | "
             f"{row['record_mb']:.0f} | {row['convert_peak_rss_mb']:.0f} | {row['peak_rss_mb']:.0f} "
-            f"| {row['worker_peak_rss_mb']:.0f} "
-            f"| {row['examples_per_s']:,.0f} |"
+            f"| {row['worker_peak_rss_mb']:.0f} | {row['examples_per_s']:,.0f} | {reference} |"
         )
     print()
     print(f"Beam DirectRunner on {smallest:,} documents, each right after the local runner:")
