@@ -38,11 +38,11 @@ from bert_flax.data import corpus
 PROBE = r"""
 import json, resource, sys
 from bert_flax.data.create_pretraining_data import create_pretraining_data
-from bert_flax.data.create_pretraining_data import open_corpus
 args = json.loads(sys.argv[1])
 phase = args.pop("phase")
 summary = None
 if phase == "convert":  # the folder -> TFDS dataset conversion alone
+    from bert_flax.data.create_pretraining_data import open_corpus
     open_corpus(args["input"], tfds_data_dir=args["tfds_data_dir"], document_mode="blank_line")
 elif phase == "prepare":
     summary = create_pretraining_data(progress=False, **args)
