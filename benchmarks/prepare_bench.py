@@ -76,7 +76,7 @@ def write_corpus(folder: str, num_documents: int, paragraphs: int, per_file: int
 def probe(arguments: dict, code_dir: str | None = None) -> dict:
     """Run the probe in a fresh process; with ``code_dir``, on that checkout's code."""
     env = dict(os.environ)
-    if code_dir:  # ahead of the editable install of this checkout
+    if code_dir:  # ahead of the editable install of this checkout (and `-c` puts cwd first)
         env["PYTHONPATH"] = os.pathsep.join([code_dir, env.get("PYTHONPATH", "")])
     done = subprocess.run(
         [sys.executable, "-c", PROBE, json.dumps(arguments)],
@@ -84,6 +84,7 @@ def probe(arguments: dict, code_dir: str | None = None) -> dict:
         text=True,
         check=False,
         env=env,
+        cwd=code_dir,
     )
     if done.returncode:
         raise RuntimeError(done.stderr[-3000:])
@@ -186,6 +187,8 @@ def main() -> None:
             reference = arguments(size, f"reference_{size}", phase="prepare")
             del reference["documents_per_bucket"]
             result = probe(reference, reference_dir)
+            if "runner" in result["summary"]:
+                raise RuntimeError(f"The reference probe ran this checkout's code, not {folder}.")
             rows[-1]["reference_peak_rss_mb"] = result["peak_rss_mb"]
             rows[-1]["reference_examples_per_s"] = result["summary"]["examples_per_second"]
         print(json.dumps(rows[-1]))
