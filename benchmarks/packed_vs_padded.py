@@ -167,7 +167,7 @@ def learning_config(data_dir: str, rows: int, steps: int, packed: bool):
     config.optimizer.name = "adamw"
     config.schedule.learning_rate = 5e-3
     config.schedule.end_learning_rate = 5e-3  # constant after warm-up: runs of any length agree
-    config.schedule.warmup_steps = 10
+    config.schedule.warmup_steps = min(10, steps)  # 10 unless the run is shorter (smoke runs)
     config.train.batch_size = rows
     config.train.steps = steps
     config.eval.batch_size = rows
