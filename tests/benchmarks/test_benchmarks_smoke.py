@@ -1,6 +1,8 @@
-"""The benchmarks as a user types them, on tiny settings: they run to their JSON line, and what
-they report is well formed (Beam output byte-identical, packing factors of the samples). Their
-figures come from full runs (docs/); these only keep the scripts from breaking unnoticed."""
+"""Benchmarks as a user types them, on tiny settings: they run to their JSON line, and what they
+report is well formed. Their figures come from full runs (docs/); this only keeps the scripts
+from breaking unnoticed. Only packed_vs_padded is here (its learning case once broke unseen):
+the multi-process benchmarks (prepare_bench's Beam modes) would oversubscribe CI's two cores
+while timing-sensitive journeys run, and their stages are tested directly."""
 
 from __future__ import annotations
 
@@ -19,22 +21,6 @@ def run_benchmark(name: str, *args: str) -> dict:
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-@pytest.mark.slow
-def test_prepare_bench_grows_sizes_and_beam_writes_the_same_bytes(tmp_path):
-    result = run_benchmark(
-        "prepare_bench.py",
-        f"--workdir={tmp_path}",
-        "--documents=40,80",
-        "--paragraphs=4",
-        "--documents_per_bucket=10",
-        "--documents_per_shard=20",
-    )
-    small, large = result["sizes"]
-    assert large["examples"] > small["examples"] > 0 and large["shards"] == 2 * small["shards"]
-    assert all(mode["identical"] for mode in result["beam"].values())
-    assert set(result["beam"]) == {"direct", "direct_2_processes"}
 
 
 @pytest.mark.slow
