@@ -117,22 +117,10 @@ def _init_worker(ordinals, sentences, recipe: Recipe, seed: int, split: str) -> 
 
 def _work(tasks: Sequence[tuple[int, int]]) -> tuple[list[stages.KeyedRecord], RecipeStats]:
     """Keyed examples of (dupe pass, document) tasks of the worker's bucket."""
-    stats = RecipeStats()
-    keyed = [
-        record
-        for dupe, index in tasks
-        for record in stages.document_examples(
-            _WORKER["ordinals"],
-            _WORKER["sentences"],
-            index,
-            dupe,
-            _WORKER["recipe"],
-            seed=_WORKER["seed"],
-            split=_WORKER["split"],
-            stats=stats,
-        )
-    ]
-    return keyed, stats
+    w = _WORKER
+    return stages.task_examples(
+        w["ordinals"], w["sentences"], tasks, w["recipe"], seed=w["seed"], split=w["split"]
+    )
 
 
 def examples_in_parallel(
@@ -148,7 +136,7 @@ def examples_in_parallel(
     """The keyed examples of a prepared bucket (``stages.prepare_bucket``), chunk by chunk of
     (dupe, document) tasks, on a pool of forked workers; the records are the same for any
     ``num_workers``, only the order in which they come differs."""
-    tasks = [(dupe, d) for dupe in range(recipe.options.dupe_factor) for d in range(len(sentences))]
+    tasks = stages.bucket_tasks(recipe.options.dupe_factor, len(sentences))
     chunks = [tasks[i : i + tasks_per_chunk] for i in range(0, len(tasks), tasks_per_chunk)]
     init_args = (ordinals, sentences, recipe, seed, split)
     num_workers = max(1, min(num_workers, len(chunks)))
@@ -314,7 +302,7 @@ def create_pretraining_data(
     )
     if num_train_shards < 1 or num_validation_shards < 1:
         raise ValueError("num_train_shards and num_validation_shards must be >= 1.")
-    stages.bucket_of(0, 1, documents_per_bucket)  # validates documents_per_bucket
+    stages.check_documents_per_bucket(documents_per_bucket)
     os.makedirs(output_dir, exist_ok=True)
     tfds_data_dir = tfds_data_dir or os.path.join(output_dir, "tfds")
     sources, corpus_stats = open_corpus(

@@ -102,12 +102,17 @@ def tokenize_unit(
     return kept, counts
 
 
+def check_documents_per_bucket(documents_per_bucket: int) -> None:
+    """NSP needs another document to draw from: a clear error for buckets of fewer than two."""
+    if documents_per_bucket < 2:
+        raise ValueError(f"documents_per_bucket must be >= 2, got {documents_per_bucket}.")
+
+
 def bucket_of(ordinal: int, num_documents: int, documents_per_bucket: int) -> int:
     """Bucket of the ``ordinal``-th document: consecutive runs of ``documents_per_bucket``, the
     remainder joining the last (so every bucket of a split with more documents than one bucket
     has between documents_per_bucket and 2 * documents_per_bucket - 1)."""
-    if documents_per_bucket < 2:
-        raise ValueError(f"documents_per_bucket must be >= 2, got {documents_per_bucket}.")
+    check_documents_per_bucket(documents_per_bucket)
     num_buckets = max(1, num_documents // documents_per_bucket)
     return min(ordinal // documents_per_bucket, num_buckets - 1)
 
@@ -156,20 +161,41 @@ def document_examples(
     ]
 
 
+def bucket_tasks(dupe_factor: int, num_documents: int) -> list[tuple[int, int]]:
+    """The (dupe pass, document index) tasks of a prepared bucket, in order."""
+    return [(dupe, d) for dupe in range(dupe_factor) for d in range(num_documents)]
+
+
+def task_examples(
+    ordinals: Sequence[int],
+    documents: Sequence[Sequence[np.ndarray]],
+    tasks: Iterable[tuple[int, int]],
+    recipe: Recipe,
+    *,
+    seed: int,
+    split: str,
+) -> tuple[list[KeyedRecord], RecipeStats]:
+    """The keyed examples of (dupe pass, document index) tasks of a prepared bucket."""
+    stats = RecipeStats()
+    keyed = [
+        record
+        for dupe, index in tasks
+        for record in document_examples(
+            ordinals, documents, index, dupe, recipe, seed=seed, split=split, stats=stats
+        )
+    ]
+    return keyed, stats
+
+
 def bucket_examples(
     documents: Iterable[TokenizedDocument], recipe: Recipe, *, seed: int, split: str
 ) -> tuple[list[KeyedRecord], RecipeStats]:
     """All keyed examples of a bucket, every dupe pass, in one process."""
     stats = RecipeStats()
     ordinals, sentences = prepare_bucket(documents, recipe, stats)
-    keyed = [
-        record
-        for dupe in range(recipe.options.dupe_factor)
-        for index in range(len(sentences))
-        for record in document_examples(
-            ordinals, sentences, index, dupe, recipe, seed=seed, split=split, stats=stats
-        )
-    ]
+    tasks = bucket_tasks(recipe.options.dupe_factor, len(sentences))
+    keyed, task_stats = task_examples(ordinals, sentences, tasks, recipe, seed=seed, split=split)
+    stats.add(task_stats)
     return keyed, stats
 
 
