@@ -71,7 +71,9 @@ def prepare_corpus(corpus: str, data_dir: str) -> None:
     if corpus == "sotu":
         from bert_flax.demo import prepare_data
 
-        prepare_data(data_dir, max_seq_length=128, dupe_factor=1)
+        prepare_data(
+            data_dir, document_mode="file", max_seq_length=128, dupe_factor=1, train_vocab_size=0
+        )
         return
     from bert_flax.data import classification
     from bert_flax.data.create_pretraining_data import create_pretraining_data

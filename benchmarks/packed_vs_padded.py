@@ -219,7 +219,7 @@ def prepare_learning_data(data_dir: str) -> None:
     JAX starts threads: the preparation forks worker processes."""
     from bert_flax import demo
 
-    demo.prepare_data(data_dir, demo.MAX_SEQ_LENGTH, 1, document_mode="blank_line")
+    demo.prepare_data(data_dir, dupe_factor=1, train_vocab_size=0)
 
 
 def main():

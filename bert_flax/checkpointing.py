@@ -11,6 +11,7 @@ ends the process after a grace period if the loop cannot get there (a long compi
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import threading
@@ -25,6 +26,29 @@ from bert_flax import sharding
 from bert_flax.train_step import TrainState
 
 ITEMS = ("state", "progress")
+CORRUPT_DIR = "corrupt"  # under checkpoints/: damaged checkpoints moved aside on resume
+
+
+class CheckpointError(RuntimeError):
+    """No checkpoint of a run restores."""
+
+
+class CheckpointMismatch(ValueError):
+    """A readable checkpoint whose arrays do not fit the state (another model or optimizer)."""
+
+
+def item_handlers() -> dict[str, Any]:
+    """How each item is written and read (named, so that metadata reads without a target)."""
+    return {"state": ocp.StandardCheckpointHandler(), "progress": ocp.JsonCheckpointHandler()}
+
+
+def readable(manager: ocp.CheckpointManager, step: int) -> bool:
+    """Whether checkpoint `step` restores as it describes itself (onto one device)."""
+    try:
+        _read_params(manager, step)
+    except Exception:  # orbax and tensorstore raise many kinds for bad files
+        return False
+    return True
 
 
 def checkpoint_dir(workdir: str) -> str:
@@ -44,6 +68,7 @@ class Checkpointer:
                     max_to_keep=keep, save_interval_steps=every_steps, create=True
                 ),
                 item_names=ITEMS,
+                item_handlers=item_handlers(),
             )
             if enabled
             else None
@@ -55,19 +80,63 @@ class Checkpointer:
     def restore_latest(
         self, state: TrainState, state_shardings: TrainState
     ) -> tuple[TrainState, dict[str, Any]] | None:
-        """The latest (state, progress), restored with `state`'s shapes and shardings; or None."""
-        step = self.latest_step()
-        if step is None:
+        """The newest (state, progress) that restores, with `state`'s shapes and shardings; or
+        None when there is no checkpoint. A damaged one (a missing or truncated file, unreadable
+        metadata) is reported and moved aside to `checkpoints/corrupt/`, and the next older one
+        is tried; a checkpoint of another model is an error (nothing moved)."""
+        if not self.enabled:
             return None
         target = sharding.abstract_arrays(state, state_shardings)
-        restored = self.manager.restore(
+        damaged = []
+        for step in sorted(self.manager.all_steps(), reverse=True):
+            try:
+                restored = self.manager.restore(
+                    step,
+                    args=ocp.args.Composite(
+                        state=ocp.args.StandardRestore(target), progress=ocp.args.JsonRestore()
+                    ),
+                )
+            except Exception as error:  # orbax and tensorstore raise many kinds for bad files
+                if readable(self.manager, step):  # whole, but not this run's state
+                    raise CheckpointMismatch(
+                        f"The checkpoint of step {step} in {self.directory} does not fit this "
+                        f"run's state (another model or optimizer settings?): {error}"[:2000]
+                    ) from error
+                damaged.append(self._set_aside(step, error))
+                continue
+            logging.info("Restored checkpoint of step %d from %s", step, self.directory)
+            return restored.state, dict(restored.progress)
+        if damaged:
+            raise CheckpointError(
+                f"No checkpoint in {self.directory} restores; moved aside: {', '.join(damaged)}. "
+                "Start over in another workdir (or after moving checkpoints/ away)."
+            )
+        return None
+
+    def _set_aside(self, step: int, error: Exception) -> str:
+        """Moves step `step`'s directory to `corrupt/`; returns where it went."""
+        reason = str(error).strip().splitlines()[0][:300] if str(error).strip() else repr(error)
+        source = os.path.join(self.directory, str(step))
+        target = os.path.join(self.directory, CORRUPT_DIR, str(step))
+        suffix = 1
+        while os.path.exists(target):
+            target, suffix = (
+                os.path.join(self.directory, CORRUPT_DIR, f"{step}.{suffix}"),
+                suffix + 1,
+            )
+        if jax.process_index() == 0 and os.path.exists(source):
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            shutil.move(source, target)
+        self.manager.reload()
+        logging.warning(
+            "Checkpoint of step %d does not restore (%s: %s); moved it to %s and trying the "
+            "next older one.",
             step,
-            args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(target), progress=ocp.args.JsonRestore()
-            ),
+            type(error).__name__,
+            reason,
+            target,
         )
-        logging.info("Restored checkpoint of step %d from %s", step, self.directory)
-        return restored.state, dict(restored.progress)
+        return target
 
     def save(
         self, step: int, state: TrainState, progress: dict[str, Any], *, force: bool = False
@@ -97,29 +166,41 @@ class Checkpointer:
 
 
 def restore_params(workdir: str, step: int | None = None) -> tuple[int, Any]:
-    """(step, parameters as numpy) of a run's checkpoint: the latest, or `step`. The whole
-    state is read onto one device (whatever mesh wrote it) and only the parameters kept."""
+    """(step, parameters as numpy) of a run's checkpoint: `step`, or the newest that restores
+    (a damaged one is reported and skipped, left in place: this is another run's workdir). The
+    whole state is read onto one device (whatever mesh wrote it) and only the parameters kept."""
     directory = checkpoint_dir(workdir)
-    handlers = {"state": ocp.StandardCheckpointHandler(), "progress": ocp.JsonCheckpointHandler()}
-    manager = ocp.CheckpointManager(directory, item_names=ITEMS, item_handlers=handlers)
+    manager = ocp.CheckpointManager(directory, item_names=ITEMS, item_handlers=item_handlers())
     try:
-        steps = list(manager.all_steps())
+        steps = sorted(manager.all_steps(), reverse=True)
         if not steps:
             raise FileNotFoundError(f"{directory} holds no checkpoint (is {workdir} a run?).")
-        step = max(steps) if step is None else step
-        if step not in steps:
+        if step is not None and step not in steps:
             raise ValueError(f"{directory} has no checkpoint of step {step}; it has {steps}.")
-        device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-        target = jax.tree_util.tree_map(
-            lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
-            manager.item_metadata(step)["state"].tree,
-        )
-        restored = manager.restore(
-            step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target))
-        )
+        errors = []
+        for candidate in [step] if step is not None else steps:
+            try:
+                return candidate, _read_params(manager, candidate)
+            except Exception as error:  # orbax and tensorstore raise many kinds for bad files
+                errors.append(f"step {candidate}: {type(error).__name__}: {error}"[:400])
+                logging.warning(
+                    "Checkpoint %s of %s does not restore: %s", candidate, directory, errors[-1]
+                )
+        raise CheckpointError(f"No checkpoint in {directory} restores: {'; '.join(errors)}")
     finally:
         manager.close()
-    return step, jax.tree_util.tree_map(np.asarray, restored["state"]["params"])
+
+
+def _read_params(manager: ocp.CheckpointManager, step: int) -> Any:
+    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    target = jax.tree_util.tree_map(
+        lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
+        manager.item_metadata(step)["state"].tree,
+    )
+    restored = manager.restore(
+        step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target))
+    )
+    return jax.tree_util.tree_map(np.asarray, restored["state"]["params"])
 
 
 class PreemptionGuard:

@@ -1,20 +1,20 @@
-r"""`make demo`: what packing buys, on CPU in a few minutes.
+r"""`make demo`: what packing buys, and a BERT that learns, on 2 CPU cores in about 10 minutes.
 
-  python -m bert_flax.demo --workdir=workdir/demo [--steps=300] [--finetune_epochs=2]
+  python -m bert_flax.demo --workdir=workdir/demo [--minutes=2.5] [--finetune_epochs=2]
 
-1. Data: the bundled State of the Union speeches cut at paragraph boundaries (each paragraph a
-   document, `--document_mode=blank_line`) as BERT examples of up to 256 tokens: most paragraphs
-   are far shorter than a row, so padded rows are about 40% real tokens and NNLSHP packs
-   about 2.4 sequences per row (`workdir/demo/sotu_paragraphs_256`).
-2. Pre-training side by side: the tiny BERT packed (about 16 sequences in 7 rows per step,
-   `divide_accumulation`) and padded (16 rows of one sequence) for the same steps, so both see
-   about the same sequences; both are evaluated on the same padded held-out rows. Printed and
-   plotted (`workdir/demo/packed_vs_padded.png`): sequences per second of each and their ratio,
-   and eval masked-LM accuracy against sequences seen (the packing paper's claim: the curves
-   coincide). The speed is timed after both runs, their train steps alternating (10 rounds of 3
-   steps each, median), so that the load of a shared machine hits both alike.
-3. Fine-tuning: the packed pre-trained model on the bundled sentiment set, packed
-   (`configs/finetune_sentiment.py`), against the majority-class baseline.
+1. Data: the bundled State of the Union speeches prepared as `configs/cpu_pretrain.py` says
+   (`PREPARE`: paragraphs as documents, rows of 256 tokens, 8,192 WordPieces learned from the
+   corpus; one masking, `DUPE_FACTOR`): padded rows are about 40% real tokens, NNLSHP packs
+   about 2.4 sequences a row.
+2. Pre-training, the recipe of `configs/cpu_pretrain.py` packed and padded, each for the same
+   wall-clock budget (`--minutes`), both evaluated on the same padded held-out rows. A step sees
+   the same number of sequences either way (`divide_accumulation`), so packed takes about 2.4x
+   the steps in the same time. Printed and plotted (`workdir/demo/packed_vs_padded.png`): eval
+   masked-LM accuracy against training seconds (packed ahead) and against sequences seen (the
+   packing paper's claim: the curves coincide), the most-frequent-token baseline, and sequences
+   per second timed side by side after both runs (their steps alternating, median of rounds).
+3. Fine-tuning on the bundled sentiment set twice with the same recipe and steps: from the packed
+   pre-trained model and from random initialisation (what pre-training is worth).
 
 Rerunning reuses the prepared data and resumes finished runs (delete the workdir to start over).
 """
@@ -23,99 +23,73 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
+import ml_collections
 from absl import app, flags, logging
 
 from bert_flax import finetune, sharding, train
 from bert_flax.data.contract import SUMMARY_FILE, PreparedData
-from bert_flax.metrics import read_metrics, side_by_side
+from bert_flax.metrics import learning_curve, side_by_side
+from bert_flax.plots import plot_packed_vs_padded
 from bert_flax.train_setup import create_train_setup
-from configs import finetune_sentiment, tiny
+from configs import cpu_pretrain, finetune_sentiment
 
-FLAGS = flags.FLAGS
-flags.DEFINE_string("workdir", "workdir/demo", "Where the prepared data and the runs go.")
-flags.DEFINE_integer("steps", 300, "Pre-training steps of each run (packed and padded).")
-flags.DEFINE_float("finetune_epochs", 2.0, "Fine-tuning epochs (0 skips fine-tuning).")
-flags.DEFINE_integer("dupe_factor", 1, "Times each document is masked differently.")
-
-MAX_SEQ_LENGTH = 256
 LAYOUTS = ("packed", "padded")
 SPEED_ROUNDS = 10  # side-by-side timing: rounds of 3 steps each
+FINETUNE_STARTS = ("pre-trained", "random")
+# Minutes of pre-training read fewer sequences than one pass over the corpus: one masking of it
+# (the recipe's 5 serve its 15 minutes) prepares in half the time.
+DUPE_FACTOR = 1
 
 
-def prepare_data(
-    data_dir: str, max_seq_length: int, dupe_factor: int, document_mode: str = "file"
-) -> dict:
-    """The bundled corpus as pre-training data in `data_dir` (reused when already there)."""
+def prepare_data(data_dir: str, **options: Any) -> dict:
+    """The bundled corpus prepared with `options` (default: the recipe's `PREPARE`) in
+    `data_dir`, reused when already there."""
     if os.path.exists(os.path.join(data_dir, SUMMARY_FILE)):
         logging.info("Reusing prepared data in %s", data_dir)
         return PreparedData.load(data_dir).summary
     from bert_flax.data.create_pretraining_data import create_pretraining_data
 
-    return create_pretraining_data(
-        "sotu",
-        data_dir,
-        max_seq_length=max_seq_length,
-        dupe_factor=dupe_factor,
-        document_mode=document_mode,
-    )
+    options = {**cpu_pretrain.PREPARE, **options}
+    return create_pretraining_data(options.pop("input"), data_dir, **options)
 
 
-def pretraining_config(data_dir: str, packed: bool, steps: int):
-    config = tiny.get_config()
+def pretraining_config(
+    data_dir: str,
+    packed: bool,
+    minutes: float,
+    steps: int | None = None,
+    seed: int = 0,
+    eval_every: int | None = None,
+) -> ml_collections.ConfigDict:
+    """The recipe on `data_dir`, packed or padded, for `minutes` of wall-clock (and at most
+    `steps`, default the recipe's), evaluated every `eval_every` steps (default the recipe's).
+    The learning rate stays at its peak after the warm-up, so that a run cut by the clock is
+    not cut mid-decay."""
+    config = cpu_pretrain.get_config()
+    config.seed = seed
     config.data.data_dir = data_dir
-    config.data.max_seq_length = MAX_SEQ_LENGTH
     config.data.packed = packed
-    config.train.packing_hparams = "divide_accumulation"  # ~16 sequences per step either way
-    config.train.steps = steps
-    config.schedule.warmup_steps = min(config.schedule.warmup_steps, steps // 4)
-    config.eval.padded = True  # the same held-out rows for both
-    config.eval.every_steps = max(steps // 4, 1)
-    config.eval.batch_size = 64
-    config.eval.num_batches = 8  # the same 512 held-out sequences for both
-    config.checkpoint.every_steps = steps
+    config.train.max_minutes = minutes
+    config.train.steps = steps or config.train.steps
+    config.schedule.end_learning_rate = config.schedule.learning_rate
+    config.schedule.warmup_steps = min(config.schedule.warmup_steps, config.train.steps // 4)
+    config.eval.every_steps = min(eval_every or config.eval.every_steps, config.train.steps)
+    config.checkpoint.every_steps = config.train.steps
     return config
 
 
-def learning_curve(workdir: str) -> tuple[list[float], list[float]]:
-    """(sequences seen, eval masked-LM accuracy) at each evaluation of a run."""
-    records = read_metrics(workdir)
-    seen = {r["step"]: r["sequences_seen"] for r in records["train"]}
-    evals = [r for r in records["eval"] if r["step"] in seen]
-    return [seen[r["step"]] for r in evals], [r["masked_lm_accuracy"] for r in evals]
-
-
-def plot(runs: dict[str, dict], path: str) -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for layout, run in runs.items():
-        left.plot(*learning_curve(run["workdir"]), "o-", label=layout)
-    baseline = runs["packed"]["final"]["baseline"]
-    left.axhline(baseline, color="gray", ls=":", label="most frequent token")
-    left.set(xlabel="sequences seen", ylabel="eval masked-LM accuracy", title="Learning")
-    left.legend()
-    left.grid(alpha=0.3)
-    rates = [runs[k]["sequences_per_second"] for k in LAYOUTS]
-    right.bar(LAYOUTS, rates, color=["tab:blue", "tab:orange"])
-    right.set(ylabel="training sequences / s", title=f"Speed: {rates[0] / rates[1]:.2f}x")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
-def pretrain(workdir: str, data_dir: str, steps: int) -> dict[str, dict]:
-    """Both runs; then their train steps timed side by side (alternating, so that the load of a
-    shared machine hits both alike): `sequences_per_second`."""
+def pretrain(workdir: str, data_dir: str, minutes: float, **options: Any) -> dict:
+    """Both layouts for the same budget (`pretraining_config`'s `options`); then their train
+    steps timed side by side (alternating, so that the load of a shared machine hits both
+    alike): `sequences_per_second`."""
     runs, setups, batches = {}, {}, {}
     for layout in LAYOUTS:
-        config = pretraining_config(data_dir, layout == "packed", steps)
+        config = pretraining_config(data_dir, layout == "packed", minutes, **options)
         run_dir = os.path.join(workdir, layout)
         runs[layout] = {"workdir": run_dir, "final": train.train_and_evaluate(config, run_dir)}
+        runs[layout]["curve"] = learning_curve(run_dir)
         setups[layout] = setup = create_train_setup(config)
         iterator = setup.task.train_batches(setup.batch_size, setup.model_config.vocab_size)
         batches[layout] = [sharding.global_batch(setup.mesh, next(iterator)) for _ in range(3)]
@@ -125,7 +99,40 @@ def pretrain(workdir: str, data_dir: str, steps: int) -> dict[str, dict]:
     return runs
 
 
-def summary_text(data: dict, runs: dict[str, dict], tuned: dict | None, seconds: float) -> str:
+def finetuning_config(
+    data_dir: str, init_from: str, epochs: float, seed: int = 0
+) -> ml_collections.ConfigDict:
+    """Sentiment fine-tuning of the recipe's model (with BERT's fine-tuning dropout) in the
+    vocabulary of `data_dir`, from the run `init_from` ("" = random initialisation)."""
+    config = finetune_sentiment.get_config()
+    config.seed = seed
+    config.model = cpu_pretrain.get_config().model
+    config.model.hidden_dropout_rate = config.model.attention_dropout_rate = 0.1
+    config.data.vocab_file = os.path.join(data_dir, "vocab.txt")
+    config.init_from = init_from
+    config.train.epochs = epochs
+    return config
+
+
+def finetune_both(
+    workdir: str, data_dir: str, pretrained: str, epochs: float, seed: int = 0
+) -> dict[str, dict]:
+    """Fine-tuning from `pretrained` and from random initialisation, same recipe and steps."""
+    return {
+        start: finetune.finetune(
+            finetuning_config(data_dir, pretrained if start == "pre-trained" else "", epochs, seed),
+            os.path.join(workdir, f"sentiment_{start.replace('-', '')}_seed{seed}"),
+        )
+        for start in FINETUNE_STARTS
+    }
+
+
+def final_accuracy(run: dict) -> float:
+    accuracy = run["curve"]["masked_lm_accuracy"]
+    return accuracy[-1] if accuracy else float("nan")
+
+
+def summary_text(data: dict, runs: dict, tuned: dict | None, seconds: float) -> str:
     strategies, train_split = data.get("strategies", {}), data["splits"]["train"]
     packed, padded = runs["packed"], runs["padded"]
     ratio = packed["sequences_per_second"] / padded["sequences_per_second"]
@@ -134,29 +141,32 @@ def summary_text(data: dict, runs: dict[str, dict], tuned: dict | None, seconds:
         "=" * 76,
         "Demo summary",
         f"  data:     {train_split['examples']:,} train sequences (sotu paragraphs, rows of "
-        f"{MAX_SEQ_LENGTH} tokens): padded rows {train_split['length']['padded_efficiency']:.0f}% "
-        f"real tokens; packed {strategies.get('efficiency', float('nan')):.1f}%, packing factor "
+        f"{data['options']['max_seq_length']} tokens): padded rows "
+        f"{train_split['length']['padded_efficiency']:.0f}% real tokens; packed "
+        f"{strategies.get('efficiency', float('nan')):.1f}%, packing factor "
         f"{strategies.get('packing_factor', float('nan')):.2f}",
-        f"  model:    tiny BERT, {packed['final']['setup']['params']:,} parameters",
+        f"  model:    configs/cpu_pretrain.py, {packed['final']['setup']['params']:,} parameters",
     ]
     for layout, run in runs.items():
-        final, curve = run["final"], learning_curve(run["workdir"])
+        final = run["final"]
         lines.append(
-            f"  {layout:8s}  {final['step']} steps of {final['setup']['rows_per_step']} rows, "
-            f"{final['sequences_seen']:,.0f} sequences, {run['sequences_per_second']:,.1f} seq/s;"
-            f" eval masked-LM accuracy {curve[1][-1] if curve[1] else float('nan'):.4f}"
+            f"  {layout:8s}  {final['train_seconds']:.0f} s: {final['step']} steps of "
+            f"{final['setup']['rows_per_step']} rows, {final['sequences_seen']:,.0f} sequences; "
+            f"eval masked-LM accuracy {final_accuracy(run):.4f}"
         )
     lines.append(
-        f"  packed / padded: {ratio:.2f}x the sequences per second (side by side); "
-        "most-frequent-token "
-        f"baseline {packed['final']['baseline']:.4f}"
+        f"  packed / padded: {ratio:.2f}x the sequences per second (side by side: "
+        f"{packed['sequences_per_second']:.1f} vs {padded['sequences_per_second']:.1f}); "
+        f"most-frequent-token baseline {packed['final']['baseline']:.4f}"
     )
     if tuned is not None:
-        best = tuned["best"]
+        scores = {start: final["best"]["value"] for start, final in tuned.items()}
+        any_run = next(iter(tuned.values()))
         lines.append(
-            f"  fine-tuned (packed, sentiment): validation accuracy {best['value']:.4f} vs "
-            f"{tuned['baseline']:.4f} for {tuned['baseline_name']}"
-            + (f"; test {tuned['test']['accuracy']:.4f}" if "test" in tuned else "")
+            "  fine-tuned (sentiment): validation accuracy "
+            + ", ".join(f"{scores[s]:.4f} from {s}" for s in FINETUNE_STARTS)
+            + f" ({scores['pre-trained'] - scores['random']:+.4f}); "
+            f"{any_run['baseline']:.4f} for {any_run['baseline_name']}"
         )
     lines += [f"  total {seconds / 60:.1f} min", "=" * 76]
     return "\n".join(lines)
@@ -164,19 +174,36 @@ def summary_text(data: dict, runs: dict[str, dict], tuned: dict | None, seconds:
 
 def main(argv):
     del argv
+    flags_ = flags.FLAGS
     start = time.perf_counter()
-    data_dir = os.path.join(FLAGS.workdir, f"sotu_paragraphs_{MAX_SEQ_LENGTH}")
-    data = prepare_data(data_dir, MAX_SEQ_LENGTH, FLAGS.dupe_factor, document_mode="blank_line")
-    runs = pretrain(FLAGS.workdir, data_dir, FLAGS.steps)
+    data_dir = os.path.join(flags_.workdir, "sotu_cpu")
+    data = prepare_data(data_dir, dupe_factor=DUPE_FACTOR)
+    runs = pretrain(
+        flags_.workdir, data_dir, flags_.minutes, steps=flags_.steps, eval_every=flags_.eval_every
+    )
     tuned = None
-    if FLAGS.finetune_epochs > 0:
-        config = finetune_sentiment.get_config()
-        config.init_from = runs["packed"]["workdir"]
-        config.train.epochs = FLAGS.finetune_epochs
-        tuned = finetune.finetune(config, os.path.join(FLAGS.workdir, "sentiment"))
+    if flags_.finetune_epochs > 0:
+        pretrained = runs["packed"]["workdir"]
+        tuned = finetune_both(flags_.workdir, data_dir, pretrained, flags_.finetune_epochs)
     print(summary_text(data, runs, tuned, time.perf_counter() - start))
-    print(f"  plot: {plot(runs, os.path.join(FLAGS.workdir, 'packed_vs_padded.png'))}")
+    path = plot_packed_vs_padded(
+        {layout: run["curve"] for layout, run in runs.items()},
+        {layout: run["sequences_per_second"] for layout, run in runs.items()},
+        runs["packed"]["final"]["baseline"],
+        os.path.join(flags_.workdir, "packed_vs_padded.png"),
+    )
+    print(f"  plot: {path}")
+
+
+def define_flags() -> None:
+    """The command line's flags (defined only when this module runs as the program)."""
+    flags.DEFINE_string("workdir", "workdir/demo", "Where the prepared data and the runs go.")
+    flags.DEFINE_float("minutes", 2.5, "Wall-clock pre-training budget of each layout.")
+    flags.DEFINE_integer("steps", None, "At most this many steps (default: the recipe's).")
+    flags.DEFINE_integer("eval_every", 150, "Steps between evaluations (512 held-out rows).")
+    flags.DEFINE_float("finetune_epochs", 2.0, "Fine-tuning epochs of each start (0 skips).")
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

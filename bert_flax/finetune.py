@@ -94,6 +94,7 @@ class ClassificationTask(Task):
             self.eval_metric, self.eval_metric_mode = "mse", "min"
         else:
             self.eval_metric, self.eval_metric_mode = "accuracy", "max"
+        self.train_metrics_shown = ("classification_loss", self.eval_metric)
 
     @property
     def depth(self) -> int:

@@ -10,12 +10,15 @@ field is an error naming the valid ones.
 The logic lives in `bert_flax.train.train_and_evaluate(config, workdir)`, callable from a notebook.
 """
 
+import sys
+
 from absl import app, flags, logging
 from ml_collections import config_flags
 
 from bert_flax import overrides, train
 
 FLAGS = flags.FLAGS
+DIVERGED_EXIT_STATUS = 3  # train.TrainingDiverged: its message is the last line logged
 flags.DEFINE_string("workdir", None, "Checkpoints, metrics, TensorBoard logs and plots.")
 config_flags.DEFINE_config_file("config", None, "Config file (e.g. configs/tiny.py).")
 flags.mark_flags_as_required(["config", "workdir"])
@@ -25,7 +28,12 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     logging.info("Config:\n%s", FLAGS.config)
-    train.exit_if_preempted(train.train_and_evaluate(FLAGS.config, FLAGS.workdir))
+    try:
+        final = train.train_and_evaluate(FLAGS.config, FLAGS.workdir)
+    except train.TrainingDiverged as error:
+        logging.error("%s", error)
+        sys.exit(DIVERGED_EXIT_STATUS)
+    train.exit_if_preempted(final)
 
 
 if __name__ == "__main__":

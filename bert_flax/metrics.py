@@ -24,8 +24,10 @@ import numpy as np
 
 METRICS_FILE = "metrics.jsonl"
 
-# Scalars averaged over the steps of an interval (all others are summed).
+# Scalars averaged over the steps of an interval, and those whose largest value is kept (all
+# others are summed).
 AVERAGED = ("loss", "grad_norm", "learning_rate")
+MAXIMA = ("nonfinite_streak",)
 
 
 def sum_metrics(steps: Iterable[Mapping[str, jax.Array]]) -> dict[str, float]:
@@ -34,7 +36,11 @@ def sum_metrics(steps: Iterable[Mapping[str, jax.Array]]) -> dict[str, float]:
     total: dict[str, float] = {"steps": float(len(fetched))}
     for metrics in fetched:
         for name, value in metrics.items():
-            total[name] = total.get(name, 0.0) + float(np.asarray(value))
+            value = float(np.asarray(value))
+            if name in MAXIMA:
+                total[name] = max(total.get(name, value), value)
+            else:
+                total[name] = total.get(name, 0.0) + value
     return total
 
 
@@ -81,20 +87,23 @@ def progress_line(
     total_steps: int,
     summary: Mapping[str, float],
     host: Mapping[str, float] | None = None,
+    shown: Sequence[str] = ("mlm_loss", "mlm_accuracy"),
 ) -> str:
-    """`step 120/600 (20%) | loss 6.12 | mlm_acc 0.121 | 812 seq/s | 61k tok/s | ETA 2m03s`,
-    then the optimizer's host metrics (`shampoo/staleness 3`, ...) if any."""
+    """`step 120/600 (20%) | loss 6.12 | mlm_loss 5.4 | mlm_accuracy 0.121 | lr 3.9e-03 |
+    812 seq/s | 61k tok/s | ETA 2m03s` (the task's metrics `shown`), then the optimizer's host
+    metrics (`shampoo/staleness 3`, ...) if any."""
     remaining = (total_steps - step) * summary.get("step_seconds", 0.0)
     parts = [
         f"step {step}/{total_steps} ({100.0 * step / total_steps:.0f}%)",
         f"loss {summary.get('loss', float('nan')):.4f}",
-        f"mlm_loss {summary.get('mlm_loss', float('nan')):.4f}",
-        f"mlm_acc {summary.get('mlm_accuracy', float('nan')):.3f}",
+        *(f"{name} {summary.get(name, float('nan')):.4f}" for name in shown),
         f"lr {summary.get('learning_rate', 0.0):.2e}",
         f"{summary.get('sequences_per_second', 0.0):,.0f} seq/s",
         f"{summary.get('real_tokens_per_second', 0.0) / 1e3:,.1f}k tok/s",
         f"ETA {format_seconds(remaining)}",
     ]
+    if summary.get("nonfinite_steps"):
+        parts.append(f"{summary['nonfinite_steps']:.0f} non-finite steps skipped")
     parts += [f"{name} {value:.4g}" for name, value in (host or {}).items()]
     return " | ".join(parts)
 
@@ -164,6 +173,24 @@ def read_metrics(workdir: str) -> dict[str, list[dict[str, Any]]]:
     for (split, _), record in sorted(by_key.items()):
         out.setdefault(split, []).append(record)
     return out
+
+
+def learning_curve(workdir: str, metric: str = "masked_lm_accuracy") -> dict[str, list[float]]:
+    """A run's evaluations with what training had cost by then: `step`, `sequences_seen`,
+    `train_seconds` (training steps only) and `metric`, one entry per evaluation."""
+    records = read_metrics(workdir)
+    train = {r["step"]: r for r in records.get("train", [])}
+    curve: dict[str, list[float]] = {k: [] for k in ("step", "sequences_seen", "train_seconds")}
+    curve[metric] = []
+    for record in records.get("eval", []):
+        seen = train.get(record["step"])
+        if seen is None or metric not in record:
+            continue
+        curve["step"].append(record["step"])
+        curve["sequences_seen"].append(seen["sequences_seen"])
+        curve["train_seconds"].append(seen.get("train_seconds", float("nan")))
+        curve[metric].append(record[metric])
+    return curve
 
 
 @dataclasses.dataclass(frozen=True)

@@ -116,6 +116,35 @@ def plot_run(workdir: str, data_dir: str | None = None) -> list[str]:
     return written
 
 
+def plot_packed_vs_padded(
+    curves: dict[str, dict[str, list[float]]],
+    sequences_per_second: dict[str, float],
+    baseline: float,
+    path: str,
+) -> str:
+    """Eval masked-LM accuracy of several runs against training seconds and against sequences
+    seen (`metrics.learning_curve`), the most-frequent-token baseline drawn, and their training
+    sequences per second side by side."""
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), gridspec_kw={"width_ratios": [3, 3, 2]})
+    for x_key, ax, title in (
+        ("train_seconds", axes[0], "Learning against time"),
+        ("sequences_seen", axes[1], "Learning per sequence"),
+    ):
+        for name, curve in curves.items():
+            ax.plot(curve[x_key], curve["masked_lm_accuracy"], "o-", ms=3, label=name)
+        ax.axhline(baseline, color="gray", ls=":", label="most frequent token")
+        ax.set(xlabel=x_key.replace("_", " "), ylabel="eval masked-LM accuracy", title=title)
+        ax.set_xlim(left=0.0)
+        ax.set_ylim(bottom=0.0)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    names = list(sequences_per_second)
+    rates = [sequences_per_second[k] for k in names]
+    axes[2].bar(names, rates, color=[f"C{i}" for i in range(len(names))])
+    axes[2].set(ylabel="training sequences / s", title=f"Speed: {rates[0] / rates[-1]:.2f}x")
+    return _save(fig, os.path.dirname(path) or ".", os.path.basename(path))
+
+
 def _save(fig, workdir: str, name: str) -> str:
     path = os.path.join(workdir, name)
     fig.tight_layout()

@@ -283,7 +283,8 @@ def mirror_shardings(tree: Any, params: Any, shardings: Any, mesh: Mesh) -> Any:
 
 
 def state_shardings(abstract_state: Any, boxed_params: Any, mesh: Mesh, rules: Rules) -> Any:
-    """Shardings of a train state (a struct with `step`, `params`, `opt_state`).
+    """Shardings of a train state (a struct with `step`, `nonfinite_streak`, `params`,
+    `opt_state`).
 
     Parameters follow the rules; optimizer-state leaves that mirror a parameter (Adam/LAMB
     moments, Shampoo's momentum and graft) inherit its sharding; everything else (step
@@ -292,6 +293,7 @@ def state_shardings(abstract_state: Any, boxed_params: Any, mesh: Mesh, rules: R
     params = param_shardings(boxed_params, mesh, rules)
     return abstract_state.replace(
         step=replicated(mesh),
+        nonfinite_streak=replicated(mesh),
         params=params,
         opt_state=mirror_shardings(abstract_state.opt_state, abstract_state.params, params, mesh),
     )

@@ -38,6 +38,8 @@ class Task(abc.ABC):
     eval_metric: str
     eval_metric_mode: str = "max"  # "max": higher is better; "min": lower
     eval_metrics_shown: tuple[str, ...] = ()
+    # The training metrics the progress line shows.
+    train_metrics_shown: tuple[str, ...] = ()
 
     def __init__(self, config: ml_collections.ConfigDict):
         self.config = config
@@ -104,6 +106,7 @@ class PreTrainingTask(Task):
 
     eval_metric = "masked_lm_accuracy"
     eval_metrics_shown = ("mlm_loss", "nsp_accuracy")
+    train_metrics_shown = ("mlm_loss", "mlm_accuracy")
 
     def __init__(self, config: ml_collections.ConfigDict):
         super().__init__(config)

@@ -41,6 +41,12 @@ from bert_flax.train_setup import TrainSetup, create_train_setup
 from bert_flax.train_step import TrainState
 
 BEST_DIR, BEST_FILE = "best", "best.json"
+
+
+class TrainingDiverged(RuntimeError):
+    """Too many consecutive steps with a non-finite loss or gradient (none of them applied)."""
+
+
 # Input iterators of preempted runs, kept open until the process exits (`exit_if_preempted`).
 _PREEMPTED_INPUTS: list[Any] = []
 
@@ -138,7 +144,13 @@ def initial_state(
     was reading other data, a new phase: same parameters, optimizer state and step, this data
     from its beginning); else `config.init_from`'s parameters or the fresh initialisation."""
     config, data = setup.config, setup.task.identity()
-    progress = {"data_position": 0, "sequences_seen": 0.0, "seed": config.seed, "data": data}
+    progress = {
+        "data_position": 0,
+        "sequences_seen": 0.0,
+        "train_seconds": 0.0,  # wall-clock seconds in training steps (evaluations excluded)
+        "seed": config.seed,
+        "data": data,
+    }
     restored = checkpointer.restore_latest(setup.state, setup.state_shardings)
     if restored is None:
         state = setup.state
@@ -163,7 +175,7 @@ def initial_state(
         )
         phases = [*saved.get("phases", []), {"step": step, "data": data}]
         return state, {**saved, "data_position": 0, "data": data, "phases": phases}
-    return state, saved
+    return state, {"train_seconds": 0.0, **saved}  # checkpoints before train_seconds existed
 
 
 def with_pretrained_params(setup: TrainSetup, path: str, step: int | None) -> TrainState:
@@ -220,7 +232,11 @@ def _train(
         keep=config.checkpoint.keep,
         enabled=config.checkpoint.enabled,
     )
-    state, progress = initial_state(setup, checkpointer, workdir)
+    try:
+        state, progress = initial_state(setup, checkpointer, workdir)
+    except Exception:
+        checkpointer.close()  # its background threads, before the error ends the run
+        raise
     start_step = int(jax.device_get(state.step))
 
     train_iter = task.train_batches(setup.batch_size, vocab, start=progress["data_position"])
@@ -237,6 +253,7 @@ def _train(
     best = BestParams(workdir, task, enabled=config.checkpoint.keep_best and writer.enabled)
 
     pending: list[dict[str, jax.Array]] = []
+    diverged = ""  # the error message once too many non-finite steps came in a row
     throughput = metrics.Throughput()
     train_summary: dict[str, float] = {}
     eval_summary: dict[str, float] = {}
@@ -244,7 +261,7 @@ def _train(
     step = start_step
 
     def flush(step: int) -> None:
-        nonlocal pending, train_summary
+        nonlocal pending, train_summary, diverged
         if not pending:
             return
         total = metrics.sum_metrics(pending)
@@ -252,9 +269,15 @@ def _train(
         progress["sequences_seen"] += total.get("sequences", 0.0)
         host = optim.host_metrics(setup.tx, state.opt_state)
         train_summary = {**metrics.summarize(total), **throughput.measure(total), **host}
+        progress["train_seconds"] += train_summary["step_seconds"] * total["steps"]
         train_summary["sequences_seen"] = progress["sequences_seen"]
+        train_summary["train_seconds"] = progress["train_seconds"]
         writer.write("train", step, train_summary)
-        logging.info("%s", metrics.progress_line(step, total_steps, train_summary, host))
+        logging.info(
+            "%s",
+            metrics.progress_line(step, total_steps, train_summary, host, task.train_metrics_shown),
+        )
+        diverged = diverged or divergence(config, step, train_summary, checkpointer)
 
     def run_eval(step: int) -> None:
         nonlocal eval_summary
@@ -302,10 +325,12 @@ def _train(
         save_now = step % config.checkpoint.every_steps == 0 or last
         if step % config.log.every_steps == 0 or evaluate_now or save_now or guard.requested:
             flush(step)  # before evaluating, so the throughput covers training only
+        if diverged:
+            break
         if evaluate_now and not guard.requested:
             run_eval(step)
         stop = guard.requested or checkpointer.reached_preemption(step)
-        if save_now or stop:
+        if (save_now or stop) and finite_state(state, step):
             checkpointer.save(step, state, dict(progress), force=last or stop)
         if stop:
             preempted = True
@@ -317,6 +342,8 @@ def _train(
     del train_iter  # closes the tf.data generator now rather than at interpreter exit
     checkpointer.close()
     writer.close()
+    if diverged:
+        raise TrainingDiverged(diverged)
 
     final = {
         "step": step,
@@ -324,6 +351,7 @@ def _train(
         "seconds_this_run": time.perf_counter() - started,
         "preempted": preempted,
         "sequences_seen": progress["sequences_seen"],
+        "train_seconds": progress["train_seconds"],
         "baseline": baseline,
         "baseline_name": baseline_name,
         "train": train_summary,
@@ -337,6 +365,43 @@ def _train(
         if config.log.plots and not preempted:
             task.plot(workdir)
     return final
+
+
+def finite_state(state: TrainState, step: int) -> bool:
+    """Whether the last step was applied (a checkpoint is worth saving). A host sync, only on
+    the steps that save."""
+    streak = int(jax.device_get(state.nonfinite_streak))
+    if streak:
+        logging.warning("Not saving step %d: its last %d steps were not finite.", step, streak)
+    return not streak
+
+
+def divergence(
+    config: ml_collections.ConfigDict,
+    step: int,
+    summary: dict[str, float],
+    checkpointer: checkpointing.Checkpointer,
+) -> str:
+    """The error message when the interval ending at `step` held `train.max_nonfinite_steps`
+    consecutive non-finite steps (checked when the metrics are fetched, so up to
+    `log.every_steps` later); "" otherwise."""
+    limit = config.train.max_nonfinite_steps
+    if not limit or summary.get("nonfinite_streak", 0.0) < limit:
+        return ""
+    latest = checkpointer.latest_step()
+    where = (
+        f"the last checkpoint (all are finite) is step {latest} in {checkpointer.directory}: "
+        "rerunning resumes from it"
+        if latest is not None
+        else "no checkpoint was saved"
+    )
+    return (
+        f"Training diverged: {summary['nonfinite_streak']:.0f} consecutive steps up to step "
+        f"{step} had a non-finite loss or gradient (train.max_nonfinite_steps={limit}; none was "
+        f"applied); {where}. Try a lower schedule.learning_rate (now "
+        f"{config.schedule.learning_rate:g}), a longer warm-up, train.grad_clip_norm=1.0 (now "
+        f"{config.train.grad_clip_norm:g}), or train.dtype=float32 if it is bfloat16."
+    )
 
 
 def exit_if_preempted(final: dict[str, Any]) -> None:

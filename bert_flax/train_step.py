@@ -41,10 +41,13 @@ class TrainState:
     step: jax.Array
     params: Any
     opt_state: optax.OptState
+    # Consecutive steps, up to this one, whose loss or gradient was not finite (not applied).
+    nonfinite_streak: jax.Array
 
     @classmethod
     def create(cls, params: Any, tx: optax.GradientTransformation) -> TrainState:
-        return cls(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
+        zero = jnp.zeros((), jnp.int32)
+        return cls(step=zero, params=params, opt_state=tx.init(params), nonfinite_streak=zero)
 
 
 def train_step(
@@ -58,7 +61,11 @@ def train_step(
     objective: losses.Objective,
     accumulation: int = 1,
 ) -> tuple[TrainState, Metrics]:
-    """One optimizer step on `batch` (all its micro-batches); `rng` drives dropout."""
+    """One optimizer step on `batch` (all its micro-batches); `rng` drives dropout.
+
+    A step whose loss or gradient is not finite is not applied: parameters and optimizer state
+    stay as they were, the step counter advances (the batch is consumed) and
+    `nonfinite_streak` counts it (the training loop stops after too many in a row)."""
     if accumulation == 1:
         grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
         (loss, metrics), grads = grad_fn(state.params, batch, rng, model=model, objective=objective)
@@ -72,12 +79,19 @@ def train_step(
             objective=objective,
             accumulation=accumulation,
         )
+    grad_norm = optax.tree.norm(grads)
+    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)  # any NaN/inf gradient makes the norm so
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
+    applied = state.replace(params=params, opt_state=opt_state, nonfinite_streak=jnp.int32(0))
+    skipped = state.replace(nonfinite_streak=state.nonfinite_streak + 1)
+    new_state = jax.tree.map(lambda a, b: jnp.where(finite, a, b), applied, skipped)
+    new_state = new_state.replace(step=state.step + 1)
     metrics = {
         "loss": loss,
-        "grad_norm": optax.tree.norm(grads),
+        "grad_norm": grad_norm,
+        "nonfinite_steps": 1.0 - finite.astype(jnp.float32),
+        "nonfinite_streak": new_state.nonfinite_streak.astype(jnp.float32),
         "learning_rate": jnp.asarray(learning_rate(state.step), jnp.float32),
         **sums,
         **batch_statistics(batch),

@@ -67,6 +67,9 @@ def get_config() -> ml_collections.ConfigDict:
     config.train.max_minutes = 0.0  # > 0: stop (evaluate, save) once training took this long
     config.train.accumulation = 1  # micro-batches per optimizer step (lax.scan)
     config.train.grad_clip_norm = 1.0  # 0 disables clipping
+    # A step whose loss or gradient is not finite is skipped (not applied); this many in a row
+    # stop the run with an error naming the last finite checkpoint.
+    config.train.max_nonfinite_steps = 5
     config.train.dtype = "float32"  # compute dtype: "float32" or "bfloat16" (params stay float32)
     config.train.mlm_normalization = "per_sequence"
     # How to adapt to the packing factor p of the strategies (Krell et al., 2021):

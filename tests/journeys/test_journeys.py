@@ -351,19 +351,29 @@ def test_finetune_from_hugging_face_then_predict_a_file(tmp_path):
 
 @pytest.mark.slow
 def test_make_demo_in_miniature(tmp_path):
-    """`make demo`'s program with a few steps: paragraph data that packs at >= 1.8, both runs,
-    the fine-tuning, the summary and the plot."""
+    """`make demo`'s program with a few steps: the recipe's paragraph data that packs at >= 1.8,
+    both runs with their learning curves, both fine-tunings, the summary and the plot."""
     done = run(
         "bert_flax.demo",
         f"--workdir={tmp_path}",
         "--steps=4",
+        "--minutes=2",
         "--finetune_epochs=0.01",
         timeout=900,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    summary = json.loads((tmp_path / "sotu_paragraphs_256" / "summary.json").read_text())
+    summary = json.loads((tmp_path / "sotu_cpu" / "summary.json").read_text())
     assert summary["strategies"]["packing_factor"] >= 1.8
-    for line in ("packed / padded:", "fine-tuned (packed, sentiment): validation accuracy"):
+    assert summary["vocab"]["size"] == 8192  # the recipe's learned vocabulary
+    for line in ("packed / padded:", "fine-tuned (sentiment): validation accuracy", "from random"):
         assert line in done.stdout
+    for layout in ("packed", "padded"):
+        train_records = [
+            json.loads(line)
+            for line in (tmp_path / layout / "metrics.jsonl").read_text().splitlines()
+            if '"train"' in line
+        ]
+        assert train_records[-1]["step"] == 4 and train_records[-1]["train_seconds"] > 0
     assert (tmp_path / "packed_vs_padded.png").stat().st_size > 10_000
-    assert (tmp_path / "sentiment" / "best" / "best.json").exists()
+    for start in ("pretrained", "random"):
+        assert (tmp_path / f"sentiment_{start}_seed0" / "best" / "best.json").exists()

@@ -1,0 +1,125 @@
+r"""Packed vs padded learning per sequence, past the plateau, and what pre-training is worth.
+
+    python benchmarks/learning_curves.py --json                       # 3 seeds: hours on 2 cores
+    python benchmarks/learning_curves.py --seeds=1 --steps=2000 --json
+
+The recipe of `configs/cpu_pretrain.py` on its data (`PREPARE`, prepared once in --workdir),
+packed and padded for the same steps; a step sees the same number of sequences either way
+(`divide_accumulation`), so both curves cover the same sequences. The learning rate stays at its
+peak after the warm-up (as in `make demo`). Both layouts are evaluated on the same padded
+held-out rows every --eval_every steps. Per layout and evaluation: the median and spread (min,
+max) over seeds of eval masked-LM accuracy, against the median sequences seen. The gap is
+|packed - padded| of the medians at each evaluation where both are past the plateau (above
+--plateau, 0.15 by default); the target is at most 0.01 at every such evaluation.
+
+Then fine-tuning on the bundled sentiment set (`bert_flax.demo.finetune_both`, --finetune_epochs)
+from each seed's packed model and from random initialisation: median best validation accuracy.
+
+With --json the last line is a JSON object: packing_factor, mlm_accuracy_packed,
+mlm_accuracy_padded (final medians), max_curve_gap (None when no evaluation passed the plateau),
+finetune_pretrained, finetune_random, baseline, and the curves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import numpy as np
+
+from bert_flax import demo, train
+from bert_flax.metrics import learning_curve
+from configs import cpu_pretrain
+
+METRIC = "masked_lm_accuracy"
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--workdir", default="workdir/bench/learning_curves")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=cpu_pretrain.get_config().train.steps)
+    parser.add_argument("--eval_every", type=int, default=500)
+    parser.add_argument("--plateau", type=float, default=0.15)
+    parser.add_argument("--finetune_epochs", type=float, default=2.0, help="0 skips it.")
+    parser.add_argument("--json", action="store_true", help="End with one JSON line.")
+    return parser.parse_args()
+
+
+def pretrain(args, data_dir: str, layout: str, seed: int) -> tuple[str, dict]:
+    config = demo.pretraining_config(
+        data_dir, layout == "packed", 0.0, args.steps, seed, eval_every=args.eval_every
+    )
+    workdir = os.path.join(args.workdir, f"{layout}_seed{seed}")
+    return workdir, train.train_and_evaluate(config, workdir)
+
+
+def median_curve(workdirs: list[str]) -> dict[str, list[float]]:
+    """Median (and min, max) over runs of the evaluations all of them reached."""
+    curves = [learning_curve(w, METRIC) for w in workdirs]
+    evals = min(len(c["step"]) for c in curves)
+    stacked = {k: np.array([c[k][:evals] for c in curves]) for k in ("sequences_seen", METRIC)}
+    return {
+        "step": curves[0]["step"][:evals],
+        "sequences_seen": np.median(stacked["sequences_seen"], axis=0).tolist(),
+        METRIC: np.median(stacked[METRIC], axis=0).tolist(),
+        f"{METRIC}_min": stacked[METRIC].min(axis=0).tolist(),
+        f"{METRIC}_max": stacked[METRIC].max(axis=0).tolist(),
+    }
+
+
+def max_gap(packed: dict, padded: dict, plateau: float) -> float | None:
+    gaps = [
+        abs(a - b) for a, b in zip(packed[METRIC], padded[METRIC]) if a > plateau and b > plateau
+    ]
+    return max(gaps) if gaps else None
+
+
+def main() -> None:
+    args = parse_args()
+    data_dir = os.path.join(args.workdir, "sotu_cpu")
+    data = demo.prepare_data(data_dir)
+    runs: dict[str, list[str]] = {layout: [] for layout in demo.LAYOUTS}
+    baseline, tuned = float("nan"), {start: [] for start in demo.FINETUNE_STARTS}
+    for seed in range(args.seeds):
+        for layout in demo.LAYOUTS:
+            workdir, final = pretrain(args, data_dir, layout, seed)
+            runs[layout].append(workdir)
+            baseline = final["baseline"]
+        if args.finetune_epochs > 0:
+            pretrained = runs["packed"][-1]
+            both = demo.finetune_both(
+                args.workdir, data_dir, pretrained, args.finetune_epochs, seed
+            )
+            for start, final in both.items():
+                tuned[start].append(final["best"]["value"])
+    curves = {layout: median_curve(workdirs) for layout, workdirs in runs.items()}
+    print(f"eval masked-LM accuracy (median of {args.seeds} seeds; baseline {baseline:.4f})")
+    print(f"{'step':>6} {'sequences':>10} {'packed':>8} {'padded':>8}")
+    for i, step in enumerate(curves["packed"]["step"][: len(curves["padded"]["step"])]):
+        seen = curves["packed"]["sequences_seen"][i]
+        row = [curves[layout][METRIC][i] for layout in demo.LAYOUTS]
+        print(f"{step:>6} {seen:>10,.0f} {row[0]:>8.4f} {row[1]:>8.4f}")
+    result = {
+        "packing_factor": data["strategies"]["packing_factor"],
+        "seeds": args.seeds,
+        "steps": args.steps,
+        "baseline": baseline,
+        "mlm_accuracy_packed": curves["packed"][METRIC][-1],
+        "mlm_accuracy_padded": curves["padded"][METRIC][-1],
+        "max_curve_gap": max_gap(curves["packed"], curves["padded"], args.plateau),
+        "finetune_pretrained": float(np.median(tuned["pre-trained"])) if tuned["random"] else None,
+        "finetune_random": float(np.median(tuned["random"])) if tuned["random"] else None,
+        "curves": curves,
+    }
+    print(
+        f"max gap past {args.plateau}: {result['max_curve_gap']}; fine-tuning "
+        f"{result['finetune_pretrained']} pre-trained vs {result['finetune_random']} random"
+    )
+    if args.json:
+        print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

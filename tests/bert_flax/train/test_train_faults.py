@@ -1,0 +1,164 @@
+"""Faults a long job meets, tried through the command line: divergence (the non-finite guard),
+a damaged latest checkpoint (resume from the next older one), and the train step's guard itself
+against a step that is applied."""
+
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bert_flax import checkpointing, main, train
+from bert_flax.train_setup import create_train_setup
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+# A 1-layer, 32-wide BERT on synthetic rows, by flags as a user would shrink configs/tiny.py.
+SYNTHETIC = [
+    "--config=configs/tiny.py",
+    "--config.data.synthetic=True",
+    "--config.data.max_seq_length=32",
+    "--config.data.max_predictions_per_seq=5",
+    "--config.model.num_layers=1",
+    "--config.model.hidden_size=32",
+    "--config.model.num_heads=2",
+    "--config.model.intermediate_size=64",
+    "--config.model.vocab_size=512",
+    "--config.train.batch_size=4",
+    "--config.eval.every_steps=1000",
+    "--config.eval.num_batches=1",
+    "--config.eval.batch_size=4",
+    "--config.schedule.warmup_steps=1",
+    "--config.log.every_steps=1",
+    "--config.log.plots=False",
+]
+
+
+def run_main(workdir, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "bert_flax.main", f"--workdir={workdir}", *SYNTHETIC, *flags],
+        cwd=ROOT,
+        env=dict(os.environ, JAX_PLATFORMS="cpu"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def saved_steps(workdir) -> list[int]:
+    names = os.listdir(os.path.join(workdir, "checkpoints"))
+    return sorted(int(n) for n in names if n.isdigit())
+
+
+def test_a_non_finite_step_is_not_applied(make_config):
+    """A batch whose loss is NaN leaves parameters and optimizer state as they were (the step
+    counter moves on, the streak counts it): a finite step after it gives exactly the state that
+    step gives from the start, and resets the streak."""
+    config = make_config(**{"schedule.warmup_steps": 0})  # the first update is not 0
+    setup, reference = create_train_setup(config), create_train_setup(config)
+    batch = setup.make_batch(seed=0)
+    poisoned = dict(batch, masked_lm_weights=batch["masked_lm_weights"] * jnp.nan)
+    before = jax.device_get(setup.state)
+    state, metrics = setup.train_step(setup.state, poisoned, jax.random.key(0))
+    after = jax.device_get(state)
+    assert int(after.step) == 1 and int(after.nonfinite_streak) == 1
+    assert float(metrics["nonfinite_steps"]) == 1.0 and float(metrics["nonfinite_streak"]) == 1.0
+    for old, new in zip(jax.tree.leaves(before), jax.tree.leaves(after)):
+        if old.shape:  # every array but the two counters
+            np.testing.assert_array_equal(old, new)
+    state, metrics = setup.train_step(state, batch, jax.random.key(1))
+    assert int(state.nonfinite_streak) == 0 and float(metrics["nonfinite_steps"]) == 0.0
+    expected, _ = reference.train_step(reference.state, batch, jax.random.key(1))
+    params, expected = jax.device_get((state.params, expected.params))
+    for got, want in zip(jax.tree.leaves(params), jax.tree.leaves(expected)):
+        np.testing.assert_array_equal(got, want)
+    assert any(
+        not np.array_equal(a, b)
+        for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(before.params))
+    )
+
+
+@pytest.mark.slow
+def test_divergence_stops_without_saving_over_finite_checkpoints(tmp_path):
+    """The issue's run: 20 fine steps with checkpoints, then a learning rate of 1e12 from the
+    same workdir: it stops with status 3 and a message naming the last finite checkpoint, which
+    is still there, and every saved checkpoint restores to finite parameters."""
+    workdir = tmp_path / "run"
+    done = run_main(workdir, "--config.train.steps=20", "--config.checkpoint.every_steps=10")
+    assert done.returncode == 0, done.stderr[-2000:]
+    diverging = run_main(
+        workdir,
+        "--config.train.steps=60",
+        "--config.checkpoint.every_steps=10",
+        "--config.checkpoint.keep=2",
+        "--config.schedule.learning_rate=1e12",
+    )
+    assert diverging.returncode == main.DIVERGED_EXIT_STATUS, diverging.stderr[-3000:]
+    last_line = [line for line in diverging.stderr.splitlines() if "Training diverged" in line]
+    assert last_line and "consecutive steps up to step" in last_line[0]
+    latest = max(saved_steps(workdir))
+    assert f"last checkpoint (all are finite) is step {latest}" in last_line[0]
+    assert "Traceback" not in diverging.stderr
+    for step in saved_steps(workdir):
+        _, params = checkpointing.restore_params(str(workdir), step)
+        assert all(np.isfinite(p).all() for p in jax.tree.leaves(params)), step
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", ["truncate", "delete"])
+def test_a_damaged_latest_checkpoint_is_set_aside(tmp_path, damage):
+    """Checkpoints at 10 and 20; one data file of step 20 truncated or deleted: the rerun warns,
+    moves step 20 to checkpoints/corrupt/ and resumes from step 10 to finish at 30."""
+    workdir = tmp_path / "run"
+    flags = ["--config.checkpoint.every_steps=10"]
+    assert run_main(workdir, "--config.train.steps=20", *flags).returncode == 0
+    files = [
+        f
+        for f in glob.glob(
+            str(workdir / "checkpoints" / "20" / "state" / "**" / "*"), recursive=True
+        )
+        if os.path.isfile(f) and os.path.getsize(f) > 64 and "metadata" not in f
+    ]
+    victim = max(files, key=os.path.getsize)
+    if damage == "truncate":
+        with open(victim, "r+b") as f:
+            f.truncate(os.path.getsize(victim) // 2)
+    else:
+        os.remove(victim)
+    rerun = run_main(workdir, "--config.train.steps=30", *flags)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "Checkpoint of step 20 does not restore" in rerun.stderr
+    assert "Restored checkpoint of step 10" in rerun.stderr
+    assert os.path.isdir(workdir / "checkpoints" / checkpointing.CORRUPT_DIR / "20")
+    assert 30 in saved_steps(workdir)
+    # Another run initialised from this workdir (init_from) reads the newest that restores.
+    step, _ = checkpointing.restore_params(str(workdir))
+    assert step == 30
+
+
+def test_no_restorable_checkpoint_is_a_clear_error(make_config, tmp_path):
+    config = make_config(**{"train.steps": 2, "checkpoint.every_steps": 1})
+    workdir = str(tmp_path / "run")
+    train.train_and_evaluate(config, workdir)
+    for path in glob.glob(os.path.join(workdir, "checkpoints", "*", "state", "_METADATA")):
+        with open(path, "w") as f:
+            f.write("not json")
+    with pytest.raises(checkpointing.CheckpointError, match=r"No checkpoint in .* restores"):
+        train.train_and_evaluate(config, workdir)
+    assert sorted(os.listdir(os.path.join(workdir, "checkpoints", "corrupt"))) == ["1", "2"]
+
+
+def test_a_checkpoint_of_another_model_is_an_error_and_stays(make_config, tmp_path):
+    workdir = str(tmp_path / "run")
+    train.train_and_evaluate(make_config(**{"train.steps": 2}), workdir)
+    wider = make_config(**{"train.steps": 4})
+    wider.model.intermediate_size = 96
+    with pytest.raises(checkpointing.CheckpointMismatch, match=r"step 2 .* does not fit"):
+        train.train_and_evaluate(wider, workdir)
+    assert saved_steps(workdir) == [2]
+    assert not os.path.exists(os.path.join(workdir, "checkpoints", checkpointing.CORRUPT_DIR))
