@@ -31,7 +31,7 @@ import numpy as np
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from bert_flax import convert, losses, overrides, sharding, train
+from bert_flax import cli, convert, losses, overrides, sharding, train
 from bert_flax.config import BertConfig
 from bert_flax.data import classification, tokenization
 from bert_flax.model import BertForSequenceClassification, pretrained_encoder
@@ -420,4 +420,4 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main, flags_parser=overrides.flags_parser("config"))
+    cli.run(main, flags_parser=overrides.flags_parser("config"))

@@ -7,18 +7,17 @@ Any field of the config can be set with `--config.FIELD=VALUE` (e.g. `--config.m
 `--config.optimizer.name=shampoo --config.optimizer.shampoo.asynchronous=True`); an unknown
 field is an error naming the valid ones.
 
-The logic lives in `bert_flax.train.train_and_evaluate(config, workdir)`, callable from a notebook.
+A user error ends as one line with exit status 2, a diverged run with status 3
+(`bert_flax.cli`). The logic lives in `bert_flax.train.train_and_evaluate(config, workdir)`,
+callable from a notebook.
 """
-
-import sys
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from bert_flax import overrides, train
+from bert_flax import cli, overrides, train
 
 FLAGS = flags.FLAGS
-DIVERGED_EXIT_STATUS = 3  # train.TrainingDiverged: its message is the last line logged
 flags.DEFINE_string("workdir", None, "Checkpoints, metrics, TensorBoard logs and plots.")
 config_flags.DEFINE_config_file("config", None, "Config file (e.g. configs/tiny.py).")
 flags.mark_flags_as_required(["config", "workdir"])
@@ -28,13 +27,8 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     logging.info("Config:\n%s", FLAGS.config)
-    try:
-        final = train.train_and_evaluate(FLAGS.config, FLAGS.workdir)
-    except train.TrainingDiverged as error:
-        logging.error("%s", error)
-        sys.exit(DIVERGED_EXIT_STATUS)
-    train.exit_if_preempted(final)
+    train.exit_if_preempted(train.train_and_evaluate(FLAGS.config, FLAGS.workdir))
 
 
 if __name__ == "__main__":
-    app.run(main, flags_parser=overrides.flags_parser("config"))
+    cli.run(main, flags_parser=overrides.flags_parser("config"))

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_flax import checkpointing, main, train
+from bert_flax import checkpointing, cli, train
 from bert_flax.train_setup import create_train_setup
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
@@ -98,7 +98,7 @@ def test_divergence_stops_without_saving_over_finite_checkpoints(tmp_path):
         "--config.checkpoint.keep=2",
         "--config.schedule.learning_rate=1e12",
     )
-    assert diverging.returncode == main.DIVERGED_EXIT_STATUS, diverging.stderr[-3000:]
+    assert diverging.returncode == cli.DIVERGED_EXIT_STATUS, diverging.stderr[-3000:]
     last_line = [line for line in diverging.stderr.splitlines() if "Training diverged" in line]
     assert last_line and "consecutive steps up to step" in last_line[0]
     latest = max(saved_steps(workdir))
