@@ -30,7 +30,7 @@ CORRUPT_DIR = "corrupt"  # under checkpoints/: damaged checkpoints moved aside o
 
 
 class CheckpointError(RuntimeError):
-    """No checkpoint of a run restores."""
+    """No checkpoint of a run restores, or one could not be saved."""
 
 
 class CheckpointMismatch(ValueError):
@@ -40,6 +40,13 @@ class CheckpointMismatch(ValueError):
 def item_handlers() -> dict[str, Any]:
     """How each item is written and read (named, so that metadata reads without a target)."""
     return {"state": ocp.StandardCheckpointHandler(), "progress": ocp.JsonCheckpointHandler()}
+
+
+def short_reason(error: Exception, limit: int = 300) -> str:
+    """The first line of `error`, its middle elided past `limit` characters (tensorstore's
+    messages put the cause, e.g. "No space left on device", at the end)."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+    return text if len(text) <= limit else f"{text[: limit // 3]} ... {text[-2 * limit // 3 :]}"
 
 
 def readable(manager: ocp.CheckpointManager, step: int) -> bool:
@@ -115,7 +122,7 @@ class Checkpointer:
 
     def _set_aside(self, step: int, error: Exception) -> str:
         """Moves step `step`'s directory to `corrupt/`; returns where it went."""
-        reason = str(error).strip().splitlines()[0][:300] if str(error).strip() else repr(error)
+        reason = short_reason(error)
         source = os.path.join(self.directory, str(step))
         target = os.path.join(self.directory, CORRUPT_DIR, str(step))
         suffix = 1
@@ -144,13 +151,16 @@ class Checkpointer:
         """Saves if `step` is on the interval (or `force`); returns whether it saved."""
         if not self.enabled:
             return False
-        saved = self.manager.save(
-            step,
-            args=ocp.args.Composite(
-                state=ocp.args.StandardSave(state), progress=ocp.args.JsonSave(progress)
-            ),
-            force=force,
-        )
+        try:  # a failed background write of an earlier save surfaces here too
+            saved = self.manager.save(
+                step,
+                args=ocp.args.Composite(
+                    state=ocp.args.StandardSave(state), progress=ocp.args.JsonSave(progress)
+                ),
+                force=force,
+            )
+        except Exception as error:  # orbax and tensorstore raise many kinds for failed writes
+            raise self._save_failed(error) from error
         if saved:
             logging.info("Saving checkpoint of step %d", step)
         return saved
@@ -161,8 +171,21 @@ class Checkpointer:
 
     def close(self) -> None:
         if self.enabled:
-            self.manager.wait_until_finished()
-            self.manager.close()
+            try:
+                self.manager.wait_until_finished()
+            except Exception as error:  # orbax and tensorstore raise many kinds for failed writes
+                raise self._save_failed(error) from error
+            finally:
+                self.manager.close()
+
+    def _save_failed(self, error: Exception) -> CheckpointError:
+        self.manager.reload()
+        steps = list(self.manager.all_steps())
+        return CheckpointError(
+            f"Saving a checkpoint in {self.directory} failed ({short_reason(error)}); a full "
+            f"disk or a quota? The complete checkpoints are intact: steps {steps}; "
+            "free space and rerun the same command to resume from the latest."
+        )
 
 
 def restore_params(workdir: str, step: int | None = None) -> tuple[int, Any]:

@@ -5,6 +5,8 @@ that cannot go on ends.
   labelled file without a `label` column, an empty split, a warm-up longer than the run, a
   missing data directory, ...) ends with its message as one line on stderr and exit status 2,
   without a traceback. `BERT_FLAX_TRACEBACK=1` shows the traceback too.
+- A checkpoint that cannot be saved (a full disk) or none that restores
+  (`checkpointing.CheckpointError`) ends the same way, exit status 2.
 - A diverged run (`train.TrainingDiverged`) ends with its message and exit status 3.
 - Anything else (a failure inside a library, a bug) keeps its traceback.
 """
@@ -17,7 +19,7 @@ from collections.abc import Callable
 
 from absl import app, logging
 
-from bert_flax import train
+from bert_flax import checkpointing, train
 
 USER_ERROR_EXIT_STATUS = 2
 DIVERGED_EXIT_STATUS = 3
@@ -48,6 +50,8 @@ def run(main: Callable[[list[str]], None], **kwargs) -> None:
         except train.TrainingDiverged as error:
             logging.error("%s", error)
             _exit(str(error), DIVERGED_EXIT_STATUS)
+        except checkpointing.CheckpointError as error:
+            _exit(f"error: {error}", USER_ERROR_EXIT_STATUS)
         except (ValueError, FileNotFoundError) as error:
             if not is_user_error(error) or os.environ.get("BERT_FLAX_TRACEBACK"):
                 raise
@@ -57,6 +61,9 @@ def run(main: Callable[[list[str]], None], **kwargs) -> None:
 
 
 def _exit(message: str, status: int) -> None:
+    """Prints `message` as one line and exits at once: the interpreter's teardown would add
+    library noise (orbax's background threads, tf.data) after the line that matters."""
     logging.flush()
     print(" ".join(message.split()), file=sys.stderr, flush=True)
-    sys.exit(status)
+    sys.stdout.flush()
+    os._exit(status)

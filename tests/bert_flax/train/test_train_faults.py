@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import subprocess
 import sys
+import time
 
 import jax
 import jax.numpy as jnp
@@ -39,9 +41,9 @@ SYNTHETIC = [
 ]
 
 
-def run_main(workdir, *flags: str) -> subprocess.CompletedProcess:
+def run_main(workdir, *flags: str, base: tuple[str, ...] = tuple(SYNTHETIC)):
     return subprocess.run(
-        [sys.executable, "-m", "bert_flax.main", f"--workdir={workdir}", *SYNTHETIC, *flags],
+        [sys.executable, "-m", "bert_flax.main", f"--workdir={workdir}", *base, *flags],
         cwd=ROOT,
         env=dict(os.environ, JAX_PLATFORMS="cpu"),
         capture_output=True,
@@ -162,3 +164,80 @@ def test_a_checkpoint_of_another_model_is_an_error_and_stays(make_config, tmp_pa
         train.train_and_evaluate(wider, workdir)
     assert saved_steps(workdir) == [2]
     assert not os.path.exists(os.path.join(workdir, "checkpoints", checkpointing.CORRUPT_DIR))
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 900 KB tmpfs: room for one checkpoint of the SYNTHETIC model, not two."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=900k", "tmpfs", str(mount)])
+    if done.returncode:
+        pytest.skip("mounting a tmpfs needs root")
+    yield mount
+    subprocess.run(["umount", str(mount)])
+
+
+@pytest.mark.slow
+def test_a_full_disk_is_a_clear_error_and_keeps_the_saved_checkpoints(small_disk):
+    workdir = small_disk / "run"
+    flags = ["--config.train.steps=15", "--config.checkpoint.every_steps=5"]
+    done = run_main(workdir, *flags)
+    assert done.returncode == cli.USER_ERROR_EXIT_STATUS, done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: Saving a checkpoint in") and "No space left" in last, last
+    assert "The complete checkpoints are intact: steps [5]" in last
+    _, params = checkpointing.restore_params(str(workdir), 5)
+    assert all(np.isfinite(p).all() for p in jax.tree.leaves(params))
+
+
+@pytest.mark.slow
+def test_kill_9_while_saving_resumes_from_the_last_complete_checkpoint(tmp_path):
+    """SIGKILL as soon as a save of step 10 shows up on disk (orbax writes into a temporary
+    directory and renames it when complete): the rerun resumes from a complete checkpoint."""
+    workdir = tmp_path / "run"
+    flags = ["--config.train.steps=400", "--config.checkpoint.every_steps=10"]
+    job = subprocess.Popen(
+        [sys.executable, "-m", "bert_flax.main", f"--workdir={workdir}", *SYNTHETIC, *flags],
+        cwd=ROOT,
+        env=dict(os.environ, JAX_PLATFORMS="cpu"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    checkpoints = workdir / "checkpoints"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and job.poll() is None:
+        names = os.listdir(checkpoints) if checkpoints.is_dir() else []
+        if any(n.startswith("20") for n in names):  # step 20's save under way (or done)
+            break
+        time.sleep(0.005)
+    job.kill()
+    job.wait()
+    rerun = run_main(workdir, "--config.train.steps=30", "--config.checkpoint.every_steps=10")
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    resumed = [line for line in rerun.stderr.splitlines() if "Restored checkpoint of step" in line]
+    assert resumed and any(f"step {s} " in resumed[0] for s in (10, 20)), resumed
+    assert 30 in saved_steps(workdir)
+
+
+@pytest.mark.slow
+def test_a_data_file_truncated_between_runs_is_named(small_data_dir, tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(small_data_dir, data)
+    workdir = tmp_path / "run"
+    flags = [
+        f"--config.data.data_dir={data}",
+        "--config.data.synthetic=False",
+        "--config.data.max_seq_length=64",
+        "--config.train.steps=4",
+        "--config.checkpoint.every_steps=2",
+    ]
+    real = tuple(f for f in SYNTHETIC if "vocab_size" not in f)  # the data's vocabulary
+    assert run_main(workdir, *flags, base=real).returncode == 0
+    shard = sorted(data.glob("train-*.tfrecord"))[0]
+    with open(shard, "r+b") as f:
+        f.truncate(shard.stat().st_size - 10)
+    rerun = run_main(workdir, *flags[:-2], "--config.train.steps=8", base=real)
+    assert rerun.returncode == cli.USER_ERROR_EXIT_STATUS, rerun.stderr[-3000:]
+    last = rerun.stderr.strip().splitlines()[-1]
+    assert shard.name in last and "recreate the data" in last, last
