@@ -7,6 +7,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -241,3 +242,62 @@ def test_a_data_file_truncated_between_runs_is_named(small_data_dir, tmp_path):
     assert rerun.returncode == cli.USER_ERROR_EXIT_STATUS, rerun.stderr[-3000:]
     last = rerun.stderr.strip().splitlines()[-1]
     assert shard.name in last and "recreate the data" in last, last
+
+
+def start_and_signal_on(workdir, marker: str, *flags: str) -> tuple[int, str, float]:
+    """Runs the SYNTHETIC job, sends SIGTERM when a stderr line contains `marker`; returns the
+    exit status, the whole stderr and the seconds from the signal to the exit."""
+    job = subprocess.Popen(
+        [sys.executable, "-m", "bert_flax.main", f"--workdir={workdir}", *SYNTHETIC, *flags],
+        cwd=ROOT,
+        env=dict(os.environ, JAX_PLATFORMS="cpu"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines, signalled = [], None
+    for line in job.stderr:
+        lines.append(line)
+        if signalled is None and marker in line:
+            job.send_signal(signal.SIGTERM)
+            signalled = time.monotonic()
+    status = job.wait(timeout=120)
+    assert signalled is not None, "".join(lines)[-3000:]
+    return status, "".join(lines), time.monotonic() - signalled
+
+
+@pytest.mark.slow
+def test_sigterm_during_the_first_compilation_then_rerun(tmp_path):
+    """SIGTERM right after the setup is logged (the first step compiles next): the run saves at
+    its first step boundary or the watchdog ends it within the grace period keeping nothing
+    partial; the rerun finishes and every checkpoint restores."""
+    workdir = tmp_path / "run"
+    flags = ["--config.train.steps=20", "--config.checkpoint.every_steps=10"]
+    status, stderr, seconds = start_and_signal_on(workdir, "Setup:", *flags)
+    assert status in (0, 128 + signal.SIGTERM), stderr[-3000:]
+    assert seconds < 30
+    rerun = run_main(workdir, *flags)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    for step in saved_steps(workdir):
+        checkpointing.restore_params(str(workdir), step)
+    assert 20 in saved_steps(workdir)
+
+
+@pytest.mark.slow
+def test_sigterm_during_evaluation_saves_and_stops(tmp_path):
+    """SIGTERM as the step-4 evaluation starts (200 batches): it stops between batches, saves
+    step 4 and exits 0; the rerun resumes from step 4."""
+    workdir = tmp_path / "run"
+    flags = [
+        "--config.train.steps=8",
+        "--config.eval.every_steps=4",
+        "--config.eval.num_batches=200",
+        "--config.checkpoint.every_steps=100",
+    ]
+    status, stderr, seconds = start_and_signal_on(workdir, "step 4/8", *flags)
+    assert status == 0 and seconds < 30, stderr[-3000:]
+    assert "Stopping at step 4 after saving (preemption)" in stderr
+    assert saved_steps(workdir) == [4]
+    rerun = run_main(workdir, *flags)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "Restored checkpoint of step 4" in rerun.stderr
