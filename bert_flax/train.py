@@ -133,6 +133,9 @@ def describe(setup: TrainSetup) -> dict[str, Any]:
         "accumulation": a.accumulation,
         "micro_batch_rows": a.batch_size // a.accumulation,
         "betas": [a.b1, a.b2],
+        "examples_per_step": round(a.batch_size * a.packing_factor, 1),
+        "steps": setup.config.train.steps,
+        "peak_learning_rate": setup.config.schedule.learning_rate,
         **setup.task.describe(),
     }
 
@@ -221,7 +224,9 @@ def _train(
     logging.info("Setup: %s", json.dumps(info))
     if writer.enabled:
         with open(os.path.join(workdir, "config.json"), "w") as f:
-            f.write(config.to_json_best_effort(indent=2))
+            # The config as given, and what the packing adjustment resolved it to.
+            resolved = {**json.loads(config.to_json_best_effort()), "resolved": info}
+            json.dump(resolved, f, indent=2)
         with open(os.path.join(workdir, convert.CONFIG_FILE), "w") as f:
             json.dump(setup.model_config.to_dict(), f, indent=2)  # what convert exports with
         writer.write_text("config", f"```\n{config}\n```")

@@ -60,7 +60,11 @@ def test_resume_reproduces_straight_run(
     setup = create_train_setup(config)  # only the target shapes and shardings
     params_a, progress_a = final_params(setup, straight)
     params_b, progress_b = final_params(setup, split)
-    assert progress_a == progress_b  # data position, sequences seen, seed
+    timed = ("train_seconds",)  # wall-clock: accumulated across the resume, not equal
+    assert {k: v for k, v in progress_a.items() if k not in timed} == {
+        k: v for k, v in progress_b.items() if k not in timed
+    }  # data position, sequences seen, seed
+    assert progress_b["train_seconds"] > 0
     assert progress_a["data_position"] == 2 * N
     for a, b in zip(jax.tree_util.tree_leaves(params_a), jax.tree_util.tree_leaves(params_b)):
         np.testing.assert_array_equal(a, b)
