@@ -53,6 +53,17 @@ def run_main(workdir, *flags: str, base: tuple[str, ...] = tuple(SYNTHETIC)):
     )
 
 
+def start_main(workdir, *flags: str, **popen) -> subprocess.Popen:
+    """The SYNTHETIC job in the background (stdout discarded)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "bert_flax.main", f"--workdir={workdir}", *SYNTHETIC, *flags],
+        cwd=ROOT,
+        env=dict(os.environ, JAX_PLATFORMS="cpu"),
+        stdout=subprocess.DEVNULL,
+        **popen,
+    )
+
+
 def saved_steps(workdir) -> list[int]:
     names = os.listdir(os.path.join(workdir, "checkpoints"))
     return sorted(int(n) for n in names if n.isdigit())
@@ -198,13 +209,7 @@ def test_kill_9_while_saving_resumes_from_the_last_complete_checkpoint(tmp_path)
     directory and renames it when complete): the rerun resumes from a complete checkpoint."""
     workdir = tmp_path / "run"
     flags = ["--config.train.steps=400", "--config.checkpoint.every_steps=10"]
-    job = subprocess.Popen(
-        [sys.executable, "-m", "bert_flax.main", f"--workdir={workdir}", *SYNTHETIC, *flags],
-        cwd=ROOT,
-        env=dict(os.environ, JAX_PLATFORMS="cpu"),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    job = start_main(workdir, *flags, stderr=subprocess.DEVNULL)
     checkpoints = workdir / "checkpoints"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and job.poll() is None:
@@ -247,14 +252,7 @@ def test_a_data_file_truncated_between_runs_is_named(small_data_dir, tmp_path):
 def start_and_signal_on(workdir, marker: str, *flags: str) -> tuple[int, str, float]:
     """Runs the SYNTHETIC job, sends SIGTERM when a stderr line contains `marker`; returns the
     exit status, the whole stderr and the seconds from the signal to the exit."""
-    job = subprocess.Popen(
-        [sys.executable, "-m", "bert_flax.main", f"--workdir={workdir}", *SYNTHETIC, *flags],
-        cwd=ROOT,
-        env=dict(os.environ, JAX_PLATFORMS="cpu"),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    job = start_main(workdir, *flags, stderr=subprocess.PIPE, text=True)
     lines, signalled = [], None
     for line in job.stderr:
         lines.append(line)
