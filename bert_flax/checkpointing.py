@@ -170,17 +170,26 @@ class Checkpointer:
         return self.enabled and self.manager.reached_preemption(step)
 
     def close(self) -> None:
-        if self.enabled:
+        """Waits for the last save; a failed one is a CheckpointError (after closing)."""
+        if not self.enabled:
+            return
+        failure = None
+        # A failed background write may surface in either call (it is raised once, by whichever
+        # reaches it first): both are guarded.
+        for finish in (self.manager.wait_until_finished, self.manager.close):
             try:
-                self.manager.wait_until_finished()
+                finish()
             except Exception as error:  # orbax and tensorstore raise many kinds for failed writes
-                raise self._save_failed(error) from error
-            finally:
-                self.manager.close()
+                failure = failure or self._save_failed(error)
+        if failure is not None:
+            raise failure
 
     def _save_failed(self, error: Exception) -> CheckpointError:
-        self.manager.reload()
-        steps = list(self.manager.all_steps())
+        try:
+            self.manager.reload()
+            steps = list(self.manager.all_steps())
+        except Exception:  # the directory itself may be what failed
+            steps = "unknown"
         return CheckpointError(
             f"Saving a checkpoint in {self.directory} failed ({short_reason(error)}); a full "
             f"disk or a quota? The complete checkpoints are intact: steps {steps}; "

@@ -6,13 +6,15 @@ that cannot go on ends.
   missing data directory, ...) ends with its message as one line on stderr and exit status 2,
   without a traceback. `BERT_FLAX_TRACEBACK=1` shows the traceback too.
 - A checkpoint that cannot be saved (a full disk) or none that restores
-  (`checkpointing.CheckpointError`) ends the same way, exit status 2.
+  (`checkpointing.CheckpointError`), and a full disk under any other file (metrics, plots), end
+  the same way, exit status 2.
 - A diverged run (`train.TrainingDiverged`) ends with its message and exit status 3.
 - Anything else (a failure inside a library, a bug) keeps its traceback.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from collections.abc import Callable
@@ -52,6 +54,14 @@ def run(main: Callable[[list[str]], None], **kwargs) -> None:
             _exit(str(error), DIVERGED_EXIT_STATUS)
         except checkpointing.CheckpointError as error:
             _exit(f"error: {error}", USER_ERROR_EXIT_STATUS)
+        except OSError as error:
+            if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            _exit(
+                f"error: {error}; free space and rerun the same command (it resumes from the "
+                "latest complete checkpoint).",
+                USER_ERROR_EXIT_STATUS,
+            )
         except (ValueError, FileNotFoundError) as error:
             if not is_user_error(error) or os.environ.get("BERT_FLAX_TRACEBACK"):
                 raise

@@ -196,9 +196,10 @@ def test_a_full_disk_is_a_clear_error_and_keeps_the_saved_checkpoints(small_disk
     flags = ["--config.train.steps=15", "--config.checkpoint.every_steps=5"]
     done = run_main(workdir, *flags)
     assert done.returncode == cli.USER_ERROR_EXIT_STATUS, done.stderr[-3000:]
-    last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: Saving a checkpoint in") and "No space left" in last, last
-    assert "The complete checkpoints are intact: steps [5]" in last
+    # Whichever write meets the full disk first (a checkpoint, or metrics.jsonl) names it; orbax's
+    # background threads may still print after that line.
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "No space left on device" in errors[0], done.stderr[-3000:]
     _, params = checkpointing.restore_params(str(workdir), 5)
     assert all(np.isfinite(p).all() for p in jax.tree.leaves(params))
 
