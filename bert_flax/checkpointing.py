@@ -49,12 +49,16 @@ def short_reason(error: Exception, limit: int = 300) -> str:
     return text if len(text) <= limit else f"{text[: limit // 3]} ... {text[-2 * limit // 3 :]}"
 
 
-def readable(manager: ocp.CheckpointManager, step: int) -> bool:
-    """Whether checkpoint `step` restores as it describes itself (onto one device)."""
+def readable(directory: str, step: int) -> bool:
+    """Whether checkpoint `step` in `directory` restores as it describes itself (onto one
+    device), read by a manager of its own that knows the items' handlers."""
+    manager = ocp.CheckpointManager(directory, item_names=ITEMS, item_handlers=item_handlers())
     try:
         _read_params(manager, step)
     except Exception:  # orbax and tensorstore raise many kinds for bad files
         return False
+    finally:
+        manager.close()
     return True
 
 
@@ -75,7 +79,6 @@ class Checkpointer:
                     max_to_keep=keep, save_interval_steps=every_steps, create=True
                 ),
                 item_names=ITEMS,
-                item_handlers=item_handlers(),
             )
             if enabled
             else None
@@ -104,7 +107,7 @@ class Checkpointer:
                     ),
                 )
             except Exception as error:  # orbax and tensorstore raise many kinds for bad files
-                if readable(self.manager, step):  # whole, but not this run's state
+                if readable(self.directory, step):  # whole, but not this run's state
                     raise CheckpointMismatch(
                         f"The checkpoint of step {step} in {self.directory} does not fit this "
                         f"run's state (another model or optimizer settings?): {error}"[:2000]
