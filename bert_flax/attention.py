@@ -5,7 +5,9 @@ Every backend applies the same rule: query i may attend to key j iff
 padding (id 0) sees only padding, so no softmax row is ever empty (no NaN), and the outputs at
 padding positions are zeroed afterwards.
 
-Shapes: q, k, v are [batch, length, heads, head_dim]; segment_ids is [batch, length].
+Shapes: q, k, v are [batch, length, heads, head_dim]; segment_ids is [batch, length]; an
+optional additive `bias` on the logits is [batch, heads, length, length] (the relative-position
+bias of `bert_flax.layers.RelativePositionBias`).
 """
 
 from __future__ import annotations
@@ -45,10 +47,13 @@ def xla_attention(
     dropout_rate: float = 0.0,
     dropout_rng: Array | None = None,
     deterministic: bool = True,
+    bias: Array | None = None,
 ) -> Array:
     """Dense-mask attention as two einsums; logits and softmax in float32. Works everywhere."""
     scale = q.shape[-1] ** -0.5
     logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) * scale
+    if bias is not None:
+        logits = logits + bias
     logits = jnp.where(segment_mask(segment_ids), logits, _MASK_VALUE)
     probs = jax.nn.softmax(logits, axis=-1)
     if not deterministic and dropout_rate > 0.0:
@@ -149,12 +154,14 @@ def _splash_local(q: Array, k: Array, v: Array, segment_ids: Array, *, interpret
 @dataclasses.dataclass(frozen=True)
 class Backend:
     """An attention kernel `fn(q, k, v, segment_ids, *, dropout_rate, dropout_rng,
-    deterministic)`; `supports_dropout` says whether it implements attention dropout (configs
-    asking for dropout on one that does not are rejected by `BertConfig`)."""
+    deterministic, bias)`; `supports_dropout` and `supports_bias` say whether it implements
+    attention dropout and an additive logit bias (configs asking for one that it does not are
+    rejected by `BertConfig`)."""
 
     fn: Callable[..., Array]
     supports_dropout: bool
     description: str
+    supports_bias: bool = False
 
 
 def _cudnn(q: Array, k: Array, v: Array, segment_ids: Array, **_) -> Array:
@@ -170,7 +177,7 @@ def _splash(q: Array, k: Array, v: Array, segment_ids: Array, **_) -> Array:
 
 # The backends `BertConfig.attention_impl` may name; adding one here is all it takes.
 BACKENDS: dict[str, Backend] = {
-    "xla": Backend(xla_attention, True, "dense mask, two einsums; any backend"),
+    "xla": Backend(xla_attention, True, "dense mask, two einsums; any backend", True),
     "cudnn": Backend(_cudnn, False, "jax.nn.dot_product_attention; cuDNN on GPU"),
     "splash": Backend(_splash, False, "Pallas splash attention; TPU (interpret mode elsewhere)"),
 }
@@ -186,10 +193,13 @@ def attention(
     dropout_rate: float = 0.0,
     dropout_rng: Array | None = None,
     deterministic: bool = True,
+    bias: Array | None = None,
 ) -> Array:
     """Dispatches to the backend named by `BertConfig.attention_impl` (a key of `BACKENDS`)."""
     if impl not in BACKENDS:
         raise ValueError(f"Unknown attention impl {impl!r}; use one of {sorted(BACKENDS)}.")
+    # Only pass `bias` when there is one: backends without it need not accept the keyword.
+    extra = {} if bias is None else {"bias": bias}
     return BACKENDS[impl].fn(
         q,
         k,
@@ -198,4 +208,5 @@ def attention(
         dropout_rate=dropout_rate,
         dropout_rng=dropout_rng,
         deterministic=deterministic,
+        **extra,
     )

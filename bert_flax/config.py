@@ -54,6 +54,17 @@ class BertConfig:
         attention on TPU).
       pre_layer_norm: False for the original post-LN BERT, True for pre-LN layers (with a final
         LayerNorm after the last layer).
+      relative_attention_buckets: 0 for BERT's attention; otherwise a learned bias on the
+        attention logits per head and bucket of the offset between key and query positions
+        (T5's relative attention: exact buckets for small offsets, log-spaced ones up to
+        `relative_attention_max_distance`, half the buckets for each direction), shared by all
+        layers and added to BERT's absolute position embeddings. A deviation from BERT that lets
+        a small model find its neighbours early (docs/training.md, "A CPU pre-training recipe").
+      relative_attention_max_distance: offsets at or beyond it share the last bucket.
+      relative_attention_neighbour_bias: the initial bias of head 0 toward the previous token
+        and of head 1 toward the next (0: every bucket starts at zero, as in T5). A small BERT
+        otherwise spends thousands of steps on the unigram plateau before its attention finds
+        the neighbours that predict a masked token (docs/training.md).
       remat_policy: activation rematerialisation per layer: "none", "full" or "dots"
         (save matmul outputs only).
       block_sparse: None for dense layers, otherwise the block-sparse layer settings consulted by
@@ -76,6 +87,9 @@ class BertConfig:
     param_dtype: Any = "float32"
     attention_impl: str = "xla"
     pre_layer_norm: bool = False
+    relative_attention_buckets: int = 0
+    relative_attention_max_distance: int = 128
+    relative_attention_neighbour_bias: float = 0.0
     remat_policy: str = "none"
     block_sparse: Any = None
 
@@ -102,6 +116,31 @@ class BertConfig:
             raise ValueError(
                 f"attention_impl={self.attention_impl!r} has no attention-probability dropout; "
                 f"set attention_dropout_rate=0.0 or use attention_impl in {with_dropout}."
+            )
+        self._check_relative_attention()
+
+    def _check_relative_attention(self) -> None:
+        buckets, distance = self.relative_attention_buckets, self.relative_attention_max_distance
+        if not buckets:
+            if self.relative_attention_neighbour_bias:
+                raise ValueError(
+                    "relative_attention_neighbour_bias needs relative_attention_buckets > 0."
+                )
+            return
+        if buckets < 4 or buckets % 2 or distance <= buckets // 4:
+            raise ValueError(
+                f"relative_attention_buckets={buckets} must be 0 or an even number >= 4, and "
+                f"relative_attention_max_distance={distance} above a quarter of it (e.g. 32, 128)."
+            )
+        if self.relative_attention_neighbour_bias and self.num_heads < 2:
+            raise ValueError(
+                "relative_attention_neighbour_bias biases heads 0 and 1: it needs num_heads >= 2."
+            )
+        if not attention.BACKENDS[self.attention_impl].supports_bias:
+            with_bias = [k for k, b in attention.BACKENDS.items() if b.supports_bias]
+            raise ValueError(
+                f"attention_impl={self.attention_impl!r} takes no logit bias; set "
+                f"relative_attention_buckets=0 or use attention_impl in {with_bias}."
             )
 
     @property

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from bert_flax.attention import attention
 from bert_flax.block_sparse.bert import make_block_sparse_dense
@@ -144,13 +145,68 @@ class BertEmbeddings(nn.Module):
         return logits
 
 
+def relative_position_bucket(offset: Array, num_buckets: int, max_distance: int) -> Array:
+    """T5's bidirectional bucketing of `offset` = key position - query position (int array).
+
+    Half the buckets per direction (offsets <= 0 first); within a half, offsets below a quarter
+    of `num_buckets` get one bucket each and larger ones log-spaced buckets up to
+    `max_distance`, beyond which all share the half's last bucket.
+    """
+    half = num_buckets // 2
+    exact = half // 2
+    distance = jnp.abs(offset)
+    log_ratio = jnp.log(jnp.maximum(distance, exact) / exact) / np.log(max_distance / exact)
+    far = jnp.minimum(exact + (log_ratio * (half - exact)).astype(jnp.int32), half - 1)
+    return jnp.where(offset > 0, half, 0) + jnp.where(distance < exact, distance, far)
+
+
+class RelativePositionBias(nn.Module):
+    """A learned [heads] bias per bucket of key-minus-query offset: [B, L] positions ->
+    [B, heads, L, L] float32 logit bias (`BertConfig.relative_attention_buckets`).
+
+    Offsets come from the per-sequence `positions`, so they are offsets within a packed sequence;
+    pairs across sequences are masked by the attention anyway.
+    """
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, positions: Array) -> Array:
+        cfg = self.config
+        table = self.param(
+            "bias",
+            nn.with_logical_partitioning(self._init, ("relative_buckets", "relative_heads")),
+            (cfg.relative_attention_buckets, cfg.num_heads),
+            cfg.param_dtype,
+        )
+        offset = positions[:, None, :] - positions[:, :, None]  # [B, query, key]
+        bucket = relative_position_bucket(
+            offset, cfg.relative_attention_buckets, cfg.relative_attention_max_distance
+        )
+        return jnp.transpose(table[bucket], (0, 3, 1, 2)).astype(jnp.float32)
+
+    def _init(self, key: Array, shape: tuple[int, int], dtype) -> Array:
+        """Zeros, but for `relative_attention_neighbour_bias` on head 0 at offset -1 (the
+        previous token) and head 1 at offset +1 (the next): those heads start out reading the
+        masked token's neighbours instead of averaging the whole sequence."""
+        del key
+        cfg = self.config
+        previous, following = relative_position_bucket(
+            jnp.array([-1, 1]), cfg.relative_attention_buckets, cfg.relative_attention_max_distance
+        )
+        strength = cfg.relative_attention_neighbour_bias
+        return jnp.zeros(shape, dtype).at[previous, 0].add(strength).at[following, 1].add(strength)
+
+
 class BertSelfAttention(nn.Module):
     """Multi-head self-attention within packed sequences, with its output projection."""
 
     config: BertConfig
 
     @nn.compact
-    def __call__(self, x: Array, segment_ids: Array, *, deterministic: bool) -> Array:
+    def __call__(
+        self, x: Array, segment_ids: Array, bias: Array | None, *, deterministic: bool
+    ) -> Array:
         cfg = self.config
         heads = (cfg.num_heads, cfg.head_dim)
 
@@ -172,6 +228,7 @@ class BertSelfAttention(nn.Module):
             dropout_rate=cfg.attention_dropout_rate,
             dropout_rng=self.make_rng("dropout") if use_dropout else None,
             deterministic=deterministic,
+            bias=bias,
         )
         out = nn.with_logical_constraint(out, BATCH_LENGTH_HEADS_KV)
         out = out.reshape(*x.shape[:-1], cfg.hidden_size)
@@ -208,12 +265,15 @@ class BertFeedForward(nn.Module):
 
 
 class BertLayer(nn.Module):
-    """One transformer layer: post-LN as in the original BERT, or pre-LN."""
+    """One transformer layer: post-LN as in the original BERT, or pre-LN. `attention_bias` is
+    the relative-position bias (or None)."""
 
     config: BertConfig
 
     @nn.compact
-    def __call__(self, x: Array, segment_ids: Array, deterministic: bool) -> Array:
+    def __call__(
+        self, x: Array, segment_ids: Array, attention_bias: Array | None, deterministic: bool
+    ) -> Array:
         cfg = self.config
         attn = BertSelfAttention(cfg, name="attention")
         ffn = BertFeedForward(cfg, name="ffn")
@@ -226,6 +286,10 @@ class BertLayer(nn.Module):
                 return x + drop(fn(norm(x)), deterministic=deterministic)
             return norm(x + drop(fn(x), deterministic=deterministic))
 
-        x = sublayer(x, lambda y: attn(y, segment_ids, deterministic=deterministic), attn_norm)
+        x = sublayer(
+            x,
+            lambda y: attn(y, segment_ids, attention_bias, deterministic=deterministic),
+            attn_norm,
+        )
         x = sublayer(x, ffn, ffn_norm)
         return nn.with_logical_constraint(x, BATCH_LENGTH_EMBED)

@@ -34,6 +34,7 @@ from bert_flax.layers import (
     BATCH_LENGTH_EMBED,
     BertEmbeddings,
     BertLayer,
+    RelativePositionBias,
     activation,
     make_dense,
     make_layer_norm,
@@ -67,11 +68,13 @@ class BertModel(nn.Module):
         cfg = self.config
         layer_cls = BertLayer
         if cfg.remat_policy != "none":
-            # static_argnums counts `self` as 0: `deterministic` is argument 3.
+            # static_argnums counts `self` as 0: `deterministic` is argument 4.
             layer_cls = nn.remat(
-                BertLayer, static_argnums=(3,), policy=_remat_policy(cfg.remat_policy)
+                BertLayer, static_argnums=(4,), policy=_remat_policy(cfg.remat_policy)
             )
         self.embeddings = BertEmbeddings(cfg)
+        if cfg.relative_attention_buckets:
+            self.relative_position_bias = RelativePositionBias(cfg)
         self.layers = [layer_cls(cfg, name=f"layer_{i}") for i in range(cfg.num_layers)]
         if cfg.pre_layer_norm:
             self.final_layer_norm = make_layer_norm(cfg, "final_layer_norm")
@@ -86,8 +89,11 @@ class BertModel(nn.Module):
         deterministic: bool,
     ) -> Array:
         x = self.embeddings(input_ids, token_type_ids, positions, deterministic=deterministic)
+        bias = None
+        if self.config.relative_attention_buckets:
+            bias = self.relative_position_bias(positions)  # one table for every layer, as in T5
         for layer in self.layers:
-            x = layer(x, segment_ids, deterministic)
+            x = layer(x, segment_ids, bias, deterministic)
         if self.config.pre_layer_norm:
             x = nn.with_logical_constraint(self.final_layer_norm(x), BATCH_LENGTH_EMBED)
         return x

@@ -55,6 +55,8 @@ LOGICAL_AXIS_RULES: Rules = (
     ("type_table", None),
     ("classes", None),
     ("norm", None),
+    ("relative_buckets", None),  # the relative-position bias table [buckets, heads]: small
+    ("relative_heads", None),
 )
 
 

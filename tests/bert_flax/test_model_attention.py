@@ -1,5 +1,6 @@
 """Attention backends against an independent per-sequence reference."""
 
+import math
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import pytest
 
 from bert_flax import attention
 from bert_flax.config import BertConfig
+from bert_flax.layers import RelativePositionBias, relative_position_bucket
 
 B, L, H, D = 2, 128, 2, 16
 
@@ -26,13 +28,15 @@ def qkv_segments():
     return q, k, v, segments
 
 
-def reference(q, k, v, segments):
+def reference(q, k, v, segments, bias=None):
     """Softmax attention run separately on each sequence's own tokens (numpy, float64)."""
     out = np.zeros(q.shape, np.float64)
     for b in range(q.shape[0]):
         for s in set(segments[b].tolist()) - {0}:
             idx = np.flatnonzero(segments[b] == s)
             logits = np.einsum("qhd,khd->hqk", q[b, idx], k[b, idx]) / np.sqrt(q.shape[-1])
+            if bias is not None:
+                logits = logits + bias[b][:, idx][:, :, idx]
             probs = np.exp(logits - logits.max(-1, keepdims=True))
             probs /= probs.sum(-1, keepdims=True)
             out[b, idx] = np.einsum("hqk,khd->qhd", probs, v[b, idx])
@@ -42,6 +46,66 @@ def reference(q, k, v, segments):
 def test_xla_matches_reference(qkv_segments):
     out = jax.jit(attention.xla_attention)(*qkv_segments)
     np.testing.assert_allclose(out, reference(*qkv_segments), atol=1e-5)
+
+
+def test_xla_with_a_logit_bias_matches_reference(qkv_segments):
+    bias = np.random.default_rng(1).standard_normal((B, H, L, L)).astype(np.float32)
+    out = jax.jit(lambda *a: attention.xla_attention(*a, bias=bias))(*qkv_segments)
+    np.testing.assert_allclose(out, reference(*qkv_segments, bias=bias), atol=1e-5)
+    assert not np.allclose(out, reference(*qkv_segments), atol=1e-3)
+
+
+def _bucket_reference(offset: int, num_buckets: int, max_distance: int) -> int:
+    """T5's relative bucket, one offset at a time, written from its description."""
+    half = num_buckets // 2
+    exact = half // 2
+    first = half if offset > 0 else 0
+    n = abs(offset)
+    if n < exact:
+        return first + n
+    log_bucket = exact + int(math.log(n / exact) / math.log(max_distance / exact) * (half - exact))
+    return first + min(log_bucket, half - 1)
+
+
+@pytest.mark.parametrize("num_buckets,max_distance", [(32, 128), (8, 16), (4, 3)])
+def test_relative_position_buckets_match_a_scalar_reference(num_buckets, max_distance):
+    offsets = np.arange(-300, 301)
+    got = np.asarray(relative_position_bucket(jnp.asarray(offsets), num_buckets, max_distance))
+    want = [_bucket_reference(int(o), num_buckets, max_distance) for o in offsets]
+    np.testing.assert_array_equal(got, want)
+    # Every bucket is used but the second half's first (a positive offset of 0), as in T5.
+    assert set(got.tolist()) == set(range(num_buckets)) - {num_buckets // 2}
+
+
+def test_neighbour_bias_starts_heads_0_and_1_on_the_previous_and_next_token():
+    config = BertConfig.preset(
+        "tiny", num_heads=4, relative_attention_buckets=8, relative_attention_neighbour_bias=5.0
+    )
+    positions = jnp.array([[0, 1, 2, 3, 0, 1, 2]])  # two packed sequences
+    module = RelativePositionBias(config)
+    bias = np.asarray(module.apply(module.init(jax.random.key(0), positions), positions))[0]
+    pos = np.asarray(positions[0])
+    offset = pos[None, :] - pos[:, None]  # [query, key]
+    np.testing.assert_array_equal(bias[0], np.where(offset == -1, 5.0, 0.0))
+    np.testing.assert_array_equal(bias[1], np.where(offset == 1, 5.0, 0.0))
+    np.testing.assert_array_equal(bias[2:], 0.0)
+
+
+def test_relative_attention_is_validated():
+    BertConfig.preset("tiny", relative_attention_buckets=32)
+    for bad in ({"relative_attention_buckets": 7}, {"relative_attention_buckets": 2}):
+        with pytest.raises(ValueError, match="even number >= 4"):
+            BertConfig.preset("tiny", **bad)
+    with pytest.raises(ValueError, match="takes no logit bias"):
+        BertConfig.preset(
+            "tiny", relative_attention_buckets=32, attention_impl="cudnn", attention_dropout_rate=0
+        )
+    with pytest.raises(ValueError, match="needs relative_attention_buckets"):
+        BertConfig.preset("tiny", relative_attention_neighbour_bias=5.0)
+    with pytest.raises(ValueError, match="num_heads >= 2"):
+        BertConfig.preset(
+            "tiny", num_heads=1, relative_attention_buckets=8, relative_attention_neighbour_bias=5
+        )
 
 
 def test_jax_nn_attention_matches(qkv_segments):

@@ -39,9 +39,13 @@ def batches(sequences, make_batch):
     return padded, packed
 
 
-@pytest.fixture(scope="module")
-def setup(tiny_config, batches, random_variables):
-    model = BertForPreTraining(tiny_config)
+@pytest.fixture(scope="module", params=["absolute", "relative_attention"])
+def setup(request, tiny_config, batches, random_variables):
+    """BERT's absolute positions, and with a relative-position bias (random, so it matters)."""
+    config = tiny_config
+    if request.param == "relative_attention":
+        config = config.replace(relative_attention_buckets=8, relative_attention_max_distance=16)
+    model = BertForPreTraining(config)
     variables = random_variables(model, batches[0])
     apply = jax.jit(lambda v, b: model.apply(v, b, deterministic=True))
     return model, variables, apply

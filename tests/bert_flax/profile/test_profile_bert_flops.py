@@ -21,10 +21,10 @@ def batch_and_flops(request):
     layer = BertLayer(cfg)
     x = jax.random.normal(jax.random.key(0), (B, L, H))
     segment_ids = jnp.ones((B, L), jnp.int32)
-    params = layer.init(jax.random.key(1), x, segment_ids, True)
+    params = layer.init(jax.random.key(1), x, segment_ids, None, True)
 
     def loss(params, x):
-        return jnp.sum(layer.apply(params, x, segment_ids, True) ** 2)
+        return jnp.sum(layer.apply(params, x, segment_ids, None, True) ** 2)
 
     grad = jax.grad(loss, argnums=(0, 1))  # input gradient too: backward = 2 x forward
     module = hlo.parse_module(jax.jit(grad).lower(params, x).compile().as_text())
