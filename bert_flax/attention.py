@@ -6,7 +6,7 @@ padding (id 0) sees only padding, so no softmax row is ever empty (no NaN), and 
 padding positions are zeroed afterwards.
 
 Shapes: q, k, v are [batch, length, heads, head_dim]; segment_ids is [batch, length]; an
-optional additive `bias` on the logits is [batch, heads, length, length] (the relative-position
+optional additive `bias` on the logits broadcasts to [batch, heads, length, length] (the relative-position
 bias of `bert_flax.layers.RelativePositionBias`).
 """
 

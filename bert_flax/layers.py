@@ -161,17 +161,20 @@ def relative_position_bucket(offset: Array, num_buckets: int, max_distance: int)
 
 
 class RelativePositionBias(nn.Module):
-    """A learned [heads] bias per bucket of key-minus-query offset: [B, L] positions ->
-    [B, heads, L, L] float32 logit bias (`BertConfig.relative_attention_buckets`).
+    """A learned [heads] bias per bucket of key-minus-query offset: row length L ->
+    [1, heads, L, L] float32 logit bias, the same for every row
+    (`BertConfig.relative_attention_buckets`).
 
-    Offsets come from the per-sequence `positions`, so they are offsets within a packed sequence;
-    pairs across sequences are masked by the attention anyway.
+    The offset is taken between row indices: within a sequence, packed or not, positions count
+    up by one per token, so it equals the offset between their `positions`; pairs of tokens of
+    different sequences get a bias too, but the attention masks them. One [L, L] table instead
+    of one per row keeps the gather (and its gradient's scatter) batch-independent.
     """
 
     config: BertConfig
 
     @nn.compact
-    def __call__(self, positions: Array) -> Array:
+    def __call__(self, length: int) -> Array:
         cfg = self.config
         table = self.param(
             "bias",
@@ -179,11 +182,12 @@ class RelativePositionBias(nn.Module):
             (cfg.relative_attention_buckets, cfg.num_heads),
             cfg.param_dtype,
         )
-        offset = positions[:, None, :] - positions[:, :, None]  # [B, query, key]
+        rows = jnp.arange(length)
+        offset = rows[None, :] - rows[:, None]  # [query, key]
         bucket = relative_position_bucket(
             offset, cfg.relative_attention_buckets, cfg.relative_attention_max_distance
         )
-        return jnp.transpose(table[bucket], (0, 3, 1, 2)).astype(jnp.float32)
+        return jnp.transpose(table[bucket], (2, 0, 1))[None].astype(jnp.float32)
 
     def _init(self, key: Array, shape: tuple[int, int], dtype) -> Array:
         """Zeros, but for `relative_attention_neighbour_bias` on head 0 at offset -1 (the

@@ -91,7 +91,8 @@ class BertModel(nn.Module):
         x = self.embeddings(input_ids, token_type_ids, positions, deterministic=deterministic)
         bias = None
         if self.config.relative_attention_buckets:
-            bias = self.relative_position_bias(positions)  # one table for every layer, as in T5
+            # One table for every layer, as in T5.
+            bias = self.relative_position_bias(input_ids.shape[1])
         for layer in self.layers:
             x = layer(x, segment_ids, bias, deterministic)
         if self.config.pre_layer_norm:

@@ -18,11 +18,11 @@ CALLED = [
     "bert_flax.data.create_pretraining_data.create_pretraining_data",
     "bert_flax.data.pipeline.packed_dataset",
     "bert_flax.train.train_and_evaluate",
-    "configs.tiny.get_config",
+    "configs.cpu_pretrain.get_config",
+    "bert_flax.demo.finetuning_config",
     "bert_flax.profile.report.format_table",
     "bert_flax.profile.configured.profile_config",
     "bert_flax.finetune.finetune",
-    "configs.finetune_sentiment.get_config",
 ]
 CONFIG_FIELDS = [
     "data.data_dir",
