@@ -188,11 +188,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         files = {name: (write_set(name, tmp), "") for name in args.sets.split(",") if name}
         if args.train_file:
             files["file"] = (args.train_file, args.validation_file)
+        # All timings first, while nothing else of this run is going on.
+        speeds = {
+            name: side_by_side_speed(set_files, layouts, args.speed_rounds, args.speed_steps)
+            for name, set_files in files.items()
+        }
         for name, set_files in files.items():
-            speed = side_by_side_speed(set_files, layouts, args.speed_rounds, args.speed_steps)
             result = compare(set_files, layouts, args.seeds, args.init_from)
-            result["examples_per_second"] = speed
-            result["speedup"] = {k: speed[k] / speed["padded"] for k in layouts}
+            result["examples_per_second"] = speeds[name]
+            result["speedup"] = {k: speeds[name][k] / speeds[name]["padded"] for k in layouts}
             results[name] = result
             report(name, result, layouts)
     gaps = {k: r["accuracy_padded"] - r["accuracy_packed"] for k, r in results.items()}

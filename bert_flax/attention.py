@@ -6,8 +6,8 @@ padding (id 0) sees only padding, so no softmax row is ever empty (no NaN), and 
 padding positions are zeroed afterwards.
 
 Shapes: q, k, v are [batch, length, heads, head_dim]; segment_ids is [batch, length]; an
-optional additive `bias` on the logits broadcasts to [batch, heads, length, length] (the relative-position
-bias of `bert_flax.layers.RelativePositionBias`).
+optional additive `bias` on the logits broadcasts to [batch, heads, length, length] (the
+relative-position bias of `bert_flax.layers.RelativePositionBias`).
 """
 
 from __future__ import annotations

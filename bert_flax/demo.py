@@ -108,6 +108,8 @@ def finetuning_config(
     config.seed = seed
     config.model = cpu_pretrain.get_config().model
     config.model.hidden_dropout_rate = config.model.attention_dropout_rate = 0.1
+    # Minutes of pre-training do not teach NSP, so the [CLS] state does not summarise yet.
+    config.classifier.pooling = "mean"
     config.data.vocab_file = os.path.join(data_dir, "vocab.txt")
     config.init_from = init_from
     config.train.epochs = epochs

@@ -106,7 +106,9 @@ class ClassificationTask(Task):
         return losses.CLASSIFICATION
 
     def model(self, model_config: BertConfig) -> nn.Module:
-        return BertForSequenceClassification(model_config, self.labelled.num_labels)
+        return BertForSequenceClassification(
+            model_config, self.labelled.num_labels, self.config.classifier.pooling
+        )
 
     def model_config(self) -> BertConfig:
         length = self.config.data.max_seq_length
@@ -217,7 +219,11 @@ class ClassificationTask(Task):
         return pretrained_encoder(pretraining_params, params)
 
     def head_config(self) -> dict[str, Any]:
-        return {"num_labels": self.labelled.num_labels, "label_names": self.labelled.label_names}
+        return {
+            "num_labels": self.labelled.num_labels,
+            "label_names": self.labelled.label_names,
+            "pooling": self.config.classifier.pooling,
+        }
 
     def plot(self, workdir: str) -> list[str]:
         from bert_flax import plots
@@ -284,13 +290,14 @@ def predict(
     max_sequences_per_pack: int = 8,
     packed: bool = True,
     algorithm: str = "lpfhp",
+    pooling: str = "cls",
 ) -> np.ndarray:
     """Outputs per example of `encoded`, in its order: logits [N, num_labels] float32.
 
     Several examples per row when `packed`; each example's output depends only on its own
     tokens (block-diagonal attention), so packed and padded inference agree example by example.
     """
-    model = BertForSequenceClassification(model_config, num_labels)
+    model = BertForSequenceClassification(model_config, num_labels, pooling)
     apply = jax.jit(lambda p, b: model.apply({"params": p}, b, deterministic=True).logits)
     position = {int(example_id): k for k, example_id in enumerate(encoded.ids)}
     logits = np.full((len(encoded), num_labels), np.nan, np.float32)
@@ -348,6 +355,7 @@ def predict_split(
         max_sequences_per_pack=task.depth,
         packed=config.data.packed,
         algorithm=config.data.algorithm,
+        pooling=head.get("pooling", "cls"),  # models fine-tuned before pooling existed: cls
     )
     path = os.path.join(workdir, PREDICTIONS_FILE.format(split=split))
     write_predictions(path, encoded.ids, logits, head["label_names"])
@@ -400,6 +408,7 @@ def main(argv: list[str]) -> None:
             encoded,
             max_sequences_per_pack=data["max_sequences_per_pack"],
             algorithm=data["algorithm"],
+            pooling=head.get("pooling", "cls"),
         )
         output = FLAGS.output or os.path.splitext(FLAGS.predict)[0] + ".predictions.jsonl"
         write_predictions(output, encoded.ids, logits, head["label_names"])

@@ -180,17 +180,36 @@ class ClassificationHead(nn.Module):
         return logits.astype(jnp.float32)
 
 
+def mean_states(hidden: Array, segment_ids: Array, slots: int) -> Array:
+    """[B, slots, H]: the mean of hidden [B, L, H] over each sequence's tokens (slot d holds
+    segment id d + 1); zeros for an empty slot."""
+    member = segment_ids[:, :, None] == jnp.arange(1, slots + 1)  # [B, L, slots]
+    member = member.astype(jnp.float32)
+    sums = jnp.einsum("bls,blh->bsh", member, hidden.astype(jnp.float32))
+    return (sums / jnp.maximum(member.sum(axis=1), 1.0)[:, :, None]).astype(hidden.dtype)
+
+
+# What a classifier reads of each sequence: its [CLS] state (BERT's), or the mean of its states.
+POOLINGS = ("cls", "mean")
+
+
 class BertForSequenceClassification(nn.Module):
     """BERT with a per-sequence classification (or, `num_labels=1`, regression) head, for packed
     or padded rows. Its `bert` and `head/pooler` parameters are those of `BertForPreTraining`'s
-    `bert` and `nsp_head/pooler` (`pretrained_encoder` maps one onto the other)."""
+    `bert` and `nsp_head/pooler` (`pretrained_encoder` maps one onto the other). `pooling` (of
+    `POOLINGS`) says what the head reads: the [CLS] state, or the mean of the sequence's states
+    (better from a briefly pre-trained model, whose [CLS] state NSP has not yet taught to
+    summarise; README, "Fine-tuning and inference")."""
 
     config: BertConfig
     num_labels: int
+    pooling: str = "cls"
 
     def setup(self):
         if self.num_labels < 1:
             raise ValueError(f"num_labels={self.num_labels} must be >= 1 (1 = regression).")
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"pooling={self.pooling!r} is not one of {POOLINGS}.")
         self.bert = BertModel(self.config)
         self.head = ClassificationHead(self.config, self.num_labels)
 
@@ -198,8 +217,11 @@ class BertForSequenceClassification(nn.Module):
         hidden = self.bert.encode(
             batch, classification.MODEL_INPUTS, "bert_flax.data.classification", deterministic
         )
-        cls_states = gather_rows(hidden, batch["cls_positions"])
-        return ClassificationOutput(logits=self.head(cls_states, deterministic=deterministic))
+        if self.pooling == "mean":
+            states = mean_states(hidden, batch["segment_ids"], batch["cls_positions"].shape[1])
+        else:
+            states = gather_rows(hidden, batch["cls_positions"])
+        return ClassificationOutput(logits=self.head(states, deterministic=deterministic))
 
 
 def pretrained_encoder(pretraining_params: Mapping, classifier_params: Mapping) -> dict:

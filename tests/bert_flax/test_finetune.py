@@ -15,7 +15,9 @@ from bert_flax.data import classification, tokenization
 from bert_flax.model import (
     BertForPreTraining,
     BertForSequenceClassification,
+    BertModel,
     ClassificationOutput,
+    mean_states,
     pretrained_encoder,
 )
 
@@ -93,6 +95,47 @@ def test_packed_rows_give_each_example_its_own_logits_and_loss(encoded, params):
     )
     assert outputs["single"][1] == pytest.approx(float(reference), rel=1e-5)
     assert float(outputs["packed"][2]["accuracy"][1]) == len(encoded)
+
+
+def test_mean_pooling_reads_each_examples_own_tokens(encoded, params):
+    """Mean pooling: packed logits equal single-example logits, and the pooled state is the
+    numpy mean of the example's hidden states."""
+    model = BertForSequenceClassification(CONFIG, num_labels=3, pooling="mean")
+    packs = classification.pack_examples(encoded.lengths, MAX_LEN, 4, seed=1)
+    packed = classification.build_rows(encoded, packs, MAX_LEN, 4)
+    single = classification.build_rows(encoded, [[i] for i in range(len(encoded))], MAX_LEN, 1)
+    logits = {
+        name: per_example(
+            batch, np.asarray(model.apply({"params": params}, batch, deterministic=True).logits)
+        )
+        for name, batch in (("packed", packed), ("single", single))
+    }
+    for example_id, value in logits["single"].items():
+        np.testing.assert_allclose(logits["packed"][example_id], value, atol=2e-5)
+    cls_logits = (
+        BertForSequenceClassification(CONFIG, num_labels=3)
+        .apply({"params": params}, single, deterministic=True)
+        .logits
+    )
+    assert not np.allclose(np.asarray(cls_logits)[:, 0], [logits["single"][i] for i in encoded.ids])
+    hidden = np.asarray(
+        BertModel(CONFIG).apply(
+            {"params": params["bert"]},
+            packed["input_ids"],
+            packed["token_type_ids"],
+            packed["positions"],
+            packed["segment_ids"],
+            deterministic=True,
+        )
+    )
+    states = np.asarray(mean_states(hidden, packed["segment_ids"], 4))
+    row, slot = 0, 1
+    tokens = packed["segment_ids"][row] == slot + 1
+    np.testing.assert_allclose(states[row, slot], hidden[row][tokens].mean(axis=0), atol=1e-5)
+    with pytest.raises(ValueError, match="pooling"):
+        BertForSequenceClassification(CONFIG, num_labels=3, pooling="max").init(
+            jax.random.key(0), single, deterministic=True
+        )
 
 
 def test_regression_loss_is_the_mean_squared_error():
