@@ -2,7 +2,7 @@
 
   python benchmarks/finetune_packed_vs_padded.py --json                  # the three sets, 3 seeds
   python benchmarks/finetune_packed_vs_padded.py --sets= --train_file=train.tsv   # your data
-  python benchmarks/finetune_packed_vs_padded.py --init_from=workdir/demo/packed --seeds=1
+  python benchmarks/finetune_packed_vs_padded.py --sets=first_words --seeds=1 --epochs=0.1
 
 Each set is fine-tuned by `bert_flax.finetune` at configs/finetune_sentiment.py's settings (tiny
 BERT, rows of 128 tokens, AdamW, warm-up and linear decay, its epochs) once padded (one example
@@ -22,8 +22,8 @@ two layouts' jitted train steps on real batches of the set, alternating every --
 steps for --speed_rounds rounds, median examples per second (the training runs take minutes
 each and see different load, so their own throughputs are not compared). Targets: packed within
 1 point of padded and a speed-up of at least 0.8 x the packing factor, at every set. The last
-line (`--json`) holds per set `packing_factor`, `accuracy_packed`, `accuracy_padded`, `speedup`,
-and `max_accuracy_gap`, `min_speedup_over_packing_factor` over the sets.
+line (`--json`) holds per set `packing_factor`, `accuracy_packed`, `accuracy_padded`, `speedup`
+(`speedups` per layout), and `max_accuracy_gap`, `min_speedup_over_packing_factor` over sets.
 """
 
 from __future__ import annotations
@@ -117,9 +117,10 @@ def side_by_side_speed(
     return {layout: timing.sequences_per_second for layout, timing in timings.items()}
 
 
-def run(files: tuple[str, str], layout: str, seed: int, init_from: str) -> dict:
+def run(files: tuple[str, str], layout: str, seed: int, init_from: str, epochs: float) -> dict:
     config = layout_config(layout, *files, seed=seed)
     config.init_from = init_from
+    config.train.epochs = epochs or config.train.epochs
     config.log.plots = False
     config.checkpoint.enabled = False
     with tempfile.TemporaryDirectory() as workdir:
@@ -133,8 +134,13 @@ def run(files: tuple[str, str], layout: str, seed: int, init_from: str) -> dict:
     }
 
 
-def compare(files: tuple[str, str], layouts: Sequence[str], seeds: int, init_from: str) -> dict:
-    runs = {layout: [run(files, layout, s, init_from) for s in range(seeds)] for layout in layouts}
+def compare(
+    files: tuple[str, str], layouts: Sequence[str], seeds: int, init_from: str, epochs: float
+) -> dict:
+    runs = {
+        layout: [run(files, layout, s, init_from, epochs) for s in range(seeds)]
+        for layout in layouts
+    }
 
     def median(layout: str, key: str) -> float:
         return float(statistics.median(r[key] for r in runs[layout]))
@@ -160,11 +166,12 @@ def report(name: str, result: dict, layouts: Sequence[str]) -> None:
     print("| layout | rows per step | steps | validation accuracy | examples/s | speed-up (x p) |")
     print("|---|---|---|---|---|---|")
     for layout in layouts:
-        ratio = result["speedup"][layout]
+        ratio = result["speedups"][layout]
         print(
             f"| {layout} | {result['rows_per_step'][layout]} | {result['steps'][layout]} "
             f"| {result[f'accuracy_{layout}']:.4f} "
-            f"| {result['examples_per_second'][layout]:.0f} | {ratio:.2f}x ({ratio / p:.2f}) |"
+            f"| {result['examples_per_second'][layout]:.0f} | {ratio:.2f}x ({ratio / p:.2f}) |",
+            flush=True,
         )
 
 
@@ -174,8 +181,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--train_file", default="", help="your own labelled CSV/TSV/JSONL")
     parser.add_argument("--validation_file", default="", help="'': split from --train_file")
     parser.add_argument("--layouts", default="padded,packed", help="of " + str(list(LAYOUTS)))
-    parser.add_argument("--init_from", default="", help="a pre-trained workdir; '': random")
+    parser.add_argument(
+        "--init_from", default="", help="a checkpoint of the config's model; '': random"
+    )
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--epochs", type=float, default=0.0, help="0: the config's")
     parser.add_argument("--speed_rounds", type=int, default=20)
     parser.add_argument("--speed_steps", type=int, default=5)
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
@@ -194,28 +204,19 @@ def main(argv: Sequence[str] | None = None) -> None:
             for name, set_files in files.items()
         }
         for name, set_files in files.items():
-            result = compare(set_files, layouts, args.seeds, args.init_from)
+            result = compare(set_files, layouts, args.seeds, args.init_from, args.epochs)
             result["examples_per_second"] = speeds[name]
-            result["speedup"] = {k: speeds[name][k] / speeds[name]["padded"] for k in layouts}
+            result["speedups"] = {k: speeds[name][k] / speeds[name]["padded"] for k in layouts}
             results[name] = result
             report(name, result, layouts)
     gaps = {k: r["accuracy_padded"] - r["accuracy_packed"] for k, r in results.items()}
-    ratios = {k: r["speedup"]["packed"] / r["packing_factor"] for k, r in results.items()}
+    ratios = {k: r["speedups"]["packed"] / r["packing_factor"] for k, r in results.items()}
     print(
         f"\npacked vs padded: largest accuracy gap {max(gaps.values()):+.4f} (target <= 0.01); "
         f"smallest speed-up / packing factor {min(ratios.values()):.2f} (target >= 0.8)"
     )
     if args.json:
-        summary = {
-            name: {
-                "packing_factor": r["packing_factor"],
-                "accuracy_packed": r["accuracy_packed"],
-                "accuracy_padded": r["accuracy_padded"],
-                "speedup": r["speedup"]["packed"],
-                **r,
-            }
-            for name, r in results.items()
-        }
+        summary = {name: {**r, "speedup": r["speedups"]["packed"]} for name, r in results.items()}
         print(
             json.dumps(
                 {
