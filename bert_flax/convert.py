@@ -121,6 +121,11 @@ def _check_hf_compatible(config: BertConfig) -> None:
         raise ValueError("pre_layer_norm=True models have no Hugging Face / Google BERT layout.")
     if config.block_sparse is not None:
         raise ValueError("block-sparse models have no Hugging Face / Google BERT layout.")
+    if config.relative_attention_buckets:
+        raise ValueError(
+            "models with a relative-position bias (relative_attention_buckets > 0) have no "
+            "Hugging Face / Google BERT layout."
+        )
 
 
 # ---------------------------------------------------------------------------------------------

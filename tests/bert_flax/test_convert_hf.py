@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from bert_flax import convert  # noqa: E402
+from bert_flax.config import BertConfig  # noqa: E402
 from bert_flax.model import BertForPreTraining  # noqa: E402
 
 VOCAB, LENGTH = 97, 12
@@ -175,3 +176,12 @@ def test_checkpoint_kind_by_what_a_directory_holds(tmp_path):
         convert.checkpoint_kind(str(tmp_path))
     with pytest.raises(ValueError, match="selects a workdir's checkpoint"):
         convert.load_pretrained(str(tmp_path / "hf"), step=3)
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [("pre_layer_norm", True), ("relative_attention_buckets", 8)],
+)
+def test_models_without_a_bert_layout_are_refused(field, value):
+    with pytest.raises(ValueError, match="no Hugging Face / Google BERT layout"):
+        convert.config_to_hf(BertConfig.preset("tiny", **{field: value}))
