@@ -198,7 +198,7 @@ def learning_case(args) -> dict:
         state, seen, losses, t0 = setup.state, 0.0, [], time.perf_counter()
         for step in range(config.train.steps):
             batch = sharding.global_batch(setup.mesh, next(it))
-            state, m = setup.train_step(state, batch, train.step_rng(config.seed, step))
+            state, m = setup.train_step(state, batch, setup.step_key(step))
             seen += float(m["sequences"])
             losses.append(float(m["mlm_loss/sum"]) / max(float(m["mlm_loss/count"]), 1.0))
         seconds = time.perf_counter() - t0

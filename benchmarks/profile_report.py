@@ -10,7 +10,14 @@ against padded, LAMB against Shampoo, and writes a table, a stacked-bar plot and
 
 Each setting is one row of the sweep table (time share per class, % of the step) and one bar of
 the plot. Ceilings (peak matmul FLOP/s per dtype, stream bytes/s) are measured once in this run.
-"""
+
+`--dropout` instead compares the ways of drawing dropout's random bits (`DROPOUT_VARIANTS`:
+train.prng_impl, model.attention_dropout_head_groups, no attention dropout) at each model and
+length (float32, packed, LAMB): the dropout class's share in each one's profile, and the step
+time of each against threefry's, timed side by side (`metrics.side_by_side`: the variants take
+turns, median of the rounds' ratios):
+
+  python benchmarks/profile_report.py --dropout --models=tiny,base     # ~10 min on 2 CPU cores"""
 
 from __future__ import annotations
 
@@ -21,9 +28,11 @@ import time
 import ml_collections
 from absl import app, flags
 
+from bert_flax.metrics import paired_ratio, side_by_side
 from bert_flax.profile import configured, report
 from bert_flax.profile.ceilings import Ceilings
 from bert_flax.profile.profiler import StepProfile
+from bert_flax.train_setup import create_train_setup
 from configs import tiny
 
 _MODELS = flags.DEFINE_list("models", ["tiny", "base"], "Model shapes to profile: tiny, base.")
@@ -31,6 +40,8 @@ _BASE_LAYERS = flags.DEFINE_integer("base_layers", 2, "Layers of the BERT-base-s
 _STEPS = flags.DEFINE_integer("steps", 2, "Traced steps per setting (after warm-up).")
 _WARMUP = flags.DEFINE_integer("warmup", 1, "Untraced steps per setting.")
 _OUT_DIR = flags.DEFINE_string("out_dir", "docs/images", "Where the plots and JSON lines go.")
+_DROPOUT = flags.DEFINE_boolean("dropout", False, "Compare DROPOUT_VARIANTS instead.")
+_ROUNDS = flags.DEFINE_integer("rounds", 8, "--dropout: side-by-side rounds (3 steps each).")
 
 # Rows per step: tiny at 128/512, base-shaped at 128/512 (small, to fit a CPU in minutes).
 ROWS = {("tiny", 128): 8, ("tiny", 512): 2, ("base", 128): 2, ("base", 512): 1}
@@ -44,6 +55,16 @@ SETTINGS = [
     (128, "float32", False, "lamb"),
     (128, "float32", True, "shampoo"),
 ]
+
+# --dropout: name -> config overrides (dotted keys), the first being the reference.
+DROPOUT_VARIANTS = {
+    "threefry": {},
+    "rbg": {"train.prng_impl": "rbg"},
+    "unsafe_rbg": {"train.prng_impl": "unsafe_rbg"},
+    "one mask per row": {"model.attention_dropout_head_groups": "1"},
+    "rbg + one mask": {"train.prng_impl": "rbg", "model.attention_dropout_head_groups": "1"},
+    "no attention dropout": {"model.attention_dropout_rate": "0.0"},
+}
 
 
 def shampoo_section(config):
@@ -104,8 +125,52 @@ def summary(profiles: list[StepProfile]) -> str:
     return "\n".join(lines)
 
 
+def dropout_share(profile: StepProfile) -> float:
+    return sum(c.time_ms for c in profile.classes if c.name == "dropout") / profile.step_ms
+
+
+def compare_dropout(model: str, seq_len: int) -> list[str]:
+    """Markdown rows: each variant's step time (profiled and side by side), dropout share."""
+    base = make_config(model, seq_len, "float32", True, "lamb")
+    configs = {name: configured.with_settings(base, o) for name, o in DROPOUT_VARIANTS.items()}
+    name = label(model, seq_len, "float32", True, "lamb")
+    shares = {}
+    for variant, config in configs.items():
+        profile = configured.profile_config(config, steps=_STEPS.value, warmup=_WARMUP.value,
+                                            ceilings=False)  # fmt: skip
+        shares[variant] = (profile.step_ms, dropout_share(profile))
+    setups = {v: create_train_setup(c) for v, c in configs.items()}
+    batches = {v: [s.make_batch(seed=i) for i in range(3)] for v, s in setups.items()}
+    timings = side_by_side(setups, batches, rounds=_ROUNDS.value, steps=3)
+    reference = timings["threefry"].round_step_seconds
+    rows = []
+    for variant, timing in timings.items():
+        ratio, error = paired_ratio(reference, timing.round_step_seconds)
+        ms, share = shares[variant]
+        rows.append(f"| {name} | {variant} | {1e3 * timing.step_seconds:.1f} | {ms:.1f} | "
+                    f"{100 * share:.1f} | {ratio:.3f} ± {ratio * error:.3f} |")  # fmt: skip
+        print(rows[-1], flush=True)
+    return rows
+
+
+def main_dropout() -> None:
+    start = time.perf_counter()
+    header = ["| setting | dropout bits | step ms (side by side) | step ms (profiled) | "
+              "dropout % of step | speed-up vs threefry |",
+              "|---|---|---|---|---|---|"]  # fmt: skip
+    rows = []
+    for model in _MODELS.value:
+        for seq_len in (128, 512):
+            rows += compare_dropout(model, seq_len)
+    print("\n".join(["", *header, *rows]))
+    print(f"\n{_ROUNDS.value} rounds of 3 steps per variant; {time.perf_counter() - start:.0f} s; "
+          f"rows per step {ROWS}", flush=True)  # fmt: skip
+
+
 def main(argv):
     del argv
+    if _DROPOUT.value:
+        return main_dropout()
     os.makedirs(_OUT_DIR.value, exist_ok=True)
     plan = [(m, *s) for m in _MODELS.value for s in SETTINGS]
     measured: dict[str, Ceilings] = {}

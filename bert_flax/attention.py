@@ -48,8 +48,13 @@ def xla_attention(
     dropout_rng: Array | None = None,
     deterministic: bool = True,
     bias: Array | None = None,
+    dropout_head_groups: int = 0,
 ) -> Array:
-    """Dense-mask attention as two einsums; logits and softmax in float32. Works everywhere."""
+    """Dense-mask attention as two einsums; logits and softmax in float32. Works everywhere.
+
+    `dropout_head_groups` g > 0 draws g attention-dropout masks per row, each shared by
+    heads/g consecutive heads (0: one per head, as BERT), cutting the random bits g/heads-fold.
+    """
     scale = q.shape[-1] ** -0.5
     logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) * scale
     if bias is not None:
@@ -59,10 +64,20 @@ def xla_attention(
     if not deterministic and dropout_rate > 0.0:
         if dropout_rng is None:
             raise ValueError("Attention dropout needs a dropout_rng when deterministic=False.")
-        keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, probs.shape)
+        keep = dropout_keep_mask(dropout_rng, 1.0 - dropout_rate, probs.shape, dropout_head_groups)
         probs = jnp.where(keep, probs / (1.0 - dropout_rate), 0.0)
     out = jnp.einsum("bhqk,bkhd->bqhd", probs.astype(v.dtype), v)
     return _zero_padding(out, segment_ids)
+
+
+def dropout_keep_mask(rng: Array, keep_rate: float, shape: tuple, head_groups: int) -> Array:
+    """A Bernoulli(keep_rate) mask of `shape` [batch, heads, q, k]; with `head_groups` g > 0
+    only [batch, g, q, k] draws, each broadcast over its group of heads/g heads."""
+    if not head_groups:
+        return jax.random.bernoulli(rng, keep_rate, shape)
+    batch, heads, *rest = shape
+    keep = jax.random.bernoulli(rng, keep_rate, (batch, head_groups, 1, *rest))
+    return jnp.broadcast_to(keep, (batch, head_groups, heads // head_groups, *rest)).reshape(shape)
 
 
 @functools.cache
@@ -154,9 +169,9 @@ def _splash_local(q: Array, k: Array, v: Array, segment_ids: Array, *, interpret
 @dataclasses.dataclass(frozen=True)
 class Backend:
     """An attention kernel `fn(q, k, v, segment_ids, *, dropout_rate, dropout_rng,
-    deterministic, bias)`; `supports_dropout` and `supports_bias` say whether it implements
-    attention dropout and an additive logit bias (configs asking for one that it does not are
-    rejected by `BertConfig`)."""
+    deterministic, bias, dropout_head_groups)`; `supports_dropout` and `supports_bias` say
+    whether it implements attention dropout (and its head groups) and an additive logit bias
+    (configs asking for one that it does not are rejected by `BertConfig`)."""
 
     fn: Callable[..., Array]
     supports_dropout: bool
@@ -194,12 +209,15 @@ def attention(
     dropout_rng: Array | None = None,
     deterministic: bool = True,
     bias: Array | None = None,
+    dropout_head_groups: int = 0,
 ) -> Array:
     """Dispatches to the backend named by `BertConfig.attention_impl` (a key of `BACKENDS`)."""
     if impl not in BACKENDS:
         raise ValueError(f"Unknown attention impl {impl!r}; use one of {sorted(BACKENDS)}.")
-    # Only pass `bias` when there is one: backends without it need not accept the keyword.
+    # Only pass `bias` and head groups when set: backends without them need not accept them.
     extra = {} if bias is None else {"bias": bias}
+    if dropout_head_groups:
+        extra["dropout_head_groups"] = dropout_head_groups
     return BACKENDS[impl].fn(
         q,
         k,

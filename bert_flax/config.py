@@ -41,7 +41,11 @@ class BertConfig:
       max_position_embeddings: rows of the position table; `positions` must stay below it.
       type_vocab_size: number of token types (sentence A/B).
       hidden_dropout_rate: dropout on embeddings and on each sub-layer output.
-      attention_dropout_rate: dropout on attention probabilities (only the "xla" backend has it).
+      attention_dropout_rate: dropout on attention probabilities (only the "xla" backend has it);
+        0.0 skips it, as some large-scale trainers do.
+      attention_dropout_head_groups: 0 draws one attention-dropout mask per head (BERT); g > 0
+        draws g per row, each shared by num_heads / g heads: g / num_heads of the random bits,
+        the dominant dropout cost at length 512 (docs/profile.md, "Dropout's bits").
       hidden_act: "gelu" (exact, erf), "gelu_tanh" (the tanh approximation of the original
         Google BERT code), "relu" or "silu".
       layer_norm_eps: LayerNorm epsilon.
@@ -80,6 +84,7 @@ class BertConfig:
     type_vocab_size: int = 2
     hidden_dropout_rate: float = 0.1
     attention_dropout_rate: float = 0.1
+    attention_dropout_head_groups: int = 0
     hidden_act: str = "gelu"
     layer_norm_eps: float = 1e-12
     initializer_range: float = 0.02
@@ -116,6 +121,12 @@ class BertConfig:
             raise ValueError(
                 f"attention_impl={self.attention_impl!r} has no attention-probability dropout; "
                 f"set attention_dropout_rate=0.0 or use attention_impl in {with_dropout}."
+            )
+        groups = self.attention_dropout_head_groups
+        if groups < 0 or (groups and self.num_heads % groups):
+            raise ValueError(
+                f"attention_dropout_head_groups={groups} must be 0 (one mask per head) or divide "
+                f"num_heads={self.num_heads}."
             )
         self._check_relative_attention()
 

@@ -233,6 +233,7 @@ class BertSelfAttention(nn.Module):
             dropout_rng=self.make_rng("dropout") if use_dropout else None,
             deterministic=deterministic,
             bias=bias,
+            dropout_head_groups=cfg.attention_dropout_head_groups,
         )
         out = nn.with_logical_constraint(out, BATCH_LENGTH_HEADS_KV)
         out = out.reshape(*x.shape[:-1], cfg.hidden_size)

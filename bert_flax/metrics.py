@@ -241,7 +241,6 @@ def side_by_side(
     starts = dict(counts)
     rates: dict[str, list[float]] = {name: [] for name in setups}
     step_seconds: dict[str, list[float]] = {name: [] for name in setups}
-    rng = jax.random.key(0)
     for round_index in range(rounds + 1):
         for name, setup in setups.items():
             sequences = []
@@ -249,7 +248,9 @@ def side_by_side(
             for _ in range(steps):
                 batch = batches[name][(counts[name] - starts[name]) % len(batches[name])]
                 counts[name] += 1
-                states[name], metrics = setup.loop_step(states[name], batch, rng, counts[name])
+                states[name], metrics = setup.loop_step(
+                    states[name], batch, setup.step_key(counts[name]), counts[name]
+                )
                 sequences.append(metrics["sequences"])
             total = float(sum(jax.device_get(sequences)))
             seconds = time.perf_counter() - start

@@ -116,11 +116,6 @@ def evaluate(
     return summary, complete
 
 
-def step_rng(seed: int, step: int) -> jax.Array:
-    """The dropout key of `step`: a function of the seed and step only, so resuming repeats it."""
-    return jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), 1), step)
-
-
 def describe(setup: TrainSetup) -> dict[str, Any]:
     a = setup.adjustment
     return {
@@ -322,7 +317,7 @@ def _train(
         if step == start_step + 1:
             task.check_batch(local, setup.model_config, evaluation=False)
         batch = sharding.global_batch(setup.mesh, local)
-        state, step_metrics = setup.loop_step(state, batch, step_rng(config.seed, step - 1), step)
+        state, step_metrics = setup.loop_step(state, batch, setup.step_key(step - 1), step)
         progress["data_position"] += 1
         pending.append(step_metrics)
         last = step == total_steps or (deadline is not None and time.perf_counter() > deadline)

@@ -5,7 +5,7 @@ so what they measure is what trains:
 
     setup = create_train_setup(configs.tiny.get_config())   # task: tasks.PreTrainingTask
     batch = setup.make_batch(seed=0)                     # a global, sharded (synthetic) batch
-    state, metrics = setup.train_step(setup.state, batch, jax.random.key(1))
+    state, metrics = setup.train_step(setup.state, batch, setup.step_key(0))
 
 `create_train_setup` reads top to bottom as the recipe: the task's data -> mesh -> packing
 adjustment -> model -> optimizer -> state -> steps. The helpers below it are those steps.
@@ -33,6 +33,9 @@ from bert_flax.tasks import PreTrainingTask, Task
 from bert_flax.train_step import TrainState
 
 DTYPES = ("float32", "bfloat16")
+# config.train.prng_impl -> jax's name. The dropout keys only: parameters are always initialised
+# with threefry, so a run's initial weights do not depend on this choice.
+PRNG_IMPLS = {"threefry": "threefry2x32", "rbg": "rbg", "unsafe_rbg": "unsafe_rbg"}
 PACKING_HPARAMS = ("none", "divide_accumulation", "raise_betas")
 
 
@@ -86,6 +89,10 @@ class TrainSetup:
         state, metrics = self.train_step(state, batch, rng)
         return state.replace(opt_state=optim.after_step(self.tx, state.opt_state, step)), metrics
 
+    def step_key(self, step: int) -> jax.Array:
+        """The dropout key of update `step` (`dropout_key`)."""
+        return dropout_key(self.config.seed, step, self.config.train.prng_impl)
+
     def make_batch(self, seed: int = 0, rows: int | None = None) -> dict[str, jax.Array]:
         """A synthetic global batch of `rows` (default: one optimizer step), sharded."""
         rows = self.batch_size if rows is None else rows
@@ -93,6 +100,13 @@ class TrainSetup:
             rows // jax.process_count(), seed=seed * jax.process_count() + jax.process_index()
         )
         return sharding.global_batch(self.mesh, local)
+
+
+def dropout_key(seed: int, step: int, prng_impl: str = "threefry") -> jax.Array:
+    """The dropout key of update `step`: a function of the seed, step and generator
+    (`PRNG_IMPLS`) only, so resuming repeats it."""
+    base = jax.random.key(seed, impl=PRNG_IMPLS[prng_impl])
+    return jax.random.fold_in(jax.random.fold_in(base, 1), step)
 
 
 def create_train_setup(
@@ -191,6 +205,10 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     data, train = config.data, config.train
     if train.dtype not in DTYPES:
         raise ValueError(f"config.train.dtype={train.dtype!r} is not one of {DTYPES}.")
+    if train.prng_impl not in PRNG_IMPLS:
+        raise ValueError(
+            f"config.train.prng_impl={train.prng_impl!r} is not one of {list(PRNG_IMPLS)}."
+        )
     if train.steps <= 0:
         raise ValueError(f"config.train.steps={train.steps} must be positive.")
     if data.max_sequences_per_pack < 1:

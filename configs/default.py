@@ -72,6 +72,11 @@ def get_config() -> ml_collections.ConfigDict:
     config.train.max_nonfinite_steps = 5
     config.train.dtype = "float32"  # compute dtype: "float32" or "bfloat16" (params stay float32)
     config.train.mlm_normalization = "per_sequence"
+    # The generator of the dropout masks' random bits: "threefry" (jax's default; the same masks
+    # on any mesh and device count), "rbg" or "unsafe_rbg" (XLA's RngBitGenerator: cheaper bits,
+    # but the masks depend on the sharding, so a run is reproducible only on the same mesh;
+    # unsafe_rbg also derives keys with a weaker fold-in). docs/profile.md, "Dropout's bits".
+    config.train.prng_impl = "threefry"
     # How to adapt to the packing factor p of the strategies (Krell et al., 2021):
     #   "none":                  keep everything;
     #   "divide_accumulation":   accumulation /= p, so each step sees as many sequences as unpacked;

@@ -87,7 +87,7 @@ def profile_config(
         setup.train_step,
         setup.state,
         batch,
-        jax.random.key(1),
+        setup.step_key(0),
         steps=steps,
         warmup=warmup,
         update=lambda args, out: (out[0], *args[1:]),

@@ -148,6 +148,33 @@ def test_dropout_stays_within_sequences(qkv_segments):
     np.testing.assert_array_equal(np.asarray(changed)[0, 100:], 0.0)
 
 
+@pytest.mark.parametrize("impl", ["threefry2x32", "rbg", "unsafe_rbg"])
+@pytest.mark.parametrize("groups", [0, 1, 3])
+def test_dropout_masks_keep_their_rate_and_head_groups_share_masks(impl, groups):
+    """Each head's mask keeps 90% (within 5 standard errors); heads of one group share a mask;
+    masks of different groups agree as independent ones do (p^2 + (1-p)^2 = 0.82)."""
+    shape = (2, 12, 64, 64)
+    keep = np.asarray(attention.dropout_keep_mask(jax.random.key(3, impl=impl), 0.9, shape, groups))
+    assert keep.shape == shape
+    per_head = keep.reshape(2, 12, -1).mean(-1)
+    np.testing.assert_allclose(per_head, 0.9, atol=5 * math.sqrt(0.09 / 64**2))
+    heads = np.arange(12)
+    group = heads // (12 // groups) if groups else heads
+    for a in range(12):
+        for b in range(a + 1, 12):
+            agreement = (keep[:, a] == keep[:, b]).mean()
+            if group[a] == group[b]:
+                assert agreement == 1.0, (a, b)
+            else:
+                assert abs(agreement - 0.82) < 0.02, (a, b, agreement)
+
+
+def test_attention_dropout_head_groups_must_divide_the_heads():
+    with pytest.raises(ValueError, match="attention_dropout_head_groups=5 must be 0"):
+        BertConfig.preset("tiny", attention_dropout_head_groups=5)
+    assert BertConfig.preset("tiny", attention_dropout_head_groups=1).attention_dropout_head_groups
+
+
 def test_fused_backends_reject_attention_dropout():
     for impl in ("cudnn", "splash"):
         with pytest.raises(ValueError, match="attention_dropout_rate"):
