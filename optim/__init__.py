@@ -10,6 +10,7 @@ opt_state = optim.after_step(tx, opt_state, step)         # host work (Shampoo a
 from optim.first_order import adamw, adjust_betas_for_packing, lamb, sgd
 from optim.host import HostTransformation, after_step, host_metrics
 from optim.masks import weight_decay_mask
+from optim.muon import muon
 from optim.registry import (
     OPTIMIZERS,
     config_section,
@@ -34,6 +35,7 @@ __all__ = [
     "host_metrics",
     "hyperparameters",
     "lamb",
+    "muon",
     "register",
     "settings_of",
     "sgd",

@@ -21,7 +21,7 @@ import jax
 _NO_DECAY_LEAF_NAMES = frozenset({"bias", "scale"})
 
 
-def _path_names(path: tuple[Any, ...]) -> list[str]:
+def path_names(path: tuple[Any, ...]) -> list[str]:
     names = []
     for key in path:
         if isinstance(key, jax.tree_util.DictKey):
@@ -42,4 +42,4 @@ def is_decayed(names: list[str]) -> bool:
 
 def weight_decay_mask(params: Any) -> Any:
     """A pytree of bools like ``params``: True where weight decay applies (see module doc)."""
-    return jax.tree_util.tree_map_with_path(lambda path, _: is_decayed(_path_names(path)), params)
+    return jax.tree_util.tree_map_with_path(lambda path, _: is_decayed(path_names(path)), params)

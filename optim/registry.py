@@ -11,14 +11,17 @@ import ml_collections
 import optax
 from ml_collections.config_dict import placeholder
 
-from optim import first_order, shampoo
+from optim.first_order import adamw, lamb, sgd
 from optim.host import HostTransformation
+from optim.muon import muon
+from optim.shampoo import shampoo
 
 OPTIMIZERS: dict[str, Callable[..., optax.GradientTransformation]] = {
-    "sgd": first_order.sgd,
-    "adamw": first_order.adamw,
-    "lamb": first_order.lamb,
-    "shampoo": shampoo.shampoo,
+    "sgd": sgd,
+    "adamw": adamw,
+    "lamb": lamb,
+    "muon": muon,
+    "shampoo": shampoo,
 }
 
 
@@ -81,7 +84,7 @@ def settings_of(config: Any) -> tuple[str, dict[str, Any]]:
 
 
 def create(name_or_config: Any, **hparams: Any) -> optax.GradientTransformation:
-    """Build the optimizer ``name`` (sgd, adamw, lamb, shampoo) with its hyperparameters.
+    """Build the optimizer ``name`` (a key of `OPTIMIZERS`) with its hyperparameters.
 
     ``name_or_config`` is a name, or a ``ConfigDict``/dict holding ``name`` and hyperparameters
     (flat, or in a section named after the optimizer as ``config_section`` builds it); keyword

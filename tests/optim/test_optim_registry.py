@@ -62,7 +62,7 @@ def test_adjust_betas_for_packing():
         optim.adjust_betas_for_packing(0.9, 1.5, 2.0)
 
 
-@pytest.mark.parametrize("name", ["sgd", "adamw", "lamb"])
+@pytest.mark.parametrize("name", ["sgd", "adamw", "lamb", "muon"])
 def test_create_from_name_and_config_agree(name):
     params = {"w": jnp.arange(6.0).reshape(2, 3), "bias": jnp.ones(3)}
     grads = jax.tree.map(lambda p: 0.1 * p + 1.0, params)
