@@ -38,7 +38,6 @@ from bert_flax.train_setup import create_train_setup
 from configs import cpu_pretrain, finetune_sentiment
 
 LAYOUTS = ("packed", "padded")
-SPEED_ROUNDS = 6  # side-by-side timing: rounds of 3 steps each
 FINETUNE_STARTS = ("pre-trained", "random")
 # Minutes of pre-training read fewer sequences than one pass over the corpus: one masking of it
 # (the recipe's 5 serve its 15 minutes) prepares in half the time.
@@ -82,10 +81,12 @@ def pretraining_config(
     return config
 
 
-def pretrain(workdir: str, data_dir: str, minutes: float, **options: Any) -> dict:
+def pretrain(
+    workdir: str, data_dir: str, minutes: float, speed_rounds: int = 6, **options: Any
+) -> dict:
     """Both layouts for the same budget (`pretraining_config`'s `options`); then their train
-    steps timed side by side (alternating, so that the load of a shared machine hits both
-    alike): `sequences_per_second`."""
+    steps timed side by side for `speed_rounds` rounds of 3 steps (alternating, so that the load
+    of a shared machine hits both alike): `sequences_per_second`."""
     runs, setups, batches = {}, {}, {}
     for layout in LAYOUTS:
         config = pretraining_config(data_dir, layout == "packed", minutes, **options)
@@ -95,7 +96,7 @@ def pretrain(workdir: str, data_dir: str, minutes: float, **options: Any) -> dic
         setups[layout] = setup = create_train_setup(config)
         iterator = setup.task.train_batches(setup.batch_size, setup.model_config.vocab_size)
         batches[layout] = [sharding.global_batch(setup.mesh, next(iterator)) for _ in range(3)]
-    timings = side_by_side(setups, batches, rounds=SPEED_ROUNDS, steps=3)
+    timings = side_by_side(setups, batches, rounds=speed_rounds, steps=3)
     for layout, timing in timings.items():
         runs[layout]["sequences_per_second"] = timing.sequences_per_second
     return runs
@@ -183,7 +184,12 @@ def main(argv):
     data_dir = os.path.join(flags_.workdir, "sotu_cpu")
     data = prepare_data(data_dir, dupe_factor=DUPE_FACTOR)
     runs = pretrain(
-        flags_.workdir, data_dir, flags_.minutes, steps=flags_.steps, eval_every=flags_.eval_every
+        flags_.workdir,
+        data_dir,
+        flags_.minutes,
+        flags_.speed_rounds,
+        steps=flags_.steps,
+        eval_every=flags_.eval_every,
     )
     tuned = None
     if flags_.finetune_epochs > 0:
@@ -205,6 +211,7 @@ def define_flags() -> None:
     flags.DEFINE_float("minutes", 3.25, "Wall-clock pre-training budget of each layout.")
     flags.DEFINE_integer("steps", None, "At most this many steps (default: the recipe's).")
     flags.DEFINE_integer("eval_every", 200, "Steps between evaluations (512 held-out rows).")
+    flags.DEFINE_integer("speed_rounds", 6, "Side-by-side timing rounds (3 steps each).")
     flags.DEFINE_float("finetune_epochs", 1.0, "Fine-tuning epochs of each start (0 skips).")
 
 

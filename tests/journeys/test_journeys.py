@@ -358,6 +358,7 @@ def test_make_demo_in_miniature(tmp_path):
         f"--workdir={tmp_path}",
         "--steps=4",
         "--minutes=2",
+        "--speed_rounds=1",
         "--finetune_epochs=0.01",
         timeout=900,
     )
