@@ -81,12 +81,19 @@ def train_step(
         )
     grad_norm = optax.tree.norm(grads)
     finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)  # any NaN/inf gradient makes the norm so
-    updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
-    applied = state.replace(params=params, opt_state=opt_state, nonfinite_streak=jnp.int32(0))
-    skipped = state.replace(nonfinite_streak=state.nonfinite_streak + 1)
-    new_state = jax.tree.map(lambda a, b: jnp.where(finite, a, b), applied, skipped)
-    new_state = new_state.replace(step=state.step + 1)
+
+    def apply(state: TrainState) -> TrainState:
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        return state.replace(params=params, opt_state=opt_state, nonfinite_streak=jnp.int32(0))
+
+    def skip(state: TrainState) -> TrainState:
+        return state.replace(nonfinite_streak=state.nonfinite_streak + 1)
+
+    # A branch rather than a select of new and old values: a select keeps the old optimizer
+    # moments alive next to the new ones, so XLA copies them each step (the donated buffers are
+    # updated in place).
+    new_state = jax.lax.cond(finite, apply, skip, state).replace(step=state.step + 1)
     metrics = {
         "loss": loss,
         "grad_norm": grad_norm,
