@@ -33,16 +33,22 @@ class RecordingHost:
 
 
 def fake_setup(seconds_per_step: float, sequences_per_step: int, start_step: int):
-    batches_seen = []
+    batches_seen, keys = [], []
 
     def train_step(state, batch, rng):
         batches_seen.append(batch)
+        keys.append(rng)
         time.sleep(seconds_per_step)
         return state, {"sequences": jnp.asarray(sequences_per_step * batch)}
 
     tx = types.SimpleNamespace(host=RecordingHost())  # what optim.after_step calls
     setup = types.SimpleNamespace(
-        state=FakeState(start_step), train_step=train_step, tx=tx, batches_seen=batches_seen
+        state=FakeState(start_step),
+        train_step=train_step,
+        tx=tx,
+        batches_seen=batches_seen,
+        keys=keys,
+        step_key=lambda step: ("key", step),  # TrainSetup.step_key: the dropout key of a step
     )
     setup.loop_step = lambda *args: TrainSetup.loop_step(setup, *args)  # the real loop step
     return setup
@@ -63,6 +69,7 @@ def test_side_by_side_times_each_setup_and_runs_its_host_work():
     # Host work after every update, numbered on from the state's own step: 5 rounds x 4 steps.
     assert setups["slow"].tx.host.steps == list(range(1, 21))
     assert setups["fast"].tx.host.steps == list(range(8, 28))
+    assert setups["fast"].keys == [("key", step) for step in range(8, 28)]  # each its own
 
     ratio, error = metrics.paired_ratio(timings["fast"].round_rates, timings["slow"].round_rates)
     want = np.median(np.divide(timings["fast"].round_rates, timings["slow"].round_rates))

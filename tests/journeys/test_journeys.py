@@ -167,7 +167,8 @@ def test_two_phases_on_two_data_directories(prepared, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("devices", [1, 8])
 def test_sigterm_a_running_shampoo_job_then_rerun(prepared, tmp_path, devices):
-    """A real SIGTERM mid-run saves and exits within 10 s; the rerun continues from there."""
+    """A real SIGTERM mid-run saves and exits within 10 s (8 devices: within their grace
+    period); the rerun continues from there."""
     flags = [
         "--config.optimizer.name=shampoo",
         "--config.optimizer.shampoo.asynchronous=True",
@@ -177,10 +178,14 @@ def test_sigterm_a_running_shampoo_job_then_rerun(prepared, tmp_path, devices):
         "--config.eval.every_steps=1000",
         "--config.checkpoint.every_steps=1000",
     ]
-    env = {}
+    env, within = {}, 10.0
     if devices == 8:
         env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
         flags.append("--config.mesh.shape=(4,1,2)")
+        # The first save of 8 simulated devices' state took 7.4 s on a loaded 2-core CI
+        # machine, so the default 8 s grace (the watchdog) could end it mid-save.
+        flags.append("--config.checkpoint.preemption_grace_seconds=25")
+        within = 27.0
     args = [
         sys.executable,
         "-m",
@@ -209,7 +214,7 @@ def test_sigterm_a_running_shampoo_job_then_rerun(prepared, tmp_path, devices):
     job.send_signal(signal.SIGTERM)
     sent = time.perf_counter()
     rest = job.communicate(timeout=60)[1]
-    assert time.perf_counter() - sent < 10, rest[-3000:]
+    assert time.perf_counter() - sent < within, rest[-3000:]
     assert job.returncode == 0, rest[-3000:]
     assert "Stopping at step" in rest
     saved = max(int(s) for s in os.listdir(tmp_path / "checkpoints") if s.isdigit())
