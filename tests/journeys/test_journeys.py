@@ -105,6 +105,14 @@ def prepared(tmp_path_factory) -> dict[int, str]:
         ("adamw", ["--config.optimizer.adamw.b2=0.98"]),
         ("lamb", ["--config.train.packing_hparams=raise_betas"]),
         (
+            "muon",
+            [
+                "--config.optimizer.muon.beta=0.9",
+                "--config.train.prng_impl=rbg",
+                "--config.model.attention_dropout_head_groups=1",
+            ],
+        ),
+        (
             "shampoo",
             [
                 "--config.optimizer.shampoo.asynchronous=True",
@@ -132,6 +140,9 @@ def test_every_optimizer_and_model_field_by_flag(prepared, tmp_path, optimizer, 
     if optimizer == "shampoo":
         assert "shampoo/staleness" in final["train"]
         assert "shampoo/staleness" in log  # in the console line too
+    if optimizer == "muon":  # the dropout settings reached the run and its model too
+        assert '"prng_impl": "rbg"' in (tmp_path / "config.json").read_text()
+        assert model["attention_dropout_head_groups"] == 1
     if optimizer == "lamb":
         factor = final["setup"]["packing_factor"]
         assert final["setup"]["betas"][0] == pytest.approx(0.9**factor)
