@@ -89,9 +89,13 @@ class TrainSetup:
         state, metrics = self.train_step(state, batch, rng)
         return state.replace(opt_state=optim.after_step(self.tx, state.opt_state, step)), metrics
 
+    @functools.cached_property
+    def _dropout_base_key(self) -> jax.Array:
+        return dropout_base_key(self.config.seed, self.config.train.prng_impl)
+
     def step_key(self, step: int) -> jax.Array:
-        """The dropout key of update `step` (`dropout_key`)."""
-        return dropout_key(self.config.seed, step, self.config.train.prng_impl)
+        """The dropout key of update `step` (`dropout_key`): one fold-in per step in the loop."""
+        return jax.random.fold_in(self._dropout_base_key, step)
 
     def make_batch(self, seed: int = 0, rows: int | None = None) -> dict[str, jax.Array]:
         """A synthetic global batch of `rows` (default: one optimizer step), sharded."""
@@ -102,11 +106,15 @@ class TrainSetup:
         return sharding.global_batch(self.mesh, local)
 
 
+def dropout_base_key(seed: int, prng_impl: str = "threefry") -> jax.Array:
+    """The key every step's dropout key is folded from (`dropout_key`)."""
+    return jax.random.fold_in(jax.random.key(seed, impl=PRNG_IMPLS[prng_impl]), 1)
+
+
 def dropout_key(seed: int, step: int, prng_impl: str = "threefry") -> jax.Array:
     """The dropout key of update `step`: a function of the seed, step and generator
     (`PRNG_IMPLS`) only, so resuming repeats it."""
-    base = jax.random.key(seed, impl=PRNG_IMPLS[prng_impl])
-    return jax.random.fold_in(jax.random.fold_in(base, 1), step)
+    return jax.random.fold_in(dropout_base_key(seed, prng_impl), step)
 
 
 def create_train_setup(

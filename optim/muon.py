@@ -16,9 +16,8 @@ import jax
 import optax
 from optax.contrib import MuonDimensionNumbers
 
+from optim.first_order import MaskOrFn
 from optim.masks import path_names, weight_decay_mask
-
-MaskOrFn = Any  # a pytree of bools like the params, a callable params -> such a tree, or None
 
 
 def is_muon_matrix(names: list[str], leaf: Any) -> bool:
