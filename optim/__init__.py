@@ -1,10 +1,10 @@
-"""Pluggable optimizers: a registry over optax, LAMB with BERT's recipe, and Shampoo.
+"""Pluggable optimizers: a registry over optax, LAMB with BERT's recipe, Muon, Shampoo and SOAP.
 
 import optim
 tx = optim.create("lamb", learning_rate=1e-3)          # or optim.create(config.optimizer)
 opt_state = tx.init(params)
 ...                                                       # jitted: tx.update(grads, ...)
-opt_state = optim.after_step(tx, opt_state, step)         # host work (Shampoo async roots)
+opt_state = optim.after_step(tx, opt_state, step)         # host work (Shampoo, SOAP: async)
 """
 
 from optim.first_order import adamw, adjust_betas_for_packing, lamb, sgd
@@ -21,6 +21,7 @@ from optim.registry import (
 )
 from optim.shampoo import shampoo
 from optim.shampoo_core import ShampooState, TensorState
+from optim.soap import soap
 
 __all__ = [
     "OPTIMIZERS",
@@ -40,5 +41,6 @@ __all__ = [
     "settings_of",
     "sgd",
     "shampoo",
+    "soap",
     "weight_decay_mask",
 ]

@@ -122,3 +122,15 @@ def inverse_pth_root_eigh(a: jax.Array, p: int, *, ridge_epsilon: float = 1e-6) 
     root = _mm(q * w ** (-1.0 / p), q.T)
     ok = updated & jnp.all(jnp.isfinite(root))
     return RootResult(root, jnp.zeros((), a.dtype), ok, updated)
+
+
+def eigenbasis(a: jax.Array) -> RootResult:
+    """The eigenvectors of symmetric ``a`` as columns, by decreasing eigenvalue (SOAP's basis).
+
+    An all-zero ``a`` has no basis to offer: not updated (the identity in use stays).
+    """
+    updated = jnp.any(a != 0)  # NaN counts as updated, so that it fails (and is counted)
+    _, q = jnp.linalg.eigh(a)
+    basis = q[:, ::-1]
+    ok = updated & jnp.all(jnp.isfinite(basis))
+    return RootResult(basis, jnp.zeros((), a.dtype), ok, updated)

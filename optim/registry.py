@@ -15,6 +15,7 @@ from optim.first_order import adamw, lamb, sgd
 from optim.host import HostTransformation
 from optim.muon import muon
 from optim.shampoo import shampoo
+from optim.soap import soap
 
 OPTIMIZERS: dict[str, Callable[..., optax.GradientTransformation]] = {
     "sgd": sgd,
@@ -22,6 +23,7 @@ OPTIMIZERS: dict[str, Callable[..., optax.GradientTransformation]] = {
     "lamb": lamb,
     "muon": muon,
     "shampoo": shampoo,
+    "soap": soap,
 }
 
 

@@ -104,6 +104,17 @@ def shampoo(
         swap_when_done=swap_when_done,
         host_root_dtype=host_root_dtype,
     )
+    return from_config(config, learning_rate, weight_decay, mask)
+
+
+def from_config(
+    config: ShampooConfig,
+    learning_rate: optax.ScalarOrSchedule,
+    weight_decay: float = 0.0,
+    mask: MaskOrFn = weight_decay_mask,
+) -> HostTransformation:
+    """The transformation of ``config`` (Shampoo or SOAP), decoupled weight decay and the
+    learning rate, with its host side."""
     tx = optax.chain(
         scale_by_shampoo(config),
         optax.add_decayed_weights(weight_decay, mask),

@@ -47,16 +47,22 @@ from optim.shampoo_blocks import (
 
 GRAFTS = ("sgd", "adagrad", "rmsprop", "adam", "none")
 ROOT_METHODS = ("newton", "eigh")
+# "roots": Shampoo's inverse roots; "eigenbasis": SOAP, Adam in the statistics' eigenbases.
+PRECONDITIONERS = ("roots", "eigenbasis")
 
 
 class TensorState(NamedTuple):
-    """Shampoo's state for one parameter."""
+    """Shampoo's state for one parameter (SOAP's where the comments say "eigenbasis")."""
 
     factor_stats: tuple[jax.Array, ...]  # one [num_blocks, b, b] per full dimension
-    factor_roots: tuple[jax.Array, ...]  # their inverse roots in use (identity at first)
+    # Their inverse roots in use, or (eigenbasis) their eigenvectors in use; identity at first.
+    factor_roots: tuple[jax.Array, ...]
     diagonal_stats: tuple[jax.Array, ...]  # [num_blocks, b] per diagonal dim, or param-shaped
-    graft: Any  # param-shaped second moment of the graft, or () for sgd/none
-    momentum: Any  # param-shaped, or () when b1 == 0
+    # Second moment of the graft (param-shaped; () for sgd/none), or (eigenbasis) Adam's second
+    # moment in the rotated basis (blocked, param-shaped for vectors).
+    graft: Any
+    # Param-shaped momentum, or (eigenbasis) Adam's first moment like `graft`; () when b1 == 0.
+    momentum: Any
 
 
 class ShampooState(NamedTuple):
@@ -92,6 +98,7 @@ class ShampooConfig:
     max_staleness: int | None = None
     swap_when_done: bool = True
     host_root_dtype: str = "float32"
+    preconditioner: str = "roots"
 
     def __post_init__(self):
         def check(ok: bool, message: str):
@@ -103,6 +110,15 @@ class ShampooConfig:
         check(self.block_size >= 1, f"block_size={self.block_size} must be >= 1.")
         check(self.graft in GRAFTS, f"graft={self.graft!r} must be one of {GRAFTS}.")
         check(self.root_method in ROOT_METHODS, f"root_method must be one of {ROOT_METHODS}.")
+        check(
+            self.preconditioner in PRECONDITIONERS,
+            f"preconditioner={self.preconditioner!r} must be one of {PRECONDITIONERS}.",
+        )
+        check(
+            self.preconditioner == "roots" or (self.graft == "none" and not self.nesterov),
+            "the eigenbasis preconditioner (SOAP) takes its step size from Adam in the rotated "
+            "basis: set graft='none' and nesterov=False.",
+        )
         check(
             self.exponent_override is None or self.exponent_override >= 1,
             f"exponent_override={self.exponent_override} must be a positive integer or None.",
@@ -138,9 +154,13 @@ class ShampooConfig:
         return (count >= start) & ((count - start) % every == 0)
 
     @property
+    def eigenbasis(self) -> bool:
+        return self.preconditioner == "eigenbasis"
+
+    @property
     def root_solver(self) -> RootSolver:
         return RootSolver(
-            self.root_method,
+            "eigenbasis" if self.eigenbasis else self.root_method,
             self.ridge_epsilon,
             self.root_max_iterations,
             self.root_tolerance,
@@ -165,6 +185,11 @@ def _init_tensor(param: jax.Array, config: ShampooConfig) -> TensorState:
     f32 = jnp.float32
     stats = tuple(jnp.zeros(s, f32) for s in plan.factor_shapes)
     roots = tuple(jnp.broadcast_to(jnp.eye(s[-1], dtype=f32), s) for s in plan.factor_shapes)
+    if config.eigenbasis:
+        moment_shape = param.shape if plan.elementwise else (plan.num_blocks, *plan.block_dims)
+        second = jnp.zeros(moment_shape, f32)
+        first = jnp.zeros(moment_shape, f32) if config.b1 else ()
+        return TensorState(stats, roots, (), second, first)
     diagonal = tuple(jnp.zeros(s, f32) for s in plan.diagonal_shapes)
     if plan.elementwise and not config.precondition_vectors:
         diagonal = ()
@@ -249,6 +274,63 @@ def _tensor_direction(g, tensor: TensorState, count, config: ShampooConfig):
     return direction, new_tensor
 
 
+def _rotate(blocks: jax.Array, bases: Sequence[jax.Array], dims: Sequence[int], into: bool):
+    """``blocks`` rotated into the bases (``Q^T`` on each of ``dims``), or back out (``Q``)."""
+    for basis, dim in zip(bases, dims):
+        blocks = apply_factor(blocks, jnp.swapaxes(basis, -1, -2) if into else basis, dim)
+    return blocks
+
+
+def _eigenbasis_direction(g, tensor: TensorState, count, config: ShampooConfig):
+    """SOAP (Vyas et al., 2024): Adam on the gradient rotated into the eigenbases of its
+    statistics, rotated back; its new statistics and moments. Vectors and diagonal dimensions
+    keep the identity basis (plain Adam there)."""
+    plan = config.plan(g.shape)
+    blocks = g if plan.elementwise else plan.block(g)
+    dims = plan.full_dims
+    stats = tuple(
+        _accumulate(stat, factor_statistic(blocks, dim), config.b2)
+        for stat, dim in zip(tensor.factor_stats, dims)
+    )
+    rotated = _rotate(blocks, tensor.factor_roots, dims, into=True)
+    t = (count + 1).astype(jnp.float32)
+    second = _accumulate(tensor.graft, jnp.square(rotated), config.graft_b2)
+    first = _accumulate(tensor.momentum, rotated, config.b1) if config.b1 else ()
+    numerator = first / (1.0 - config.b1**t) if config.b1 else rotated
+    adam = numerator / (jnp.sqrt(second / (1.0 - config.graft_b2**t)) + config.graft_epsilon)
+    direction = _rotate(adam, tensor.factor_roots, dims, into=False)
+    new_tensor = tensor._replace(factor_stats=stats, graft=second, momentum=first)
+    return (direction if plan.elementwise else plan.unblock(direction)), new_tensor
+
+
+def adopt_bases(tensors: Any, bases: Sequence[jax.Array], config: ShampooConfig) -> Any:
+    """``tensors`` with new eigenbases (in :func:`factor_lists` order) and Adam's moments carried
+    into them: per dimension ``R = Q_new^T Q_old``, the first moment ``M <- R M`` exactly, the
+    second ``V <- (R * R) V``, exact when the new basis only reorders or flips the old one (the
+    SOAP paper's reordering) and Adam's usual estimate otherwise."""
+    flat, treedef = jax.tree.flatten(tensors, is_leaf=_is_tensor_state)
+    bases = iter(bases)
+    out = []
+    for tensor in flat:
+        new = tuple(next(bases) for _ in tensor.factor_roots)
+        if new:
+            # Full dimensions are those whose block size fits a preconditioner: a diagonal one
+            # is longer than max_preconditioner_dim, a full one's block is not.
+            sizes = tensor.graft.shape[1:]
+            dims = [i for i, b in enumerate(sizes) if b <= config.max_preconditioner_dim]
+            rotations = [
+                jnp.einsum("Nab,Nac->Nbc", n, o, precision=lax.Precision.HIGHEST)
+                for n, o in zip(new, tensor.factor_roots)
+            ]
+            second = _rotate(tensor.graft, [jnp.square(r) for r in rotations], dims, into=False)
+            first = tensor.momentum
+            if config.b1:
+                first = _rotate(first, rotations, dims, into=False)
+            tensor = tensor._replace(factor_roots=new, graft=second, momentum=first)
+        out.append(tensor)
+    return jax.tree.unflatten(treedef, out)
+
+
 def factor_lists(tensors: Any, config: ShampooConfig):
     """All full factors of a state, flat: ``(stats, roots, exponents)`` in a fixed order."""
     stats, roots, exponents = [], [], []
@@ -278,6 +360,8 @@ class RootSolver:
     error_threshold: float = 1e-2
 
     def __call__(self, a: jax.Array, p: int) -> matrix_roots.RootResult:
+        if self.method == "eigenbasis":
+            return matrix_roots.eigenbasis(a)
         if self.method == "eigh":
             return matrix_roots.inverse_pth_root_eigh(a, p, ridge_epsilon=self.ridge_epsilon)
         return matrix_roots.inverse_pth_root(
@@ -329,13 +413,16 @@ def _refresh_in_graph(state: ShampooState, tensors: Any, config: ShampooConfig):
 
     def refresh():
         new_roots, failures, error = compute_roots(stats, roots, exponents, config.root_solver)
-        return new_roots, count, state.root_failures + failures, error
+        if config.eigenbasis:
+            new_tensors = adopt_bases(tensors, new_roots, config)
+        else:
+            new_tensors = with_factor_roots(tensors, new_roots)
+        return new_tensors, count, state.root_failures + failures, error
 
     def keep():
-        return roots, state.roots_step, state.root_failures, state.root_error
+        return tensors, state.roots_step, state.root_failures, state.root_error
 
-    new_roots, roots_step, failures, error = lax.cond(config.refresh_due(count), refresh, keep)
-    return with_factor_roots(tensors, new_roots), roots_step, failures, error
+    return lax.cond(config.refresh_due(count), refresh, keep)
 
 
 def scale_by_shampoo(config: ShampooConfig) -> optax.GradientTransformation:
@@ -352,14 +439,14 @@ def scale_by_shampoo(config: ShampooConfig) -> optax.GradientTransformation:
         grads = jax.tree.map(lambda g: g.astype(jnp.float32), updates)
         treedef = jax.tree.structure(grads)
         tensors = treedef.flatten_up_to(state.tensors)
+        direction_of = _eigenbasis_direction if config.eigenbasis else _tensor_direction
         results = [
-            _tensor_direction(g, t, count, config)
-            for g, t in zip(treedef.flatten_up_to(grads), tensors)
+            direction_of(g, t, count, config) for g, t in zip(treedef.flatten_up_to(grads), tensors)
         ]
         new_tensors = []
         directions = []
         for (direction, tensor), g in zip(results, jax.tree.leaves(updates)):
-            if config.b1:
+            if config.b1 and not config.eigenbasis:  # (SOAP's momentum is Adam's, inside)
                 momentum = config.b1 * tensor.momentum + (1.0 - config.b1) * direction
                 tensor = tensor._replace(momentum=momentum)
                 if config.nesterov:

@@ -36,6 +36,7 @@ import numpy as np
 from optim.shampoo_core import (
     ShampooConfig,
     ShampooState,
+    adopt_bases,
     compute_roots,
     factor_lists,
     with_factor_roots,
@@ -43,6 +44,7 @@ from optim.shampoo_core import (
 
 # One jitted solver for all hosts: compiled once per solver settings and statistics shapes.
 _compute_roots = jax.jit(compute_roots, static_argnames=("exponents", "solver"))
+_adopt_bases = jax.jit(adopt_bases, static_argnames=("config",))
 
 
 class _JobResult(NamedTuple):
@@ -89,6 +91,13 @@ def _put_like(value: np.ndarray, like: Any) -> Any:
     if not isinstance(like, jax.Array):
         return value
     return jax.device_put(value, like.sharding) if like.committed else jax.device_put(value)
+
+
+def _placed_like(value: jax.Array, like: Any) -> Any:
+    """A device array computed from ``like`` placed as ``like`` is (see ``_put_like``)."""
+    if isinstance(like, jax.Array) and like.committed:
+        return jax.device_put(value, like.sharding)
+    return value
 
 
 class ShampooHost:
@@ -230,9 +239,14 @@ class ShampooHost:
         self._total_seconds += result.seconds
         _, old_roots, _ = factor_lists(state.tensors, self.config)
         roots = [_put_like(new, old) for new, old in zip(result.roots, old_roots)]
+        if self.config.eigenbasis:  # the moments turn with the basis, on their devices
+            tensors = _adopt_bases(state.tensors, roots, config=self.config)
+            tensors = jax.tree.map(_placed_like, tensors, state.tensors)
+        else:
+            tensors = with_factor_roots(state.tensors, roots)
         self._failures += result.failures
         state = state._replace(
-            tensors=with_factor_roots(state.tensors, roots),
+            tensors=tensors,
             roots_step=_put_like(self._job.submitted_at, state.roots_step),
             root_failures=_put_like(self._failures, state.root_failures),
             root_error=_put_like(result.error, state.root_error),

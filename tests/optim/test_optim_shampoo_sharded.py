@@ -1,4 +1,4 @@
-"""Shampoo under jax.jit with NamedSharding on a simulated 2-device mesh (in a subprocess)."""
+"""Shampoo and SOAP under jax.jit with NamedSharding on a simulated 2-device mesh (subprocess)."""
 
 import os
 import subprocess
@@ -9,6 +9,7 @@ import pytest
 
 SCRIPT = textwrap.dedent(
     """
+    import sys
     import jax, jax.numpy as jnp, numpy as np, optax
     from jax.sharding import NamedSharding, PartitionSpec as P
     import optim
@@ -40,16 +41,17 @@ SCRIPT = textwrap.dedent(
         assert step._cache_size() == compiled, "swapped-in roots caused a recompilation"
         return params, opt_state
 
+    make = getattr(optim, sys.argv[1])  # shampoo or soap
     kw = dict(start_preconditioning_step=2, preconditioning_compute_steps=3)
     # One device; the mesh reduces in another order, so agreement is to float32 noise.
-    reference, _ = run(optim.shampoo(0.05, **kw), params, x, y)
+    reference, _ = run(make(0.05, **kw), params, x, y)
 
     shard = lambda a, spec: jax.device_put(a, NamedSharding(mesh, spec))
     sharded_params = {"kernel": shard(params["kernel"], P("data", None)),
                       "bias": shard(params["bias"], P())}
     xs, ys = shard(x, P("data", None)), shard(y, P("data", None))
     for mode in ({}, {"asynchronous": True, "max_staleness": 0}):
-        got, opt_state = run(optim.shampoo(0.05, **kw, **mode), sharded_params, xs, ys)
+        got, opt_state = run(make(0.05, **kw, **mode), sharded_params, xs, ys)
         want = sharded_params["kernel"].sharding
         assert got["kernel"].sharding.is_equivalent_to(want, 2), got["kernel"].sharding
         jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4),
@@ -61,13 +63,18 @@ SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.slow  # a fresh JAX process compiling six steps
-def test_shampoo_on_two_device_mesh_matches_one_device():
+@pytest.mark.parametrize("optimizer", ["shampoo", "soap"])
+def test_on_two_device_mesh_matches_one_device(optimizer):
     env = {
         **os.environ,
         "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
         "JAX_PLATFORMS": "cpu",
     }
     out = subprocess.run(
-        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", SCRIPT, optimizer],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
