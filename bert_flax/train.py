@@ -310,7 +310,7 @@ def _train(
             best.offer(step, eval_summary, state.params, setup.model_config)
         throughput.reset()
 
-    preempted = False
+    preempted = target_reached = False
     deadline = started + 60.0 * config.train.max_minutes if config.train.max_minutes else None
     for step in range(start_step + 1, total_steps + 1):
         local = next(train_iter)
@@ -329,8 +329,10 @@ def _train(
             break
         if evaluate_now and not guard.requested:
             run_eval(step)
+            target_reached = reached(config.eval.stop_at, eval_summary.get(task.eval_metric))
+            last = last or target_reached
         stop = guard.requested or checkpointer.reached_preemption(step)
-        if (save_now or stop) and finite_state(state, step):
+        if (save_now or last or stop) and finite_state(state, step):
             checkpointer.save(step, state, dict(progress), force=last or stop)
         if stop:
             preempted = True
@@ -350,6 +352,7 @@ def _train(
         "steps_this_run": step - start_step,
         "seconds_this_run": time.perf_counter() - started,
         "preempted": preempted,
+        "target_reached": target_reached,
         "sequences_seen": progress["sequences_seen"],
         "train_seconds": progress["train_seconds"],
         "baseline": baseline,
@@ -365,6 +368,11 @@ def _train(
         if config.log.plots and not preempted:
             task.plot(workdir)
     return final
+
+
+def reached(target: float, value: float | None) -> bool:
+    """Whether an evaluation's metric reached `config.eval.stop_at` (0 = no target)."""
+    return target > 0 and value is not None and value >= target
 
 
 def finite_state(state: TrainState, step: int) -> bool:

@@ -110,6 +110,9 @@ def get_config() -> ml_collections.ConfigDict:
     config.eval.batch_size = 32
     config.eval.max_minutes = 0.0  # > 0: stop an evaluation (keeping what it did) after this long
     config.eval.padded = False  # evaluate on padded rows even when training packed
+    # > 0: stop (save) at the first evaluation whose eval metric (the task's: masked_lm_accuracy,
+    # accuracy) reaches this; `final["target_reached"]` says whether it did (time to accuracy).
+    config.eval.stop_at = 0.0
 
     config.log = ml_collections.ConfigDict()
     config.log.every_steps = 20

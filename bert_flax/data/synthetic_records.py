@@ -3,9 +3,10 @@
     write_data_dir("/tmp/synthetic_1m", num_examples=1_000_000, max_seq_length=512)
 
 Lengths follow ``packing.synthetic.corpus_like_histogram`` (smooth dense bins, 37% at a quarter
-of max_seq_length or less, 23% at max_seq_length); token ids are random, 15% of each example masked. The directory
-has everything ``create_pretraining_data`` writes for the train split (shards, record index,
-histogram, NNLSHP strategies, summary), so every pipeline mode reads it like real data.
+of max_seq_length or less, 23% at max_seq_length); token ids are random, 15% of each example
+masked. The directory has everything ``create_pretraining_data`` writes for the train split
+(shards, record index, histogram, NNLSHP strategies, summary), so every pipeline mode reads it
+like real data.
 """
 
 from __future__ import annotations

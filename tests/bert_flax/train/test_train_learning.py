@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -33,3 +35,20 @@ def test_tiny_bert_learns(make_config, small_data_dir, tmp_path):
     # The summary names the trivial predictor its baseline figure is for.
     assert final["baseline_name"].startswith("always predicting token")
     assert 0 < final["baseline"] < 1
+
+
+def test_a_run_stops_at_the_first_evaluation_that_reaches_its_target(
+    make_config, small_data_dir, tmp_path
+):
+    config = make_config(small_data_dir, **{"train.steps": 40, "train.batch_size": 16})
+    config.optimizer.name = "adamw"
+    config.schedule.learning_rate = 5e-2
+    config.eval.every_steps = 5
+    config.eval.stop_at = 1e-6  # any correct prediction: reached once unigram guessing starts
+    final = train.train_and_evaluate(config, str(tmp_path))
+    evals = read_metrics(str(tmp_path))["eval"]
+    accuracies = [r["masked_lm_accuracy"] for r in evals]
+    assert final["target_reached"] and final["step"] == evals[-1]["step"] < 40
+    assert accuracies[-1] >= 1e-6 and all(a < 1e-6 for a in accuracies[:-1])
+    checkpoints = os.listdir(os.path.join(tmp_path, "checkpoints"))
+    assert str(final["step"]) in checkpoints, checkpoints  # the run's end is saved

@@ -1,0 +1,207 @@
+r"""Time to accuracy: the project's thesis in one number, packed + second-order vs padded + LAMB.
+
+    python benchmarks/time_to_accuracy.py --json                    # the full grid: many hours
+    python benchmarks/time_to_accuracy.py --seeds=1 --grid=1 --rows=padded+lamb,packed+soap --json
+
+The recipe of `configs/cpu_pretrain.py` on its data (`PREPARE`, prepared once in --workdir),
+trained by each row (a layout and an optimizer) until its eval masked-LM accuracy reaches
+--target (past the unigram plateau: the most-frequent-token baseline is about 0.07) or its
+budget (--max_minutes, --max_steps) runs out; runs stop at the first evaluation at or above the
+target (`config.eval.stop_at`), every --eval_every steps, on the same padded held-out rows. A step
+sees the same number of sequences packed or padded (`divide_accumulation`), so packing's gain is
+time, and the optimizers are compared per step and per second alike.
+
+Learning rates: every row gets the same budget, a grid of --grid points around its optimizer's
+centre (`CENTRE_LEARNING_RATES`, spaced by factors of 2), each run with seed 0; the rate that
+reaches the target soonest in seconds (or, when none does, ends highest) is then run with the
+other seeds. Runs are interleaved (for each grid point and seed, every row in turn), so a change
+in the machine's load falls on all rows alike; run it on an idle machine all the same, and alone.
+
+Per row: the median over seeds of training seconds (steps only, not evaluation), steps and
+sequences to the target. With --json the last line is a JSON object: target, baseline,
+packing_factor, seconds_to_target, steps_to_target, sequences_to_target (dicts keyed by row,
+None where a seed missed the target), learning_rates (chosen), speedup_vs_padded_lamb.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+from bert_flax import demo, train
+from bert_flax.metrics import learning_curve
+
+METRIC = "masked_lm_accuracy"
+BASELINE_ROW = "padded+lamb"
+# Row -> (packed, optimizer, that optimizer's settings beyond its defaults).
+ROWS: dict[str, tuple[bool, str, dict]] = {
+    BASELINE_ROW: (False, "lamb", {}),
+    "packed+lamb": (True, "lamb", {}),
+    "packed+adamw": (True, "adamw", {}),
+    "packed+muon": (True, "muon", {}),
+    "packed+shampoo": (True, "shampoo", {"asynchronous": True}),
+    "packed+soap": (True, "soap", {"asynchronous": True}),
+}
+# The middle of each optimizer's grid: the recipe's AdamW rate, and where each of the others
+# reached the plateau's exit first in short runs of the recipe.
+CENTRE_LEARNING_RATES = {
+    "lamb": 1e-2,
+    "adamw": 2e-3,
+    "muon": 2e-2,
+    "shampoo": 2e-3,
+    "soap": 2e-3,
+}
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--workdir", default="workdir/bench/time_to_accuracy")
+    parser.add_argument("--target", type=float, default=0.25)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--grid", type=int, default=3, help="Learning rates per row (odd).")
+    parser.add_argument("--rows", default=",".join(ROWS), help="Comma-separated rows.")
+    parser.add_argument("--max_minutes", type=float, default=20.0, help="Budget of one run.")
+    parser.add_argument("--max_steps", type=int, default=10_000)
+    parser.add_argument("--eval_every", type=int, default=100)
+    parser.add_argument("--json", action="store_true", help="End with one JSON line.")
+    args = parser.parse_args(argv)
+    args.rows = args.rows.split(",")
+    unknown = sorted(set(args.rows) - set(ROWS))
+    if unknown:
+        parser.error(f"unknown rows {unknown}; choose from {list(ROWS)}")
+    if args.grid < 1 or args.grid % 2 == 0:
+        parser.error(f"--grid={args.grid} must be odd (the centre and pairs around it)")
+    return args
+
+
+def learning_rate_grid(centre: float, points: int) -> list[float]:
+    """``points`` rates around ``centre``, spaced by factors of 2 (the centre in the middle)."""
+    half = points // 2
+    return [centre * 2.0**k for k in range(-half, half + 1)]
+
+
+def time_to_target(curve: dict[str, list[float]], target: float) -> dict[str, float] | None:
+    """Training seconds, steps and sequences at the first evaluation at or above ``target``."""
+    for i, value in enumerate(curve[METRIC]):
+        if value >= target:
+            return {
+                "seconds": curve["train_seconds"][i],
+                "steps": curve["step"][i],
+                "sequences": curve["sequences_seen"][i],
+            }
+    return None
+
+
+def best_learning_rate(trials: dict[float, dict]) -> float:
+    """The rate that reached the target in the fewest seconds; if none did, the highest final
+    accuracy."""
+    reached = {lr: t["to_target"]["seconds"] for lr, t in trials.items() if t["to_target"]}
+    if reached:
+        return min(reached, key=reached.get)
+    return max(trials, key=lambda lr: trials[lr]["final_accuracy"])
+
+
+def run(args, data_dir: str, row: str, learning_rate: float, seed: int) -> dict:
+    """One training run of ``row`` (resumed or reused when its workdir has one)."""
+    packed, optimizer, settings = ROWS[row]
+    config = demo.pretraining_config(
+        data_dir, packed, args.max_minutes, args.max_steps, seed, eval_every=args.eval_every
+    )
+    config.optimizer.name = optimizer
+    config.optimizer[optimizer].update(settings)
+    config.schedule.learning_rate = config.schedule.end_learning_rate = learning_rate
+    config.eval.stop_at = args.target
+    workdir = os.path.join(args.workdir, row, f"lr{learning_rate:.2e}_seed{seed}")
+    done = os.path.join(workdir, "final_metrics.json")
+    if os.path.exists(done):  # finished: a rerun would train on past its target
+        with open(done) as f:
+            final = json.load(f)
+    else:
+        final = train.train_and_evaluate(config, workdir)
+    curve = learning_curve(workdir, METRIC)
+    return {
+        "to_target": time_to_target(curve, args.target),
+        "final_accuracy": curve[METRIC][-1] if curve[METRIC] else float("nan"),
+        "baseline": final["baseline"],
+    }
+
+
+def median_or_none(values: list[float | None]) -> float | None:
+    """The median, or None when any seed missed the target (a median would hide it)."""
+    return None if any(v is None for v in values) else float(np.median(values))
+
+
+def summarize(args, trials: dict, chosen: dict, packing_factor: float, baseline: float) -> dict:
+    """The JSON result from every row's runs at its chosen rate."""
+    figures = {key: {} for key in ("seconds", "steps", "sequences")}
+    for row in args.rows:
+        runs = [trials[row][chosen[row], seed]["to_target"] for seed in range(args.seeds)]
+        for key in figures:
+            figures[key][row] = median_or_none([r and r[key] for r in runs])
+    seconds = figures["seconds"]
+    padded = seconds.get(BASELINE_ROW)
+    return {
+        "target": args.target,
+        "baseline": baseline,
+        "packing_factor": packing_factor,
+        "seeds": args.seeds,
+        "grid": args.grid,
+        "learning_rates": chosen,
+        "seconds_to_target": seconds,
+        "steps_to_target": figures["steps"],
+        "sequences_to_target": figures["sequences"],
+        "speedup_vs_padded_lamb": {
+            row: (padded / s if padded and s else None) for row, s in seconds.items()
+        },
+    }
+
+
+def print_table(result: dict) -> None:
+    print(
+        f"\nto eval masked-LM accuracy {result['target']} (baseline {result['baseline']:.4f}; "
+        f"median of {result['seeds']} seeds; packing factor {result['packing_factor']:.2f})"
+    )
+    print(f"{'row':>16} {'lr':>9} {'seconds':>9} {'steps':>7} {'sequences':>10} {'speed-up':>9}")
+    for row, lr in result["learning_rates"].items():
+        cells = [
+            result[key][row]
+            for key in ("seconds_to_target", "steps_to_target", "sequences_to_target")
+        ]
+        speedup = result["speedup_vs_padded_lamb"][row]
+        text = [("missed" if c is None else f"{c:,.0f}") for c in cells]
+        speedup_text = "-" if speedup is None else f"{speedup:.2f}x"
+        print(f"{row:>16} {lr:>9.2e} {text[0]:>9} {text[1]:>7} {text[2]:>10} {speedup_text:>9}")
+
+
+def main() -> None:
+    args = parse_args()
+    data_dir = os.path.join(args.workdir, "sotu_cpu")
+    data = demo.prepare_data(data_dir)
+    grids = {
+        row: learning_rate_grid(CENTRE_LEARNING_RATES[ROWS[row][1]], args.grid) for row in args.rows
+    }
+    trials: dict[str, dict] = {row: {} for row in args.rows}
+    baseline = float("nan")
+    for k in range(args.grid):  # the grid with seed 0, rows interleaved
+        for row in args.rows:
+            trials[row][grids[row][k], 0] = run(args, data_dir, row, grids[row][k], 0)
+            baseline = trials[row][grids[row][k], 0]["baseline"]
+    chosen = {
+        row: best_learning_rate({lr: t for (lr, s), t in trials[row].items() if s == 0})
+        for row in args.rows
+    }
+    for seed in range(1, args.seeds):
+        for row in args.rows:
+            trials[row][chosen[row], seed] = run(args, data_dir, row, chosen[row], seed)
+    result = summarize(args, trials, chosen, data["strategies"]["packing_factor"], baseline)
+    print_table(result)
+    if args.json:
+        print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

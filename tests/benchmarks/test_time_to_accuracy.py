@@ -1,0 +1,68 @@
+"""The time-to-accuracy benchmark's bookkeeping: the grid, the first evaluation at the target,
+the choice of learning rate, and a result in which a missed target stays visible; no training."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(scope="module")
+def bench():
+    path = os.path.join(ROOT, "benchmarks", "time_to_accuracy.py")
+    spec = importlib.util.spec_from_file_location("time_to_accuracy", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_grid_and_first_evaluation_at_the_target(bench):
+    assert bench.learning_rate_grid(2e-3, 3) == pytest.approx([1e-3, 2e-3, 4e-3])
+    assert bench.learning_rate_grid(2e-3, 1) == [2e-3]
+    curve = {
+        "step": [100, 200, 300],
+        "train_seconds": [20.0, 41.0, 60.0],
+        "sequences_seen": [1600, 3200, 4800],
+        "masked_lm_accuracy": [0.2, 0.26, 0.24],
+    }
+    assert bench.time_to_target(curve, 0.25) == {"seconds": 41.0, "steps": 200, "sequences": 3200}
+    assert bench.time_to_target(curve, 0.3) is None
+
+
+def test_the_fastest_rate_wins_and_a_missed_target_is_not_hidden(bench):
+    trials = {
+        1e-3: {"to_target": {"seconds": 90.0}, "final_accuracy": 0.26},
+        2e-3: {"to_target": {"seconds": 60.0}, "final_accuracy": 0.25},
+        4e-3: {"to_target": None, "final_accuracy": 0.2},
+    }
+    assert bench.best_learning_rate(trials) == 2e-3
+    missed = {lr: {**t, "to_target": None} for lr, t in trials.items()}
+    assert bench.best_learning_rate(missed) == 1e-3  # none reached: the highest accuracy
+
+    args = bench.parse_args(["--seeds=2", "--rows=padded+lamb,packed+soap", "--target=0.25"])
+    reach = lambda s: {"seconds": s, "steps": s, "sequences": 16 * s}
+    trials = {
+        "padded+lamb": {
+            (1e-2, 0): {"to_target": reach(300.0)},
+            (1e-2, 1): {"to_target": reach(340.0)},
+        },
+        "packed+soap": {(2e-3, 0): {"to_target": reach(100.0)}, (2e-3, 1): {"to_target": None}},
+    }
+    chosen = {"padded+lamb": 1e-2, "packed+soap": 2e-3}
+    result = bench.summarize(args, trials, chosen, packing_factor=2.4, baseline=0.07)
+    assert result["seconds_to_target"] == {"padded+lamb": 320.0, "packed+soap": None}
+    assert result["speedup_vs_padded_lamb"] == {"padded+lamb": 1.0, "packed+soap": None}
+    assert result["sequences_to_target"]["padded+lamb"] == 16 * 320.0
+
+
+def test_bad_arguments_are_named(bench, capsys):
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--rows=packed+adam"])
+    assert "unknown rows ['packed+adam']" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--grid=2"])
+    assert "must be odd" in capsys.readouterr().err
