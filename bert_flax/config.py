@@ -217,6 +217,20 @@ def config_section(preset: str = "tiny") -> ml_collections.ConfigDict:
     return section
 
 
+def resolved_config_section(model_config: BertConfig, preset: str) -> ml_collections.ConfigDict:
+    """`config.model` as a run resolved it: every field at the value its model was built with
+    (the preset's where the config left a placeholder), under the `preset` it named."""
+    section = config_section(preset)
+    values = model_config.to_dict()
+    sparse = values.pop("block_sparse")
+    for name in section:
+        if name not in ("preset", "block_sparse"):
+            section[name] = values[name]
+    if sparse:
+        section.block_sparse.update({"enabled": True, **sparse})
+    return section
+
+
 def from_config_section(section: ml_collections.ConfigDict, **fields: Any) -> BertConfig:
     """The BertConfig a `config.model` section describes; `fields` (e.g. dtype) win."""
     values = section.to_dict()

@@ -12,7 +12,7 @@ A user error ends as one line with exit status 2, a diverged run with status 3
 callable from a notebook.
 """
 
-from absl import app, flags, logging
+from absl import app, flags
 from ml_collections import config_flags
 
 from bert_flax import cli, overrides, train
@@ -26,7 +26,6 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    logging.info("Config:\n%s", FLAGS.config)
     train.exit_if_preempted(train.train_and_evaluate(FLAGS.config, FLAGS.workdir))
 
 

@@ -36,6 +36,7 @@ from absl import logging
 
 import optim
 from bert_flax import checkpointing, convert, metrics, sharding
+from bert_flax.config import BertConfig, resolved_config_section
 from bert_flax.tasks import Task
 from bert_flax.train_setup import TrainSetup, create_train_setup
 from bert_flax.train_step import TrainState
@@ -216,15 +217,17 @@ def _train(
     vocab = setup.model_config.vocab_size
     writer = metrics.MetricsWriter(workdir)
     info = describe(setup)
+    shown = with_resolved_model(config, setup.model_config)
+    logging.info("Config (the model as resolved):\n%s", shown)
     logging.info("Setup: %s", json.dumps(info))
     if writer.enabled:
         with open(os.path.join(workdir, "config.json"), "w") as f:
-            # The config as given, and what the packing adjustment resolved it to.
-            resolved = {**json.loads(config.to_json_best_effort()), "resolved": info}
+            # The config with its model resolved, and what the packing adjustment resolved.
+            resolved = {**json.loads(shown.to_json_best_effort()), "resolved": info}
             json.dump(resolved, f, indent=2)
         with open(os.path.join(workdir, convert.CONFIG_FILE), "w") as f:
             json.dump(setup.model_config.to_dict(), f, indent=2)  # what convert exports with
-        writer.write_text("config", f"```\n{config}\n```")
+        writer.write_text("config", f"```\n{shown}\n```")
 
     checkpointer = checkpointing.Checkpointer(
         workdir,
@@ -368,6 +371,17 @@ def _train(
         if config.log.plots and not preempted:
             task.plot(workdir)
     return final
+
+
+def with_resolved_model(
+    config: ml_collections.ConfigDict, model_config: BertConfig
+) -> ml_collections.ConfigDict:
+    """A copy of `config` whose `model` section shows every value the run's model has, not the
+    placeholders that mean "the preset's value"."""
+    shown = config.copy_and_resolve_references()
+    with shown.unlocked():
+        shown.model = resolved_config_section(model_config, config.model.preset)
+    return shown
 
 
 def reached(target: float, value: float | None) -> bool:

@@ -8,7 +8,12 @@ import sys
 import pytest
 
 from bert_flax import overrides
-from bert_flax.config import BertConfig, config_section, from_config_section
+from bert_flax.config import (
+    BertConfig,
+    config_section,
+    from_config_section,
+    resolved_config_section,
+)
 from configs import default
 
 
@@ -53,6 +58,18 @@ def test_model_section_defaults_to_the_preset_and_takes_every_field():
         section.hidden = 3
     with pytest.raises(ValueError, match=r"unknown fields \['hidden'\]"):
         from_config_section(section)
+
+
+def test_the_resolved_section_shows_every_value_and_builds_the_same_model():
+    section = config_section("base")
+    section.num_layers = 3
+    section.block_sparse.update(enabled=True, density=0.25)
+    model = from_config_section(section)
+    shown = resolved_config_section(model, "base")
+    assert shown.preset == "base" and shown.num_layers == 3 and shown.hidden_size == 768
+    assert all(shown[k] is not None for k in shown)  # no placeholder left
+    assert shown.block_sparse.enabled and shown.block_sparse.density == 0.25
+    assert from_config_section(shown) == model
 
 
 def test_the_command_line_rejects_an_unknown_key_in_one_line(tmp_path):

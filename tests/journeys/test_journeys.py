@@ -137,6 +137,11 @@ def test_every_optimizer_and_model_field_by_flag(prepared, tmp_path, optimizer, 
         model = json.load(f)
     assert (model["num_layers"], model["hidden_size"]) == (1, 32)  # --config.model.* reached it
     assert f'"name": "{optimizer}"' in (tmp_path / "config.json").read_text()
+    with open(tmp_path / "config.json") as f:  # the model as resolved, not None placeholders
+        shown = json.load(f)["model"]
+    common = (set(model) & set(shown)) - {"block_sparse"}
+    assert {k: shown[k] for k in common} == {k: model[k] for k in common}
+    assert shown["preset"] == "tiny" and shown["intermediate_size"] == model["intermediate_size"]
     if optimizer == "shampoo":
         assert "shampoo/staleness" in final["train"]
         assert "shampoo/staleness" in log  # in the console line too
