@@ -3,7 +3,6 @@ keep every label, and are built as it says; no training here."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 
@@ -15,17 +14,9 @@ from bert_flax.data import classification, tokenization
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _benchmark():
-    path = os.path.join(ROOT, "benchmarks", "finetune_packed_vs_padded.py")
-    spec = importlib.util.spec_from_file_location("finetune_packed_vs_padded", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
-def sets(tmp_path_factory):
-    bench = _benchmark()
+def sets(tmp_path_factory, load_benchmark):
+    bench = load_benchmark("finetune_packed_vs_padded")
     directory = tmp_path_factory.mktemp("sets")
     out = {}
     for name in bench.SET_BUILDERS:

@@ -3,21 +3,12 @@ the choice of learning rate, and a result in which a missed target stays visible
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import pytest
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture(scope="module")
-def bench():
-    path = os.path.join(ROOT, "benchmarks", "time_to_accuracy.py")
-    spec = importlib.util.spec_from_file_location("time_to_accuracy", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def bench(load_benchmark):
+    return load_benchmark("time_to_accuracy")
 
 
 def test_grid_and_first_evaluation_at_the_target(bench):
