@@ -117,9 +117,11 @@ def test_raise_betas_works_for_any_optimizer_with_betas(make_config):
     for name in ("lamb", "adamw", "shampoo"):
         config.optimizer.name = name
         assert adjust_for_packing(config, 2.0).b1 == pytest.approx(0.81)
+    config.optimizer.name = "soap"  # Adam's betas in the rotated basis, 0.95 by default
+    assert adjust_for_packing(config, 2.0).b1 == pytest.approx(0.95**2)
     config.optimizer.name = "sgd"
     with pytest.raises(
-        ValueError, match=r"optimizer 'sgd' has none.*\['adamw', 'lamb', 'shampoo'\]"
+        ValueError, match=r"optimizer 'sgd' has none.*\['adamw', 'lamb', 'shampoo', 'soap'\]"
     ):
         adjust_for_packing(config, 2.0)
 
