@@ -199,7 +199,7 @@ class BertForSequenceClassification(nn.Module):
     `bert` and `nsp_head/pooler` (`pretrained_encoder` maps one onto the other). `pooling` (of
     `POOLINGS`) says what the head reads: the [CLS] state, or the mean of the sequence's states
     (better from a briefly pre-trained model, whose [CLS] state NSP has not yet taught to
-    summarise; README, "Fine-tuning and inference")."""
+    summarise; docs/training.md, "Fine-tuning and inference")."""
 
     config: BertConfig
     num_labels: int

@@ -44,7 +44,8 @@ def get_config() -> ml_collections.ConfigDict:
     config.data.shuffle = True
 
     # What the classifier reads of each example: "cls" (BERT's [CLS] state) or "mean" (the mean
-    # of its states: better from a model pre-trained for minutes, README, "Fine-tuning").
+    # of its states: better from a model pre-trained for minutes; docs/training.md,
+    # "Fine-tuning and inference").
     config.classifier = ml_collections.ConfigDict({"pooling": "cls"})
 
     config.optimizer.name = "adamw"

@@ -75,7 +75,36 @@ class ShampooState(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class ShampooConfig:
-    """Shampoo's static hyperparameters (see :func:`shampoo` for their meaning)."""
+    """Shampoo's static hyperparameters (`optim.shampoo(lr, **fields)`; SOAP: `optim.soap`).
+
+    Attributes:
+      b1: momentum (an EMA of the directions); 0 turns it off. ``nesterov``: look ahead.
+      b2: EMA factor of the statistics; 1.0 sums them (AdaGrad-like).
+      block_size: dimensions larger than this are split into blocks; smaller neighbours merged.
+      max_preconditioner_dim: dimensions larger than this get a diagonal factor instead (the
+        30,522-word dimension of BERT's embedding table at the default 4096).
+      precondition_vectors: parameters of rank <= 1 after merging (biases, LayerNorm scales)
+        get an elementwise diagonal preconditioner (True) or the graft's direction alone
+        (False, as distributed Shampoo's ``skip_preconditioning_rank_lt=2``).
+      exponent_override: the root's p (default 2 x the number of preconditioned dimensions).
+      ridge_epsilon: roots are of ``L + ridge_epsilon * lambda_max(L) * I``.
+      root_method: "newton" (coupled Newton) or "eigh" (eigendecomposition, for comparison).
+      root_max_iterations, root_tolerance, root_error_threshold: Newton's iteration cap, its
+        stopping error and the error above which a root fails (and the previous one is kept).
+      graft: "sgd", "adagrad", "rmsprop", "adam" (RMSProp with Adam's bias correction; the
+        momentum is Shampoo's own) or "none": the first-order method giving each block's step
+        size; ``graft_b2``/``graft_epsilon`` are its parameters (SOAP: Adam's b2 and eps).
+      start_preconditioning_step: updates before this one use the grafted direction alone.
+      preconditioning_compute_steps: N, the roots are recomputed every N updates.
+      asynchronous: compute the roots on host threads via ``optim.after_step`` instead of in the
+        graph. ``max_staleness`` (0..N, default N): steps a root job may stay in flight before
+        ``after_step`` waits for it (0 = wait at once, the synchronous trajectory);
+        ``swap_when_done``: swap finished roots in at the first step boundary (True) or exactly
+        ``max_staleness`` steps after submission (False, reproducible); ``host_root_dtype``:
+        "float32" (as in the graph) or "float64".
+      preconditioner: "roots" (Shampoo) or "eigenbasis" (SOAP: Adam in the statistics'
+        eigenbases; needs ``graft="none"``, ``nesterov=False``).
+    """
 
     b1: float = 0.9
     nesterov: bool = True

@@ -20,31 +20,27 @@ axis), keep the identity basis: plain Adam there. Before the first basis arrives
 
 from __future__ import annotations
 
+from typing import Any
+
 import optax
 
 from optim.first_order import MaskOrFn
 from optim.host import HostTransformation
 from optim.masks import weight_decay_mask
-from optim.shampoo import from_config
+from optim.shampoo import from_config, with_config_fields
 from optim.shampoo_core import ShampooConfig
 
 
 def soap(
     learning_rate: optax.ScalarOrSchedule,
+    *,
     b1: float = 0.95,
     b2: float = 0.95,
     shampoo_b2: float = 0.95,
     eps: float = 1e-8,
     weight_decay: float = 0.0,
     mask: MaskOrFn = weight_decay_mask,
-    block_size: int = 128,
-    max_preconditioner_dim: int = 4096,
-    start_preconditioning_step: int = 1,
-    preconditioning_compute_steps: int = 10,
-    asynchronous: bool = False,
-    max_staleness: int | None = None,
-    swap_when_done: bool = True,
-    host_root_dtype: str = "float32",
+    **options: Any,
 ) -> HostTransformation:
     """SOAP with decoupled weight decay (defaults: the paper's).
 
@@ -53,27 +49,38 @@ def soap(
       b1, b2, eps: Adam's, in the rotated basis (b1 = 0 turns the first moment off).
       shampoo_b2: EMA factor of the statistics L and R (1.0 sums them).
       weight_decay, mask: decoupled weight decay and where it applies.
-      block_size, max_preconditioner_dim: Shampoo's blocking (see ``optim.shampoo``).
-      start_preconditioning_step, preconditioning_compute_steps: the first basis is computed
-        from the statistics after update S, then every N updates.
-      asynchronous, max_staleness, swap_when_done, host_root_dtype: as Shampoo's roots, for the
-        eigenbases (``optim.after_step`` after every update).
+      **options: the ``SHARED_FIELDS`` of :class:`~optim.shampoo_core.ShampooConfig`: its
+        blocking, and when and where the eigenbases are computed (the first from the
+        statistics after update ``start_preconditioning_step``, then every
+        ``preconditioning_compute_steps``; ``asynchronous`` on a host thread like Shampoo's
+        roots, ``optim.after_step`` after every update).
     """
+    unknown = sorted(set(options) - set(SHARED_FIELDS))
+    if unknown:
+        raise TypeError(f"soap() got unknown options {unknown}; it takes {SHARED_FIELDS}.")
     config = ShampooConfig(
         b1=b1,
         nesterov=False,
         b2=shampoo_b2,
-        block_size=block_size,
-        max_preconditioner_dim=max_preconditioner_dim,
         graft="none",
         graft_b2=b2,
         graft_epsilon=eps,
-        start_preconditioning_step=start_preconditioning_step,
-        preconditioning_compute_steps=preconditioning_compute_steps,
-        asynchronous=asynchronous,
-        max_staleness=max_staleness,
-        swap_when_done=swap_when_done,
-        host_root_dtype=host_root_dtype,
         preconditioner="eigenbasis",
+        **options,
     )
     return from_config(config, learning_rate, weight_decay, mask)
+
+
+# ShampooConfig fields SOAP takes as they are (the others are fixed above or renamed: Adam's
+# b2 and eps are the graft's, the statistics' b2 is `shampoo_b2`).
+SHARED_FIELDS = (
+    "block_size",
+    "max_preconditioner_dim",
+    "start_preconditioning_step",
+    "preconditioning_compute_steps",
+    "asynchronous",
+    "max_staleness",
+    "swap_when_done",
+    "host_root_dtype",
+)
+with_config_fields(soap, SHARED_FIELDS)

@@ -206,7 +206,7 @@ def test_greedy_and_lp_on_squad(squad_histogram):
     best = packing.pack_histogram(squad_histogram, 384, "lp", 3)
     best.check(squad_histogram)
     assert spfhp.packs <= 40_711 and lpfhp.packs <= 40_631  # the paper's reference runs
-    # Optimal: the LP packer's packs equal its proven lower bound (README: 40,195, 98.80%).
+    # Optimal: the LP packer's packs equal its proven lower bound (docs/packing.md: 40,195, 98.80%).
     assert best.num_packs == packing.lower_bound(squad_histogram, 384, 3) == 40_195
     assert best.info["lower_bound"] == 40_195
     assert round(best.metrics().efficiency, 2) == 98.80
