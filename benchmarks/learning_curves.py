@@ -49,7 +49,13 @@ def parse_args() -> argparse.Namespace:
 
 def pretrain(args, data_dir: str, layout: str, seed: int) -> tuple[str, dict]:
     config = demo.pretraining_config(
-        data_dir, layout == "packed", 0.0, args.steps, seed, eval_every=args.eval_every
+        data_dir,
+        layout == "packed",
+        0.0,
+        args.steps,
+        seed,
+        eval_every=args.eval_every,
+        recipe=cpu_pretrain,
     )
     workdir = os.path.join(args.workdir, f"{layout}_seed{seed}")
     return workdir, train.train_and_evaluate(config, workdir)

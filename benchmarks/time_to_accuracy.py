@@ -34,6 +34,7 @@ import numpy as np
 
 from bert_flax import demo, train
 from bert_flax.metrics import learning_curve
+from configs import cpu_pretrain
 
 METRIC = "masked_lm_accuracy"
 BASELINE_ROW = "padded+lamb"
@@ -109,7 +110,13 @@ def run(args, data_dir: str, row: str, learning_rate: float, seed: int) -> dict:
     """One training run of ``row`` (resumed or reused when its workdir has one)."""
     packed, optimizer, settings = ROWS[row]
     config = demo.pretraining_config(
-        data_dir, packed, args.max_minutes, args.max_steps, seed, eval_every=args.eval_every
+        data_dir,
+        packed,
+        args.max_minutes,
+        args.max_steps,
+        seed,
+        eval_every=args.eval_every,
+        recipe=cpu_pretrain,
     )
     config.optimizer.name = optimizer
     config.optimizer[optimizer].update(settings)

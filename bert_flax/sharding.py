@@ -60,6 +60,45 @@ LOGICAL_AXIS_RULES: Rules = (
 )
 
 
+def rules_config() -> dict[str, tuple[str, ...]]:
+    """The table as `config.mesh.rules` holds it: logical name -> mesh axes, a tuple each
+    (() = replicated), so that a run can move one from the command line:
+    `--config.mesh.rules.vocab="('fsdp',)"`, `--config.mesh.rules.embed="()"`."""
+    return {
+        logical: () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
+        for logical, axes in LOGICAL_AXIS_RULES
+    }
+
+
+def rules_from_config(table: Any) -> Rules:
+    """`config.mesh.rules` (a mapping like `rules_config()`'s) as flax rules, checked: every
+    logical name must be the table's, every mesh axis one of `MESH_AXES`, and the batch's rule
+    the table's (batches are placed by it outside any step)."""
+    known = rules_config()
+    rules = []
+    for logical, axes in dict(table).items():
+        if logical not in known:
+            raise ValueError(
+                f"config.mesh.rules.{logical}: not a logical axis of the model; the table's "
+                f"names are {sorted(known)}."
+            )
+        axes = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
+        unknown = sorted(set(axes) - set(MESH_AXES))
+        if unknown:
+            raise ValueError(
+                f"config.mesh.rules.{logical}={axes}: {unknown} are not mesh axes; use a tuple "
+                f"of {MESH_AXES}, or () to replicate."
+            )
+        if logical == BATCH and axes != known[BATCH]:
+            raise ValueError(
+                f"config.mesh.rules.{BATCH}={axes}: the batch is split over {known[BATCH]} "
+                "wherever batches are placed (`batch_sharding`); choose the split with "
+                "config.mesh.shape instead (a size-1 axis splits nothing)."
+            )
+        rules.append((logical, axes[0] if len(axes) == 1 else axes or None))
+    return tuple(rules)
+
+
 # -- The mesh ------------------------------------------------------------------------------------
 
 

@@ -20,12 +20,13 @@ run's workdir). SIGTERM, at any point, saves and stops within `checkpoint.preemp
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging as logging_std
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import flax.traverse_util
@@ -213,22 +214,8 @@ def _train(
 ) -> dict[str, Any]:
     setup = create_train_setup(config, task=task)
     task = setup.task
-    total_steps = config.train.steps
-    vocab = setup.model_config.vocab_size
     writer = metrics.MetricsWriter(workdir)
-    info = describe(setup)
-    shown = with_resolved_model(config, setup.model_config)
-    logging.info("Config (the model as resolved):\n%s", shown)
-    logging.info("Setup: %s", json.dumps(info))
-    if writer.enabled:
-        with open(os.path.join(workdir, "config.json"), "w") as f:
-            # The config with its model resolved, and what the packing adjustment resolved.
-            resolved = {**json.loads(shown.to_json_best_effort()), "resolved": info}
-            json.dump(resolved, f, indent=2)
-        with open(os.path.join(workdir, convert.CONFIG_FILE), "w") as f:
-            json.dump(setup.model_config.to_dict(), f, indent=2)  # what convert exports with
-        writer.write_text("config", f"```\n{shown}\n```")
-
+    info = write_run_config(config, setup, workdir, writer)
     checkpointer = checkpointing.Checkpointer(
         workdir,
         every_steps=config.checkpoint.every_steps,
@@ -242,6 +229,7 @@ def _train(
         raise
     start_step = int(jax.device_get(state.step))
 
+    vocab = setup.model_config.vocab_size
     train_iter = task.train_batches(setup.batch_size, vocab, start=progress["data_position"])
     eval_set = task.eval_batches(config.eval.batch_size, vocab)
     task.check_batch(eval_set[0], setup.model_config, evaluation=True)
@@ -253,102 +241,27 @@ def _train(
         task.eval_metric,
         baseline,
     )
-    best = BestParams(workdir, task, enabled=config.checkpoint.keep_best and writer.enabled)
-
-    pending: list[dict[str, jax.Array]] = []
-    diverged = ""  # the error message once too many non-finite steps came in a row
-    throughput = metrics.Throughput()
-    train_summary: dict[str, float] = {}
-    eval_summary: dict[str, float] = {}
+    loop = Loop(
+        config,
+        setup,
+        writer,
+        checkpointer,
+        guard,
+        eval_set,
+        baseline,
+        state,
+        progress,
+        BestParams(workdir, task, enabled=config.checkpoint.keep_best and writer.enabled),
+    )
     started = time.perf_counter()
-    step = start_step
-
-    def flush(step: int) -> None:
-        nonlocal pending, train_summary, diverged
-        if not pending:
-            return
-        total = metrics.sum_metrics(pending)
-        pending = []
-        progress["sequences_seen"] += total.get("sequences", 0.0)
-        host = optim.host_metrics(setup.tx, state.opt_state)
-        train_summary = {**metrics.summarize(total), **throughput.measure(total), **host}
-        progress["train_seconds"] += train_summary["step_seconds"] * total["steps"]
-        train_summary["sequences_seen"] = progress["sequences_seen"]
-        train_summary["train_seconds"] = progress["train_seconds"]
-        writer.write("train", step, train_summary)
-        logging.info(
-            "%s",
-            metrics.progress_line(step, total_steps, train_summary, host, task.train_metrics_shown),
-        )
-        diverged = diverged or divergence(config, step, train_summary, checkpointer)
-
-    def run_eval(step: int) -> None:
-        nonlocal eval_summary
-        t0 = time.perf_counter()
-        summary, complete = evaluate(
-            setup,
-            state.params,
-            eval_set,
-            stop_requested=lambda: guard.requested,
-            max_minutes=config.eval.max_minutes,
-        )
-        if not summary.get("eval_batches"):
-            return
-        eval_summary = {**summary, "baseline": baseline, "complete": float(complete)}
-        writer.write("eval", step, eval_summary)
-        shown = " | ".join(
-            f"{k} {eval_summary.get(k, float('nan')):.4f}" for k in task.eval_metrics_shown
-        )
-        logging.info(
-            "eval step %d | %s %.4f (baseline %.4f) | %s | %d batches | %.1fs",
-            step,
-            task.eval_metric,
-            eval_summary.get(task.eval_metric, float("nan")),
-            baseline,
-            shown,
-            summary["eval_batches"],
-            time.perf_counter() - t0,
-        )
-        if complete:
-            best.offer(step, eval_summary, state.params, setup.model_config)
-        throughput.reset()
-
-    preempted = target_reached = False
-    deadline = started + 60.0 * config.train.max_minutes if config.train.max_minutes else None
-    for step in range(start_step + 1, total_steps + 1):
-        local = next(train_iter)
-        if step == start_step + 1:
-            task.check_batch(local, setup.model_config, evaluation=False)
-        batch = sharding.global_batch(setup.mesh, local)
-        state, step_metrics = setup.loop_step(state, batch, setup.step_key(step - 1), step)
-        progress["data_position"] += 1
-        pending.append(step_metrics)
-        last = step == total_steps or (deadline is not None and time.perf_counter() > deadline)
-        evaluate_now = step % config.eval.every_steps == 0 or last
-        save_now = step % config.checkpoint.every_steps == 0 or last
-        if step % config.log.every_steps == 0 or evaluate_now or save_now or guard.requested:
-            flush(step)  # before evaluating, so the throughput covers training only
-        if diverged:
-            break
-        if evaluate_now and not guard.requested:
-            run_eval(step)
-            target_reached = reached(config.eval.stop_at, eval_summary.get(task.eval_metric))
-            last = last or target_reached
-        stop = guard.requested or checkpointer.reached_preemption(step)
-        if (save_now or last or stop) and finite_state(state, step):
-            checkpointer.save(step, state, dict(progress), force=last or stop)
-        if stop:
-            preempted = True
-            logging.warning("Stopping at step %d after saving (preemption).", step)
-        if stop or last:
-            break
+    step, preempted, target_reached = loop.run(start_step, train_iter)
     if preempted:  # closing it waits on tf.data's generator thread (seconds): leave it to exit
         _PREEMPTED_INPUTS.append(train_iter)
     del train_iter  # closes the tf.data generator now rather than at interpreter exit
     checkpointer.close()
     writer.close()
-    if diverged:
-        raise TrainingDiverged(diverged)
+    if loop.diverged:
+        raise TrainingDiverged(loop.diverged)
 
     final = {
         "step": step,
@@ -360,9 +273,9 @@ def _train(
         "train_seconds": progress["train_seconds"],
         "baseline": baseline,
         "baseline_name": baseline_name,
-        "train": train_summary,
-        "eval": eval_summary,
-        "best": best.record,
+        "train": loop.train_summary,
+        "eval": loop.eval_summary,
+        "best": loop.best.record,
         "setup": info,
     }
     if writer.enabled:
@@ -371,6 +284,151 @@ def _train(
         if config.log.plots and not preempted:
             task.plot(workdir)
     return final
+
+
+def write_run_config(
+    config: ml_collections.ConfigDict,
+    setup: TrainSetup,
+    workdir: str,
+    writer: metrics.MetricsWriter,
+) -> dict[str, Any]:
+    """Logs the config (its model as resolved) and the setup, and writes them to the workdir
+    (config.json, bert_config.json, TensorBoard); returns the setup's description."""
+    info = describe(setup)
+    shown = with_resolved_model(config, setup.model_config)
+    logging.info("Config (the model as resolved):\n%s", shown)
+    logging.info("Setup: %s", json.dumps(info))
+    if writer.enabled:
+        with open(os.path.join(workdir, "config.json"), "w") as f:
+            # The config with its model resolved, and what the packing adjustment resolved.
+            resolved = {**json.loads(shown.to_json_best_effort()), "resolved": info}
+            json.dump(resolved, f, indent=2)
+        with open(os.path.join(workdir, convert.CONFIG_FILE), "w") as f:
+            json.dump(setup.model_config.to_dict(), f, indent=2)  # what convert exports with
+        writer.write_text("config", f"```\n{shown}\n```")
+    return info
+
+
+@dataclasses.dataclass
+class Loop:
+    """The training loop of one run and what it carries between steps: the state, the data
+    position and counters (`progress`, what a checkpoint saves beside the state), the metrics
+    not yet logged, and the last train and eval summaries."""
+
+    config: ml_collections.ConfigDict
+    setup: TrainSetup
+    writer: metrics.MetricsWriter
+    checkpointer: checkpointing.Checkpointer
+    guard: checkpointing.PreemptionGuard
+    eval_set: list[dict[str, np.ndarray]]
+    baseline: float
+    state: TrainState
+    progress: dict[str, Any]
+    best: BestParams
+    pending: list[dict[str, jax.Array]] = dataclasses.field(default_factory=list)
+    throughput: metrics.Throughput = dataclasses.field(default_factory=metrics.Throughput)
+    train_summary: dict[str, float] = dataclasses.field(default_factory=dict)
+    eval_summary: dict[str, float] = dataclasses.field(default_factory=dict)
+    diverged: str = ""  # the error message once too many non-finite steps came in a row
+
+    def run(self, start_step: int, train_iter: Iterator[dict]) -> tuple[int, bool, bool]:
+        """Steps from `start_step` until the last step, the clock, the eval target, divergence
+        or preemption; returns (last step, preempted, target reached)."""
+        config, setup, task = self.config, self.setup, self.setup.task
+        preempted = target_reached = False
+        max_seconds = 60.0 * config.train.max_minutes
+        deadline = time.perf_counter() + max_seconds if max_seconds else None
+        step = start_step
+        for step in range(start_step + 1, config.train.steps + 1):
+            local = next(train_iter)
+            if step == start_step + 1:
+                task.check_batch(local, setup.model_config, evaluation=False)
+            batch = sharding.global_batch(setup.mesh, local)
+            self.state, step_metrics = setup.loop_step(
+                self.state, batch, setup.step_key(step - 1), step
+            )
+            self.progress["data_position"] += 1
+            self.pending.append(step_metrics)
+            last = step == config.train.steps or (
+                deadline is not None and time.perf_counter() > deadline
+            )
+            evaluate_now = step % config.eval.every_steps == 0 or last
+            save_now = step % config.checkpoint.every_steps == 0 or last
+            if (
+                step % config.log.every_steps == 0
+                or evaluate_now
+                or save_now
+                or self.guard.requested
+            ):
+                self.flush(step)  # before evaluating, so the throughput covers training only
+            if self.diverged:
+                break
+            if evaluate_now and not self.guard.requested:
+                self.evaluate(step)
+                target_reached = reached(
+                    config.eval.stop_at, self.eval_summary.get(task.eval_metric)
+                )
+                last = last or target_reached
+            stop = self.guard.requested or self.checkpointer.reached_preemption(step)
+            if (save_now or last or stop) and finite_state(self.state, step):
+                self.checkpointer.save(step, self.state, dict(self.progress), force=last or stop)
+            if stop:
+                preempted = True
+                logging.warning("Stopping at step %d after saving (preemption).", step)
+            if stop or last:
+                break
+        return step, preempted, target_reached
+
+    def flush(self, step: int) -> None:
+        """Logs and writes the metrics of the steps since the last flush."""
+        if not self.pending:
+            return
+        total = metrics.sum_metrics(self.pending)
+        self.pending = []
+        progress, setup = self.progress, self.setup
+        progress["sequences_seen"] += total.get("sequences", 0.0)
+        host = optim.host_metrics(setup.tx, self.state.opt_state)
+        summary = {**metrics.summarize(total), **self.throughput.measure(total), **host}
+        progress["train_seconds"] += summary["step_seconds"] * total["steps"]
+        summary["sequences_seen"] = progress["sequences_seen"]
+        summary["train_seconds"] = progress["train_seconds"]
+        self.train_summary = summary
+        self.writer.write("train", step, summary)
+        shown = setup.task.train_metrics_shown
+        line = metrics.progress_line(step, self.config.train.steps, summary, host, shown)
+        logging.info("%s", line)
+        self.diverged = self.diverged or divergence(self.config, step, summary, self.checkpointer)
+
+    def evaluate(self, step: int) -> None:
+        """Evaluates the current parameters on the eval set; offers them as the best."""
+        task, t0 = self.setup.task, time.perf_counter()
+        summary, complete = evaluate(
+            self.setup,
+            self.state.params,
+            self.eval_set,
+            stop_requested=lambda: self.guard.requested,
+            max_minutes=self.config.eval.max_minutes,
+        )
+        if not summary.get("eval_batches"):
+            return
+        self.eval_summary = {**summary, "baseline": self.baseline, "complete": float(complete)}
+        self.writer.write("eval", step, self.eval_summary)
+        shown = " | ".join(
+            f"{k} {self.eval_summary.get(k, float('nan')):.4f}" for k in task.eval_metrics_shown
+        )
+        logging.info(
+            "eval step %d | %s %.4f (baseline %.4f) | %s | %d batches | %.1fs",
+            step,
+            task.eval_metric,
+            self.eval_summary.get(task.eval_metric, float("nan")),
+            self.baseline,
+            shown,
+            summary["eval_batches"],
+            time.perf_counter() - t0,
+        )
+        if complete:
+            self.best.offer(step, self.eval_summary, self.state.params, self.setup.model_config)
+        self.throughput.reset()
 
 
 def with_resolved_model(

@@ -29,6 +29,7 @@ import optim
 import packing
 from bert_flax import sharding, train_step
 from bert_flax.config import BertConfig
+from bert_flax.losses import Objective
 from bert_flax.tasks import PreTrainingTask, Task
 from bert_flax.train_step import TrainState
 
@@ -143,7 +144,7 @@ def create_train_setup(
     # Mesh and the logical-axis rules it supports.
     if mesh is None:
         mesh = sharding.create_mesh(config.mesh.shape, config.mesh.axes)
-    rules = sharding.rules_for_mesh(mesh)
+    rules = sharding.rules_for_mesh(mesh, sharding.rules_from_config(config.mesh.rules))
 
     # Packing adjustment: rows per step, micro-batches and betas for the packing factor.
     factor = task.packing_factor() if packing_factor_override is None else packing_factor_override
@@ -164,29 +165,8 @@ def create_train_setup(
     )
 
     # Steps: the pure functions of `train_step`, bound and jitted with shardings.
-    objective = task.objective
-    batch, replicated = sharding.batch_sharding(mesh), sharding.replicated(mesh)
-    jitted_train_step = sharding.jit_partitioned(
-        functools.partial(
-            train_step.train_step,
-            model=model,
-            tx=tx,
-            learning_rate=schedule,
-            objective=objective,
-            accumulation=adjustment.accumulation,
-        ),
-        mesh,
-        rules,
-        in_shardings=(state_shardings, batch, replicated),
-        out_shardings=(state_shardings, replicated),
-        donate_argnums=(0,),
-    )
-    jitted_eval_step = sharding.jit_partitioned(
-        functools.partial(train_step.eval_step, model=model, objective=objective),
-        mesh,
-        rules,
-        in_shardings=(None, batch),
-        out_shardings=replicated,
+    jitted_train_step, jitted_eval_step = jit_steps(
+        model, tx, schedule, task.objective, adjustment.accumulation, mesh, rules, state_shardings
     )
     return TrainSetup(
         config=config,
@@ -203,6 +183,44 @@ def create_train_setup(
         train_step=jitted_train_step,
         eval_step=jitted_eval_step,
     )
+
+
+def jit_steps(
+    model: nn.Module,
+    tx: optax.GradientTransformation,
+    schedule: optax.Schedule,
+    objective: Objective,
+    accumulation: int,
+    mesh: Mesh,
+    rules: sharding.Rules,
+    state_shardings: Any,
+) -> tuple[Callable, Callable]:
+    """`train_step.train_step` and `eval_step` bound to the run's model, optimizer and
+    objective, jitted with its shardings (the train step donates the state)."""
+    batch, replicated = sharding.batch_sharding(mesh), sharding.replicated(mesh)
+    train = sharding.jit_partitioned(
+        functools.partial(
+            train_step.train_step,
+            model=model,
+            tx=tx,
+            learning_rate=schedule,
+            objective=objective,
+            accumulation=accumulation,
+        ),
+        mesh,
+        rules,
+        in_shardings=(state_shardings, batch, replicated),
+        out_shardings=(state_shardings, replicated),
+        donate_argnums=(0,),
+    )
+    evaluate = sharding.jit_partitioned(
+        functools.partial(train_step.eval_step, model=model, objective=objective),
+        mesh,
+        rules,
+        in_shardings=(None, batch),
+        out_shardings=replicated,
+    )
+    return train, evaluate
 
 
 # -- Config --------------------------------------------------------------------------------------

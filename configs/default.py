@@ -13,7 +13,7 @@ Fields (see docs/training.md for the whole story):
   schedule:   linear warm-up then polynomial decay to `end_learning_rate`.
   train:      global rows per optimizer step, steps, micro-batches, clipping, compute dtype, and
               how to adapt hyper-parameters to packing.
-  mesh:       device mesh axes and shape (-1 = all remaining devices).
+  mesh:       device mesh axes and shape (-1 = all remaining devices), partitioning rules.
   distributed: `jax.distributed.initialize()` for multi-host jobs.
   checkpoint, eval, log: intervals.
 """
@@ -22,6 +22,7 @@ import ml_collections
 from ml_collections.config_dict import placeholder
 
 import optim
+from bert_flax import sharding
 from bert_flax.config import config_section
 
 
@@ -86,6 +87,9 @@ def get_config() -> ml_collections.ConfigDict:
     config.mesh = ml_collections.ConfigDict()
     config.mesh.axes = ("data", "fsdp", "model")
     config.mesh.shape = (-1, 1, 1)
+    # Logical axis -> mesh axes (t5x's rule table; default: `bert_flax.sharding`'s): e.g.
+    # --config.mesh.rules.embed="()" replicates the embed dim instead of sharding it over fsdp.
+    config.mesh.rules = sharding.rules_config()
 
     config.distributed = ml_collections.ConfigDict()
     config.distributed.initialize = False  # call jax.distributed.initialize() at start

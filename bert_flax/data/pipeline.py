@@ -29,9 +29,10 @@ no index; resume counts packs by reading);
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -338,6 +339,11 @@ def _online_packs(
         raise RuntimeError(f"The online packer lost {len(pending)} examples.")
 
 
+def _epoch_seeds(seed: int, shuffle: bool, process_index: int) -> Callable[[int], int]:
+    """epoch -> that epoch's seed (``_epoch_seed``)."""
+    return lambda epoch: _epoch_seed(seed, epoch, shuffle, process_index)
+
+
 def _epoch_seed(seed: int, epoch: int, shuffle: bool, process_index: int) -> int:
     """Without shuffling every epoch packs the same way (the seed still fixes which examples of
     equal length share a row); with it, each epoch (and host) draws a new order."""
@@ -432,6 +438,70 @@ def packed_dataset(
         window, nothing read or built); streaming, by reading and counting packs.
       workers: threads building rows (tf.data's parallel map; the order stays deterministic).
     """
+    _check_arguments(batch_size, max_sequences_per_pack, start_batch, workers, pack_window)
+    data = PreparedData.load(data_dir)
+    L, M = data.max_seq_length, data.max_predictions_per_seq
+    shape = data.row_shape(max_sequences_per_pack, packed=packed)
+    if max_predictions_per_pack:
+        shape = dataclasses.replace(shape, max_predictions_per_pack=max_predictions_per_pack)
+    if process_index is None or process_count is None:
+        import jax  # only to learn this host's place; the pipeline itself is TF + numpy
+
+        process_index = jax.process_index() if process_index is None else process_index
+        process_count = jax.process_count() if process_count is None else process_count
+    files, shard = host_share(records.find_shards(data_dir, split), process_index, process_count)
+    tables = _LiveTables()
+    start_rows = start_batch * batch_size
+    where = f"Host {process_index} of {process_count}"
+    if streaming:
+        pairs = functools.partial(
+            _online_pairs,
+            _Source(files, shard, L, M),
+            shape,
+            tables,
+            start_rows=start_rows,
+            shuffle=shuffle,
+            shuffle_buffer=shuffle_buffer,
+            buffer_size=online_buffer_size,
+            batch_size=batch_size,
+            repeat=repeat,
+            epoch_seed=_epoch_seeds(seed, shuffle, process_index),
+            empty=f"{where} has no {split} examples.",
+        )
+    else:
+        index = RecordIndex.load_or_build(data_dir, split)
+        host = host_records(index, files, shard)
+        _check_host_records(index, host, shape, f"{where} has no {split} examples.", split)
+        strategy_set = (
+            load_strategies(data_dir, strategies, L, shape.max_sequences_per_pack, algorithm)
+            if packed
+            else None
+        )
+        planner = EpochPlanner(
+            index.lengths,
+            host,
+            pack_window or DEFAULT_PACK_WINDOW,
+            strategy_set,
+            shuffle,
+            _epoch_seeds(seed, shuffle, process_index),
+        )
+        read = functools.partial(index.read, max_seq_length=L, max_predictions=M, data_dir=data_dir)
+        pairs = functools.partial(_planned_pairs, planner, read, tables, start_rows, repeat)
+
+    def descriptors() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        return _batch_descriptors(pairs(), tables, shape, batch_size, drop_remainder)
+
+    spec = dataset_spec(shape, batch_size if drop_remainder or repeat else None)
+    return _rows_dataset(descriptors, tables, shape, spec, workers).prefetch(prefetch)
+
+
+def _check_arguments(
+    batch_size: int,
+    max_sequences_per_pack: int,
+    start_batch: int,
+    workers: int,
+    pack_window: int | None,
+) -> None:
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
     if max_sequences_per_pack < 1:
@@ -442,73 +512,68 @@ def packed_dataset(
         raise ValueError(f"workers must be >= 1, got {workers}.")
     if pack_window is not None and pack_window < 1:
         raise ValueError(f"pack_window must be >= 1 (or None for the default), got {pack_window}.")
-    data = PreparedData.load(data_dir)
-    L, M = data.max_seq_length, data.max_predictions_per_seq
-    shape = data.row_shape(max_sequences_per_pack, packed=packed)
-    if max_predictions_per_pack:
-        shape = dataclasses.replace(shape, max_predictions_per_pack=max_predictions_per_pack)
-    D, P = shape.max_sequences_per_pack, shape.max_predictions_per_pack
-    if process_index is None or process_count is None:
-        import jax  # only to learn this host's place; the pipeline itself is TF + numpy
 
-        process_index = jax.process_index() if process_index is None else process_index
-        process_count = jax.process_count() if process_count is None else process_count
-    files, shard = host_share(records.find_shards(data_dir, split), process_index, process_count)
-    strategy_set = None
-    if packed and not streaming:
-        strategy_set = load_strategies(data_dir, strategies, L, D, algorithm)
-    window = pack_window or DEFAULT_PACK_WINDOW
-    index = host = None
-    if not streaming:
-        index = RecordIndex.load_or_build(data_dir, split)
-        host = host_records(index, files, shard)
-        if len(host) == 0:
-            raise ValueError(f"Host {process_index} of {process_count} has no {split} examples.")
-        most = int(index.lengths[host].max())
-        if most > L:
-            raise ValueError(f"A {split} record has {most} tokens, more than max_seq_length={L}.")
-        most = int(index.num_predictions[host].max())
-        if most > P:
-            raise ValueError(
-                f"An example has {most} masked positions, more than max_predictions_per_pack="
-                f"{P}; raise it (or leave it None to derive a safe bound)."
-            )
-    tables = _LiveTables()
-    whole_split: list[int] = []  # the serial of the one window of a small split, read once
 
-    def epoch_seed(epoch: int) -> int:
-        return _epoch_seed(seed, epoch, shuffle, process_index)
+def _check_host_records(
+    index: RecordIndex, host: np.ndarray, shape: RowShape, empty: str, split: str
+) -> None:
+    """Every record of the host fits the row shape (it is not cut); the host has some."""
+    if len(host) == 0:
+        raise ValueError(empty)
+    L, P = shape.max_seq_length, shape.max_predictions_per_pack
+    most = int(index.lengths[host].max())
+    if most > L:
+        raise ValueError(f"A {split} record has {most} tokens, more than max_seq_length={L}.")
+    most = int(index.num_predictions[host].max())
+    if most > P:
+        raise ValueError(
+            f"An example has {most} masked positions, more than max_predictions_per_pack="
+            f"{P}; raise it (or leave it None to derive a safe bound)."
+        )
 
-    def windows_of(epoch: int) -> list[np.ndarray]:
-        return epoch_windows(host, window, shuffle, epoch_seed(epoch))
 
-    def plan_of(epoch: int) -> list[WindowPlan]:
-        windows = windows_of(epoch)
-        if packed:
-            return epoch_plan(windows, index.lengths, strategy_set)
+@dataclasses.dataclass(frozen=True)
+class EpochPlanner:
+    """A host's records -> windows -> packs, epoch by epoch, from the records' lengths alone;
+    and the position of a row in that stream as (epoch, window, packs into the window).
+
+    ``strategy_set`` None plans the padded layout (one example a row, shuffled per window)."""
+
+    lengths: np.ndarray  # tokens of every record of the split (the record index's)
+    host: np.ndarray  # this host's record numbers
+    window: int  # examples per window
+    strategy_set: packing.StrategySet | None
+    shuffle: bool
+    epoch_seed: Callable[[int], int]
+
+    def plan(self, epoch: int) -> list[WindowPlan]:
+        windows = epoch_windows(self.host, self.window, self.shuffle, self.epoch_seed(epoch))
+        if self.strategy_set is not None:
+            return epoch_plan(windows, self.lengths, self.strategy_set)
         return [WindowPlan(ids, len(ids), len(ids)) for ids in windows]
 
-    def window_packs(window: WindowPlan, window_seed: int) -> list[list[int]]:
+    def packs(self, window: WindowPlan, window_seed: int) -> list[list[int]]:
         """Packs of rows of the window's table (``window.records``, in that order)."""
-        if packed:
-            scaled = scale_strategies(strategy_set, window.scale_to)
-            lengths = index.lengths[window.records]
+        if self.strategy_set is not None:
+            scaled = scale_strategies(self.strategy_set, window.scale_to)
+            lengths = self.lengths[window.records]
             return packing.assign_sequences(
                 lengths, scaled, seed=window_seed, fallback=window.fallback
             ).packs
         order = np.arange(len(window.records))
-        if shuffle:
+        if self.shuffle:
             np.random.default_rng(window_seed).shuffle(order)
         return [[int(i)] for i in order]
 
-    def start_position() -> tuple[int, int, int]:
-        """(epoch, window, packs to drop in it) of row ``start_batch * batch_size``, from the
-        epochs' plans (lengths only: nothing read, nothing built)."""
-        rows, epoch = start_batch * batch_size, 0
+    def position(self, rows: int, repeat: bool) -> tuple[int, int, int]:
+        """(epoch, window, packs to drop in it) of row number ``rows`` of the stream, from the
+        plans alone (nothing read, nothing assigned). Past the end without ``repeat``: the
+        first window of the epoch after the last."""
+        epoch = 0
         if rows == 0:
             return 0, 0, 0
         while True:
-            plan = plan_of(epoch)
+            plan = self.plan(epoch)
             if len(plan) == 1 and repeat:  # every epoch the same count: skip them at once
                 epoch, rows = epoch + rows // plan[0].packs, rows % plan[0].packs
             for w, window in enumerate(plan):
@@ -519,69 +584,115 @@ def packed_dataset(
             if not repeat:
                 return epoch, 0, 0
 
-    def strategy_pairs() -> Iterator[tuple[int, list[list[int]]]]:
-        """(table serial, packs) per window, from the resume position on."""
-        epoch, first_window, to_skip = start_position()
+    def windows(
+        self, start_rows: int, repeat: bool
+    ) -> Iterator[tuple[list[WindowPlan], int, list]]:
+        """(the epoch's plan, window number, its packs) from row ``start_rows`` on."""
+        epoch, first_window, to_skip = self.position(start_rows, repeat)
         while repeat or epoch == 0:
-            plan = plan_of(epoch)
+            plan = self.plan(epoch)
             for w in range(first_window, len(plan)):
-                packs = window_packs(plan[w], epoch_seed(epoch) + w)
+                packs = self.packs(plan[w], self.epoch_seed(epoch) + w)
                 if len(packs) != plan[w].packs:
                     raise RuntimeError(f"Window {w} of epoch {epoch} broke its plan.")
-                packs, to_skip = packs[to_skip:], 0
-                if len(plan) == 1:
-                    if not whole_split:
-                        whole_split.append(tables.add(index.read(plan[0].records, L, M, data_dir)))
-                    yield whole_split[0], packs
-                else:
-                    serial = tables.add(index.read(plan[w].records, L, M, data_dir))
-                    yield serial, packs
-                    tables.release(serial)
+                yield plan, w, packs[to_skip:]
+                to_skip = 0
             first_window = 0
             epoch += 1
 
-    def online_pairs() -> Iterator[tuple[int, list[list[int]]]]:
-        """(table serial, packs) from the online packer; resume counts packs as they come."""
-        to_skip, epoch = start_batch * batch_size, 0
-        source = _Source(files, shard, L, M)
-        while True:
-            made = 0
-            stream = source.stream(shuffle, epoch_seed(epoch), shuffle_buffer)
-            for table, packs in _online_packs(stream, shape, online_buffer_size, batch_size):
-                made += len(packs)
-                dropped = min(to_skip, len(packs))
-                packs, to_skip = packs[dropped:], to_skip - dropped
-                if packs:
-                    serial = tables.add(table)
-                    yield serial, packs
-                    tables.release(serial)
-            if made == 0:
-                raise ValueError(f"Host {process_index}/{process_count} has no {split} examples.")
-            epoch += 1
-            if not repeat:
-                return
 
-    def descriptors() -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """Per batch: the table serial of each row and its slots (example rows, -1 = empty)."""
-        serials, slots = [], []
-        for serial, packs in online_pairs() if streaming else strategy_pairs():
-            for pack in packs:
-                if len(pack) > D:
-                    raise ValueError(f"A pack holds {len(pack)} sequences, more than D={D}.")
-                if not serials or serials[-1] != serial or len(slots) % batch_size == 0:
-                    tables.expect(serial)  # one expectation per (batch, table) part
-                serials.append(serial)
-                slots.append(list(pack) + [-1] * (D - len(pack)))
-                if len(slots) == batch_size:
-                    yield np.asarray(serials, np.int64), np.asarray(slots, np.int64)
-                    serials, slots = [], []
-        if slots and not drop_remainder:
-            yield np.asarray(serials, np.int64), np.asarray(slots, np.int64)
-        elif slots:  # the dropped remainder: its expected parts will not be built
-            for serial in dict.fromkeys(serials):
-                tables.finish(serial)
+def _planned_pairs(
+    planner: EpochPlanner,
+    read: Callable[[np.ndarray], ExampleTable],
+    tables: _LiveTables,
+    start_rows: int,
+    repeat: bool,
+) -> Iterator[tuple[int, list[list[int]]]]:
+    """(table serial, packs) per window: the window's examples read into a live table, released
+    once its batches are described; a split of one window is read once and kept."""
+    whole_split = None
+    for plan, w, packs in planner.windows(start_rows, repeat):
+        if len(plan) == 1:
+            if whole_split is None:
+                whole_split = tables.add(read(plan[0].records))
+            yield whole_split, packs
+        else:
+            serial = tables.add(read(plan[w].records))
+            yield serial, packs
+            tables.release(serial)
 
-    spec = dataset_spec(shape, batch_size if drop_remainder or repeat else None)
+
+def _online_pairs(
+    source: _Source,
+    shape: RowShape,
+    tables: _LiveTables,
+    *,
+    start_rows: int,
+    shuffle: bool,
+    shuffle_buffer: int,
+    buffer_size: int,
+    batch_size: int,
+    repeat: bool,
+    epoch_seed: Callable[[int], int],
+    empty: str,
+) -> Iterator[tuple[int, list[list[int]]]]:
+    """(table serial, packs) from the online packer; resume counts packs as they come."""
+    to_skip, epoch = start_rows, 0
+    while True:
+        made = 0
+        stream = source.stream(shuffle, epoch_seed(epoch), shuffle_buffer)
+        for table, packs in _online_packs(stream, shape, buffer_size, batch_size):
+            made += len(packs)
+            dropped = min(to_skip, len(packs))
+            packs, to_skip = packs[dropped:], to_skip - dropped
+            if packs:
+                serial = tables.add(table)
+                yield serial, packs
+                tables.release(serial)
+        if made == 0:
+            raise ValueError(empty)
+        epoch += 1
+        if not repeat:
+            return
+
+
+def _batch_descriptors(
+    pairs: Iterator[tuple[int, list[list[int]]]],
+    tables: _LiveTables,
+    shape: RowShape,
+    batch_size: int,
+    drop_remainder: bool,
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Per batch: the table serial of each row and its slots (example rows, -1 = empty)."""
+    D = shape.max_sequences_per_pack
+    serials, slots = [], []
+    for serial, packs in pairs:
+        for pack in packs:
+            if len(pack) > D:
+                raise ValueError(f"A pack holds {len(pack)} sequences, more than D={D}.")
+            if not serials or serials[-1] != serial or len(slots) % batch_size == 0:
+                tables.expect(serial)  # one expectation per (batch, table) part
+            serials.append(serial)
+            slots.append(list(pack) + [-1] * (D - len(pack)))
+            if len(slots) == batch_size:
+                yield np.asarray(serials, np.int64), np.asarray(slots, np.int64)
+                serials, slots = [], []
+    if slots and not drop_remainder:
+        yield np.asarray(serials, np.int64), np.asarray(slots, np.int64)
+    elif slots:  # the dropped remainder: its expected parts will not be built
+        for serial in dict.fromkeys(serials):
+            tables.finish(serial)
+
+
+def _rows_dataset(
+    descriptors: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]],
+    tables: _LiveTables,
+    shape: RowShape,
+    spec: dict[str, tf.TensorSpec],
+    workers: int,
+) -> tf.data.Dataset:
+    """The tf.data adapter: batch descriptors from a generator, rows built from the live tables
+    on ``workers`` threads of a parallel map (deterministic order)."""
     names = list(spec)
 
     def build(serials: np.ndarray, slots: np.ndarray) -> list[np.ndarray]:
@@ -601,11 +712,10 @@ def packed_dataset(
         descriptors,
         output_signature=(
             tf.TensorSpec([None], tf.int64),
-            tf.TensorSpec([None, D], tf.int64),
+            tf.TensorSpec([None, shape.max_sequences_per_pack], tf.int64),
         ),
     )
-    dataset = dataset.map(to_rows, num_parallel_calls=workers, deterministic=True)
-    return dataset.prefetch(prefetch)
+    return dataset.map(to_rows, num_parallel_calls=workers, deterministic=True)
 
 
 @dataclasses.dataclass

@@ -91,3 +91,17 @@ def test_sharded_step_matches_single_device(tmp_path):
         [sys.executable, "-c", _WORKER], capture_output=True, text=True, env=env, timeout=600
     )
     assert done.returncode == 0 and "OK" in done.stdout, done.stderr[-4000:]
+
+
+def test_rules_from_config_round_trips_the_table_and_names_bad_entries():
+    assert tuple(sharding.rules_from_config(sharding.rules_config())) == tuple(
+        sharding.LOGICAL_AXIS_RULES
+    )
+    moved = dict(sharding.rules_from_config({**sharding.rules_config(), "vocab": ("fsdp",)}))
+    assert moved["vocab"] == "fsdp" and moved["embed"] == "fsdp"
+    with pytest.raises(ValueError, match=r"rules.vocab=\('tensor',\).*not mesh axes"):
+        sharding.rules_from_config({"vocab": ("tensor",)})
+    with pytest.raises(ValueError, match=r"rules\.embd: not a logical axis"):
+        sharding.rules_from_config({"embd": ()})
+    with pytest.raises(ValueError, match=r"config\.mesh\.shape instead"):
+        sharding.rules_from_config({sharding.BATCH: ("data",)})

@@ -121,6 +121,14 @@ def prepared(tmp_path_factory) -> dict[int, str]:
                 "--config.optimizer.shampoo.preconditioning_compute_steps=2",
             ],
         ),
+        (
+            "soap",
+            [
+                "--config.optimizer.soap.asynchronous=True",
+                "--config.optimizer.soap.preconditioning_compute_steps=2",
+                "--config.mesh.rules.vocab=()",
+            ],
+        ),
     ],
 )
 def test_every_optimizer_and_model_field_by_flag(prepared, tmp_path, optimizer, flags):
@@ -142,12 +150,15 @@ def test_every_optimizer_and_model_field_by_flag(prepared, tmp_path, optimizer, 
     common = (set(model) & set(shown)) - {"block_sparse"}
     assert {k: shown[k] for k in common} == {k: model[k] for k in common}
     assert shown["preset"] == "tiny" and shown["intermediate_size"] == model["intermediate_size"]
-    if optimizer == "shampoo":
+    if optimizer in ("shampoo", "soap"):  # the host's metrics, under the mode's name
         assert "shampoo/staleness" in final["train"]
         assert "shampoo/staleness" in log  # in the console line too
     if optimizer == "muon":  # the dropout settings reached the run and its model too
         assert '"prng_impl": "rbg"' in (tmp_path / "config.json").read_text()
         assert model["attention_dropout_head_groups"] == 1
+    if optimizer == "soap":  # a partitioning rule moved by flag, shown in config.json
+        with open(tmp_path / "config.json") as f:
+            assert json.load(f)["mesh"]["rules"]["vocab"] == []
     if optimizer == "lamb":
         factor = final["setup"]["packing_factor"]
         assert final["setup"]["betas"][0] == pytest.approx(0.9**factor)

@@ -168,6 +168,34 @@ def test_windows_carry_their_leftovers_and_keep_the_whole_split_efficiency(data_
     assert sum(len(b["input_ids"]) for b in batches) == windowed["rows"]
 
 
+@pytest.mark.parametrize("packed", [True, False])
+def test_epoch_planner_positions_agree_with_its_stream(data_dir, packed):
+    """The planner alone (lengths, no examples read): from any row, `windows` yields the
+    uninterrupted stream's packs from that row on, across windows and epochs; an epoch packs
+    every record of the host once (as record numbers through each window's plan)."""
+    index = record_index.RecordIndex.load_or_build(data_dir, "train")
+    strategies = packing.StrategySet.load(f"{data_dir}/strategies.json") if packed else None
+    host = np.arange(len(index))
+    planner = pipeline.EpochPlanner(index.lengths, host, 200, strategies, True, lambda e: 7 + e)
+
+    def stream(start_rows: int, rows: int) -> list[list[int]]:
+        packs = []
+        for plan, w, window_packs in planner.windows(start_rows, repeat=True):
+            records = plan[w].records
+            packs += [sorted(records[p].tolist()) for p in window_packs]
+            if len(packs) >= rows:
+                return packs[:rows]
+
+    per_epoch = sum(w.packs for w in planner.plan(0))
+    full = stream(0, 2 * per_epoch + 5)
+    first_epoch = [r for p in full[:per_epoch] for r in p]
+    assert sorted(first_epoch) == host.tolist()
+    assert full[per_epoch:] != full[: len(full) - per_epoch]  # a new order each epoch
+    for start in (1, 150, per_epoch - 1, per_epoch, per_epoch + 17):
+        assert stream(start, 5) == full[start : start + 5], start
+    assert planner.position(per_epoch + 3, repeat=False) == (1, 0, 0)  # past the end
+
+
 def test_uncovered_examples_go_to_the_fallback(data_dir, reference):
     """Strategies solved for another histogram (validation) still pack every train example."""
     lengths = np.array([128] * 5 + [64] * 7 + [20] * 3)

@@ -1,6 +1,7 @@
 """Run in a subprocess by test_train_sharding.py with 8 simulated CPU devices (XLA_FLAGS is set
 before JAX is imported): one train step on a 4 x 2 (data x model) mesh and on 1 device, same
-config, seed and batch. Prints one JSON line with the differences."""
+config, seed and batch; and on the 4 x 2 mesh with the rules that use the model axis overridden
+to replicate (`config.mesh.rules`). Prints one JSON line with the differences."""
 
 from __future__ import annotations
 
@@ -46,9 +47,13 @@ def main():
     assert jax.device_count() == 8, jax.devices()
     batch = random_batch(16, RowShape(32, 3, 8), vocab_size=512, seed=5)
 
-    def config(accumulation):
+    def config(accumulation, replicate_over_model=False):
         c = conftest.tiny_config(**{"train.batch_size": 16, "train.accumulation": accumulation})
         c.mesh.shape = (4, 1, 2)
+        if replicate_over_model:  # no tensor parallelism: the model axis only replicates
+            for logical, axes in c.mesh.rules.items():
+                if axes == ("model",):
+                    c.mesh.rules[logical] = ()
         c.schedule.warmup_steps = 0  # a non-zero learning rate at step 0
         return c
 
@@ -61,9 +66,10 @@ def main():
     eight = sharding.create_mesh(config(1).mesh.shape, config(1).mesh.axes)
     init1, params1, metrics1, _ = run(one, config(1), batch)
     out = {"param_change": max_diff(init1, params1), "loss_1": float(metrics1["loss"])}
-    for accumulation in (1, 2):
-        init8, params8, metrics8, specs8 = run(eight, config(accumulation), batch)
-        out[f"m{accumulation}"] = {
+    cases = {"m1": config(1), "m2": config(2), "no_model_rules": config(1, True)}
+    for case, case_config in cases.items():
+        init8, params8, metrics8, specs8 = run(eight, case_config, batch)
+        out[case] = {
             "init_diff": max_diff(init1, init8),
             "param_diff": max_diff(params1, params8),
             "loss": float(metrics8["loss"]),

@@ -44,6 +44,11 @@ def test_eight_devices_match_one():
         assert run["loss"] == pytest.approx(out["loss_1"], rel=LOSS_RTOL)
         assert run["grad_norm_ratio"] == pytest.approx(1.0, rel=1e-4)
         assert run["param_diff"] < PARAM_ATOL, out
+    # A per-run rules override moves the parameters: nothing is split over "model" any more,
+    # and the step is still the 1-device one.
+    run = out["no_model_rules"]
+    assert not any("model" in spec for spec in run["kernel_specs"]), run["kernel_specs"]
+    assert run["param_diff"] < PARAM_ATOL, out
 
 
 _FULL_VOCAB_OVER_FOUR = textwrap.dedent(
