@@ -1,6 +1,6 @@
 r"""`make demo`: what packing buys, and a BERT that learns, on 2 CPU cores in about 10 minutes.
 
-  python -m bert_flax.demo --workdir=workdir/demo [--minutes=3.25] [--finetune_epochs=1]
+  python -m bert_flax.demo --workdir=workdir/demo [--minutes=3] [--finetune_epochs=1]
 
 1. Data: the bundled State of the Union speeches prepared as `configs/cpu_pretrain.py` says
    (`PREPARE`: paragraphs as documents, rows of 256 tokens, 8,192 WordPieces learned from the
@@ -214,7 +214,7 @@ def main(argv):
 def define_flags() -> None:
     """The command line's flags (defined only when this module runs as the program)."""
     flags.DEFINE_string("workdir", "workdir/demo", "Where the prepared data and the runs go.")
-    flags.DEFINE_float("minutes", 3.25, "Wall-clock pre-training budget of each layout.")
+    flags.DEFINE_float("minutes", 3.0, "Wall-clock pre-training budget of each layout.")
     flags.DEFINE_integer("steps", None, "At most this many steps (default: the recipe's).")
     flags.DEFINE_integer("eval_every", 200, "Steps between evaluations (512 held-out rows).")
     flags.DEFINE_integer("speed_rounds", 6, "Side-by-side timing rounds (3 steps each).")

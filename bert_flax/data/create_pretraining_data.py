@@ -291,6 +291,8 @@ def create_pretraining_data(
     Beam runner (``DirectRunner``, ``DataflowRunner``, ``FlinkRunner``, ``SparkRunner``, ...)
     with ``beam_options`` (command-line style pipeline options); both write the same bytes.
     """
+    # Long for its 24 documented keyword arguments (the CLI's flags) and the summary it writes;
+    # the work is in the stages it runs in order (open_corpus ... write_strategies).
     start = time.perf_counter()
     options = ExampleOptions(
         max_seq_length=max_seq_length,
@@ -318,42 +320,21 @@ def create_pretraining_data(
     recipe = stages.make_recipe(loaded, options)
     num_shards = {"train": num_train_shards, "validation": num_validation_shards}
     paths = {split: records.shard_paths(output_dir, split, num_shards[split]) for split in SPLITS}
-    for split in SPLITS:
-        for stale in records.existing_shards(output_dir, split):
-            os.remove(stale)
-    work_dir = os.path.join(output_dir, "work")  # spill files, shard metadata; removed at the end
-    shutil.rmtree(work_dir, ignore_errors=True)  # nothing of an interrupted run is reused
-    os.makedirs(work_dir)
-    if runner == LOCAL_RUNNER:
-        results = {
-            split: run_local(
-                sources[split],
-                loaded,
-                recipe,
-                seed=seed,
-                shard_paths=paths[split],
-                documents_per_bucket=documents_per_bucket,
-                work_dir=work_dir,
-                num_workers=num_workers or os.cpu_count() or 1,
-                progress=progress,
-            )
-            for split in SPLITS
-        }
-    else:
-        from bert_flax.data import beam_pipeline
-
-        results = beam_pipeline.run(
-            [sources[split] for split in SPLITS],
-            paths,
-            recipe,
-            vocab=loaded.path,
-            lowercase=lowercase,
-            seed=seed,
-            documents_per_bucket=documents_per_bucket,
-            work_dir=work_dir,
-            runner=runner,
-            beam_options=beam_options,
-        )
+    work_dir = fresh_work_dir(output_dir)
+    results = run_stages(
+        runner,
+        sources,
+        paths,
+        loaded,
+        recipe,
+        lowercase=lowercase,
+        seed=seed,
+        documents_per_bucket=documents_per_bucket,
+        work_dir=work_dir,
+        num_workers=num_workers,
+        beam_options=beam_options,
+        progress=progress,
+    )
     shutil.rmtree(work_dir, ignore_errors=True)
 
     summary: dict = {
@@ -379,45 +360,129 @@ def create_pretraining_data(
         },
         "runner": runner,
         "next_sentence_labels": {"0": "IsNext", "1": "RandomNext"},
-        "splits": {},
     }
-    total_examples = 0
-    for split in SPLITS:
-        metas, counts = results[split]
-        shards, lengths = finish_split(output_dir, split, paths[split], metas)
-        summary["splits"][split] = {
-            **counts,
-            "buckets": max(1, sources[split].num_documents // documents_per_bucket),
-            "shards": [os.path.basename(p) for p in shards],
-            "examples_per_shard": [len(meta.lengths) for meta in metas if shards],
-            "length": length_stats(lengths, max_seq_length),
-        }
-        total_examples += len(lengths)
-        if split == "train":
-            histogram = packing_histogram.from_lengths(lengths, max_seq_length)
-            packing_histogram.save_histogram(histogram, os.path.join(output_dir, "histogram.txt"))
-        logging.info("%s: %d examples", split, len(lengths))
-
-    strategy_set = packing.pack_histogram(
-        histogram, max_seq_length, algorithm=algorithm, max_depth=max_sequences_per_pack
+    summary["splits"], histogram, total_examples = finish_splits(
+        output_dir, results, paths, sources, max_seq_length, documents_per_bucket
     )
-    strategy_set.save(os.path.join(output_dir, "strategies.json"))
-    metrics = strategy_set.metrics()
-    summary["strategies"] = {
-        "file": "strategies.json",
-        "algorithm": algorithm,
-        "max_sequences_per_pack": max_sequences_per_pack,
-        "num_strategies": len(strategy_set.strategies),
-        "efficiency": float(metrics.efficiency),
-        "packing_factor": float(metrics.packing_factor),
-        "solve_seconds": float(metrics.solve_seconds),
-    }
+    summary["strategies"] = write_strategies(
+        output_dir, histogram, max_seq_length, algorithm, max_sequences_per_pack
+    )
     seconds = time.perf_counter() - start
     summary["seconds"] = round(seconds, 3)
     summary["examples_per_second"] = round(total_examples / seconds, 1)
     with open(os.path.join(output_dir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
     return summary
+
+
+def run_stages(
+    runner: str,
+    sources: dict,
+    paths: dict[str, list[str]],
+    loaded: tokenization.Vocab,
+    recipe: Recipe,
+    *,
+    lowercase: bool,
+    seed: int,
+    documents_per_bucket: int,
+    work_dir: str,
+    num_workers: int | None,
+    beam_options: Sequence[str],
+    progress: bool,
+) -> dict:
+    """The stages on every split, by the local runner or on Apache Beam: per split, the shards'
+    metadata and the counts."""
+    if runner == LOCAL_RUNNER:
+        return {
+            split: run_local(
+                sources[split],
+                loaded,
+                recipe,
+                seed=seed,
+                shard_paths=paths[split],
+                documents_per_bucket=documents_per_bucket,
+                work_dir=work_dir,
+                num_workers=num_workers or os.cpu_count() or 1,
+                progress=progress,
+            )
+            for split in SPLITS
+        }
+    from bert_flax.data import beam_pipeline
+
+    return beam_pipeline.run(
+        [sources[split] for split in SPLITS],
+        paths,
+        recipe,
+        vocab=loaded.path,
+        lowercase=lowercase,
+        seed=seed,
+        documents_per_bucket=documents_per_bucket,
+        work_dir=work_dir,
+        runner=runner,
+        beam_options=beam_options,
+    )
+
+
+def fresh_work_dir(output_dir: str) -> str:
+    """Removes the shards of an earlier run from ``output_dir``; returns an empty work directory
+    there (spill files and shard metadata, removed at the end; nothing of an interrupted run is
+    reused)."""
+    for split in SPLITS:
+        for stale in records.existing_shards(output_dir, split):
+            os.remove(stale)
+    work_dir = os.path.join(output_dir, "work")
+    shutil.rmtree(work_dir, ignore_errors=True)
+    os.makedirs(work_dir)
+    return work_dir
+
+
+def finish_splits(
+    output_dir: str,
+    results: dict,
+    paths: dict[str, list[str]],
+    sources: dict,
+    max_seq_length: int,
+    documents_per_bucket: int,
+) -> tuple[dict, np.ndarray, int]:
+    """Each split's shards finished (``finish_split``) and described; the train split's length
+    histogram, saved as histogram.txt; the examples of all splits."""
+    splits, histogram, total = {}, None, 0
+    for split in SPLITS:
+        metas, counts = results[split]
+        shards, lengths = finish_split(output_dir, split, paths[split], metas)
+        splits[split] = {
+            **counts,
+            "buckets": max(1, sources[split].num_documents // documents_per_bucket),
+            "shards": [os.path.basename(p) for p in shards],
+            "examples_per_shard": [len(meta.lengths) for meta in metas if shards],
+            "length": length_stats(lengths, max_seq_length),
+        }
+        if split == "train":
+            histogram = packing_histogram.from_lengths(lengths, max_seq_length)
+            packing_histogram.save_histogram(histogram, os.path.join(output_dir, "histogram.txt"))
+        total += len(lengths)
+        logging.info("%s: %d examples", split, len(lengths))
+    return splits, histogram, total
+
+
+def write_strategies(
+    output_dir: str, histogram: np.ndarray, max_seq_length: int, algorithm: str, depth: int
+) -> dict:
+    """Packing strategies for the train histogram, saved as strategies.json; their summary."""
+    strategy_set = packing.pack_histogram(
+        histogram, max_seq_length, algorithm=algorithm, max_depth=depth
+    )
+    strategy_set.save(os.path.join(output_dir, "strategies.json"))
+    metrics = strategy_set.metrics()
+    return {
+        "file": "strategies.json",
+        "algorithm": algorithm,
+        "max_sequences_per_pack": depth,
+        "num_strategies": len(strategy_set.strategies),
+        "efficiency": float(metrics.efficiency),
+        "packing_factor": float(metrics.packing_factor),
+        "solve_seconds": float(metrics.solve_seconds),
+    }
 
 
 FLAGS = flags.FLAGS

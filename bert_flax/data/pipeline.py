@@ -438,6 +438,8 @@ def packed_dataset(
         window, nothing read or built); streaming, by reading and counting packs.
       workers: threads building rows (tf.data's parallel map; the order stays deterministic).
     """
+    # Long for its 21 documented arguments; the body composes EpochPlanner (or the online
+    # packer), the batch descriptors and the tf.data adapter.
     _check_arguments(batch_size, max_sequences_per_pack, start_batch, workers, pack_window)
     data = PreparedData.load(data_dir)
     L, M = data.max_seq_length, data.max_predictions_per_seq
