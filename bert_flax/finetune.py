@@ -21,7 +21,7 @@ import itertools
 import json
 import math
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import flax.linen as nn
@@ -29,6 +29,7 @@ import jax
 import ml_collections
 import numpy as np
 from absl import app, flags, logging
+from jax.sharding import Mesh
 from ml_collections import config_flags
 
 from bert_flax import cli, convert, losses, overrides, sharding, train
@@ -291,27 +292,36 @@ def predict(
     packed: bool = True,
     algorithm: str = "lpfhp",
     pooling: str = "cls",
+    mesh: Mesh | None = None,
 ) -> np.ndarray:
     """Outputs per example of `encoded`, in its order: logits [N, num_labels] float32.
 
     Several examples per row when `packed`; each example's output depends only on its own
     tokens (block-diagonal attention), so packed and padded inference agree example by example.
+    Runs on `mesh` (default: every device, data parallel): the parameters placed by the
+    logical-axis rules as in training, each batch of `rows` (rounded up to a multiple of the
+    data-parallel size) split over the batch axes.
     """
-    model = BertForSequenceClassification(model_config, num_labels, pooling)
-    apply = jax.jit(lambda p, b: model.apply({"params": p}, b, deterministic=True).logits)
-    position = {int(example_id): k for k, example_id in enumerate(encoded.ids)}
-    logits = np.full((len(encoded), num_labels), np.nan, np.float32)
-    for batch in classification.batches(
+    mesh = mesh or sharding.create_mesh((-1, 1, 1))
+    data_parallel = sharding.data_parallel_size(mesh)
+    batches = classification.batches(
         encoded,
-        batch_size=rows,
+        batch_size=-(-rows // data_parallel) * data_parallel,
         max_seq_length=encoded.max_seq_length,
         max_sequences_per_pack=max_sequences_per_pack if packed else 1,
         packed=packed,
         algorithm=algorithm,
         shuffle=False,
         pad_final=True,
-    ):
-        inputs = {name: batch[name] for name in classification.MODEL_INPUTS}
+    )
+    first = next(batches)
+    model = BertForSequenceClassification(model_config, num_labels, pooling)
+    apply, shardings = sharded_logits(model, mesh, _model_inputs(first))
+    params = jax.device_put(params, shardings)
+    position = {int(example_id): k for k, example_id in enumerate(encoded.ids)}
+    logits = np.full((len(encoded), num_labels), np.nan, np.float32)
+    for batch in itertools.chain([first], batches):
+        inputs = jax.device_put(_model_inputs(batch), sharding.batch_sharding(mesh))
         out = np.asarray(apply(params, inputs))
         real = batch["example_ids"] >= 0
         for example_id, value in zip(batch["example_ids"][real], out[real]):
@@ -319,6 +329,31 @@ def predict(
     if np.isnan(logits).any():
         raise RuntimeError("Some examples got no prediction; the packer lost them.")
     return logits
+
+
+def _model_inputs(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {name: batch[name] for name in classification.MODEL_INPUTS}
+
+
+def sharded_logits(
+    model: BertForSequenceClassification, mesh: Mesh, example: dict[str, np.ndarray]
+) -> tuple[Callable, Any]:
+    """`model`'s logits jitted on `mesh` under its logical-axis rules, and the parameters'
+    shardings (from an abstract initialisation on `example`, a batch of the inputs)."""
+    rules = sharding.rules_for_mesh(mesh)
+    with sharding.partitioning(mesh, rules):
+        abstract = jax.eval_shape(
+            functools.partial(model.init, deterministic=True), jax.random.key(0), example
+        )
+    shardings = sharding.param_shardings(abstract, mesh, rules)["params"]
+    apply = sharding.jit_partitioned(
+        lambda p, b: model.apply({"params": p}, b, deterministic=True).logits,
+        mesh,
+        rules,
+        in_shardings=(shardings, sharding.batch_sharding(mesh)),
+        out_shardings=sharding.replicated(mesh),
+    )
+    return apply, shardings
 
 
 def write_predictions(

@@ -4,6 +4,9 @@ inference equal to padded inference example by example, and pre-trained encoders
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -190,3 +193,56 @@ def test_write_predictions_in_input_order(tmp_path):
     assert [r["id"] for r in records] == [7, 3]
     assert [r["label"] for r in records] == ["pos", "neg"]
     assert records[0]["probabilities"][1] == pytest.approx(1 / (1 + np.exp(-2.0)), rel=1e-5)
+
+
+_SHARDED_PREDICT = """
+import jax, numpy as np
+from jax.sharding import AxisType
+from bert_flax import finetune, sharding
+from bert_flax.model import BertForSequenceClassification
+import test_finetune as t
+
+n = 3 * len(t.TEXTS)
+split = t.classification.LabelledSplit(
+    texts=t.TEXTS * 3, texts_b=None, labels=np.zeros(n, np.int32), ids=np.arange(n, dtype=np.int32)
+)
+encoded = t.classification.encode_split(t.tokenization.load_vocab(), split, t.MAX_LEN)
+model = BertForSequenceClassification(t.CONFIG, num_labels=3)
+batch = next(t.classification.batches(encoded, batch_size=2, max_seq_length=t.MAX_LEN))
+inputs = {k: batch[k] for k in t.classification.MODEL_INPUTS}
+params = model.init(jax.random.key(0), inputs, deterministic=True)["params"]
+one = jax.make_mesh((1, 1, 1), sharding.MESH_AXES, axis_types=(AxisType.Auto,) * 3,
+                    devices=jax.devices()[:1])
+reference = finetune.predict(t.CONFIG, params, 3, encoded, rows=4, mesh=one)
+for shape in ((8, 1, 1), (2, 2, 2)):
+    mesh = sharding.create_mesh(shape)
+    _, shardings = finetune.sharded_logits(model, mesh, inputs)
+    if shape == (2, 2, 2):  # really split: kernels over model, embed dims over fsdp
+        specs = [str(s.spec) for s in jax.tree.leaves(shardings)]
+        assert any("model" in s for s in specs) and any("fsdp" in s for s in specs), specs
+    got = finetune.predict(t.CONFIG, params, 3, encoded, rows=4, mesh=mesh)
+    np.testing.assert_allclose(got, reference, atol=2e-5)
+print("OK")
+"""
+
+
+@pytest.mark.slow
+def test_packed_inference_on_8_devices_equals_1_device():
+    """`predict` on a data-parallel and on a data x fsdp x model mesh of 8 simulated devices
+    gives the 1-device logits, example by example (parameters split over model when it has
+    devices)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+        "PYTHONPATH": os.pathsep.join([here, os.path.dirname(os.path.dirname(here))]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", _SHARDED_PREDICT],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert done.returncode == 0 and "OK" in done.stdout, done.stderr[-4000:]
