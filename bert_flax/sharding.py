@@ -64,10 +64,12 @@ def rules_config() -> dict[str, tuple[str, ...]]:
     """The table as `config.mesh.rules` holds it: logical name -> mesh axes, a tuple each
     (() = replicated), so that a run can move one from the command line:
     `--config.mesh.rules.vocab="('fsdp',)"`, `--config.mesh.rules.embed="()"`."""
-    return {
-        logical: () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
-        for logical, axes in LOGICAL_AXIS_RULES
-    }
+    return {logical: _as_axes(axes) for logical, axes in LOGICAL_AXIS_RULES}
+
+
+def _as_axes(axes: str | Sequence[str] | None) -> tuple[str, ...]:
+    """A rule's mesh axes as a tuple (flax writes None, one name, or several)."""
+    return () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
 
 
 def rules_from_config(table: Any) -> Rules:
@@ -82,7 +84,7 @@ def rules_from_config(table: Any) -> Rules:
                 f"config.mesh.rules.{logical}: not a logical axis of the model; the table's "
                 f"names are {sorted(known)}."
             )
-        axes = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
+        axes = _as_axes(axes)
         unknown = sorted(set(axes) - set(MESH_AXES))
         if unknown:
             raise ValueError(

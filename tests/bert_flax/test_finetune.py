@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import jax
 import numpy as np
@@ -227,22 +225,9 @@ print("OK")
 
 
 @pytest.mark.slow
-def test_packed_inference_on_8_devices_equals_1_device():
+def test_packed_inference_on_8_devices_equals_1_device(run_on_devices):
     """`predict` on a data-parallel and on a data x fsdp x model mesh of 8 simulated devices
     gives the 1-device logits, example by example (parameters split over model when it has
     devices)."""
     here = os.path.dirname(os.path.abspath(__file__))
-    env = {
-        **os.environ,
-        "JAX_PLATFORMS": "cpu",
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
-        "PYTHONPATH": os.pathsep.join([here, os.path.dirname(os.path.dirname(here))]),
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", _SHARDED_PREDICT],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    assert done.returncode == 0 and "OK" in done.stdout, done.stderr[-4000:]
+    run_on_devices(_SHARDED_PREDICT, 8, [here, os.path.dirname(os.path.dirname(here))])

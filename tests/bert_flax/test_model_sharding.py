@@ -1,8 +1,5 @@
 """Logical axis annotations and the rule table; a sharded forward/backward on 8 CPU devices."""
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import flax.linen as nn
@@ -81,16 +78,8 @@ _WORKER = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_sharded_step_matches_single_device(tmp_path):
-    env = {
-        **os.environ,
-        "JAX_PLATFORMS": "cpu",
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", _WORKER], capture_output=True, text=True, env=env, timeout=600
-    )
-    assert done.returncode == 0 and "OK" in done.stdout, done.stderr[-4000:]
+def test_sharded_step_matches_single_device(run_on_devices):
+    run_on_devices(_WORKER, 8)
 
 
 def test_rules_from_config_round_trips_the_table_and_names_bad_entries():
