@@ -162,13 +162,13 @@ def state_bytes_per_param(optimizer: str) -> float:
     """Optimizer-state bytes per parameter of the tiny BERT (shapes only, nothing allocated)."""
     import optim
     from bert_flax.config import from_config_section
-    from bert_flax.data.contract import MODEL_FEATURES
+    from bert_flax.data.contract import PRETRAINING_INPUTS
     from bert_flax.model import BertForPreTraining
 
     config = tiny.get_config()
     config.optimizer.name = optimizer
     model = BertForPreTraining(from_config_section(config.model))
-    batch = {name: jax.ShapeDtypeStruct((1, 8), np.int32) for name in MODEL_FEATURES}
+    batch = {name: jax.ShapeDtypeStruct((1, 8), np.int32) for name in PRETRAINING_INPUTS}
     init = lambda b: model.init(jax.random.key(0), b, deterministic=True)["params"]
     params = sharding.unbox(jax.eval_shape(init, batch))
     tx = optim.create(config.optimizer, learning_rate=1e-3)

@@ -30,7 +30,7 @@ from absl import app, flags, logging
 
 from bert_flax import checkpointing
 from bert_flax.config import BertConfig
-from bert_flax.data.contract import MODEL_FEATURES
+from bert_flax.data.contract import PRETRAINING_INPUTS
 from bert_flax.model import BertForPreTraining
 
 Params = dict[str, Any]
@@ -252,7 +252,7 @@ def _check_shape(name: str, value: np.ndarray, expected: tuple[int, ...]) -> Non
 
 
 def _expected_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
-    batch = {name: jax.ShapeDtypeStruct((1, 1), np.int32) for name in MODEL_FEATURES}
+    batch = {name: jax.ShapeDtypeStruct((1, 1), np.int32) for name in PRETRAINING_INPUTS}
     model = BertForPreTraining(config)
     shapes = jax.eval_shape(lambda b: model.init(jax.random.key(0), b, deterministic=True), batch)
     flat = flax.traverse_util.flatten_dict(nn.unbox(shapes)["params"], sep="/")

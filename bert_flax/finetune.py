@@ -34,7 +34,8 @@ from ml_collections import config_flags
 
 from bert_flax import cli, convert, losses, overrides, sharding, train
 from bert_flax.config import BertConfig
-from bert_flax.data import classification, tokenization
+from bert_flax.data import classification, contract, tokenization
+from bert_flax.data.rows import epoch_seed
 from bert_flax.model import BertForSequenceClassification, pretrained_encoder
 from bert_flax.tasks import Batch, Task, model_config_from
 from bert_flax.train_setup import adjust_for_packing
@@ -125,7 +126,7 @@ class ClassificationTask(Task):
             data.max_seq_length,
             self.depth,
             algorithm=data.algorithm,
-            seed=classification.epoch_seed(self.config.seed, 0),
+            seed=epoch_seed(self.config.seed, 0),
             packed=data.packed,
         )
 
@@ -194,20 +195,7 @@ class ClassificationTask(Task):
         return f"classification:{digest[:16]}"
 
     def check_batch(self, batch: Batch, model_config: BertConfig, *, evaluation: bool) -> None:
-        missing = [name for name in classification.CLASSIFICATION_FEATURES if name not in batch]
-        if missing:
-            raise ValueError(f"Batch lacks features {missing} (bert_flax.data.classification).")
-        length = batch["input_ids"].shape[1]
-        limits = {
-            "input_ids": model_config.vocab_size,
-            "token_type_ids": model_config.type_vocab_size,
-            "positions": model_config.max_position_embeddings,
-            "cls_positions": length,
-        }
-        for name, limit in limits.items():
-            low, high = int(batch[name].min()), int(batch[name].max())
-            if low < 0 or high >= limit:
-                raise ValueError(f"{name} spans [{low}, {high}], outside [0, {limit}).")
+        contract.check_batch(batch, model_config, features=contract.CLASSIFICATION_FEATURES)
         if not self.labelled.regression:
             real = batch["sequence_mask"] > 0
             labels = batch["labels"][real]
@@ -332,7 +320,7 @@ def predict(
 
 
 def _model_inputs(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    return {name: batch[name] for name in classification.MODEL_INPUTS}
+    return {name: batch[name] for name in contract.CLASSIFICATION_INPUTS}
 
 
 def sharded_logits(

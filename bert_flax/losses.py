@@ -1,7 +1,7 @@
 """Losses and metrics computed per packed sequence: pre-training (MLM + NSP) and fine-tuning
 (classification, regression), and the `Objective` a train step minimises.
 
-Sequence slot d of a row (entry d of `nsp_positions`, `next_sentence_labels`, `sequence_mask`)
+Sequence slot d of a row (entry d of `cls_positions`, `next_sentence_labels`, `sequence_mask`)
 is the sequence whose tokens carry `segment_ids == d + 1`. A masked prediction belongs to the
 sequence `segment_ids[masked_lm_positions]`; padding predictions (`masked_lm_weights == 0`) and
 empty slots (`sequence_mask == 0`) contribute nothing.
@@ -61,7 +61,7 @@ def per_sequence_terms(output: PreTrainingOutput, batch: Mapping[str, Array]) ->
       nsp_correct: 1 where the NSP prediction is right (0 for empty slots).
       sequence_mask: 1 for real sequences.
     """
-    num_slots = batch["nsp_positions"].shape[-1]
+    num_slots = batch["cls_positions"].shape[-1]
     weights = batch["masked_lm_weights"].astype(jnp.float32)
     mlm_ce = optax.softmax_cross_entropy_with_integer_labels(
         output.mlm_logits, batch["masked_lm_ids"]
@@ -96,7 +96,7 @@ def pretraining_loss(
     Args:
       output: the model's `PreTrainingOutput`.
       batch: the packed batch (needs masked_lm_positions/ids/weights, segment_ids,
-        next_sentence_labels, sequence_mask, nsp_positions).
+        next_sentence_labels, sequence_mask, cls_positions).
       mlm_normalization: "per_sequence" (default, as in the packing paper): each sequence's MLM
         loss is the mean over its predictions, then averaged over the real sequences that have
         predictions. "per_token": mean over all real predictions of the batch (original BERT).

@@ -8,7 +8,7 @@ same contract with one sequence per row):
     variables = model.init(jax.random.key(0), batch, deterministic=True)
     out = model.apply(variables, batch, deterministic=False, rngs={"dropout": rng})
     out.mlm_logits  # [B, P, V] float32, at batch["masked_lm_positions"]
-    out.nsp_logits  # [B, D, 2] float32, one per sequence slot (at batch["nsp_positions"])
+    out.nsp_logits  # [B, D, 2] float32, one per sequence slot (at batch["cls_positions"])
 
     classifier = BertForSequenceClassification(BertConfig.preset("tiny"), num_labels=2)
     classifier.apply(variables, rows, deterministic=True).logits   # [B, D, num_labels]
@@ -28,8 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from bert_flax.config import BertConfig
-from bert_flax.data import classification
-from bert_flax.data.contract import MODEL_FEATURES
+from bert_flax.data.contract import CLASSIFICATION_INPUTS, PRETRAINING_INPUTS
 from bert_flax.layers import (
     BATCH_LENGTH_EMBED,
     BertEmbeddings,
@@ -215,7 +214,7 @@ class BertForSequenceClassification(nn.Module):
 
     def __call__(self, batch: Mapping[str, Array], *, deterministic: bool) -> ClassificationOutput:
         hidden = self.bert.encode(
-            batch, classification.MODEL_INPUTS, "bert_flax.data.classification", deterministic
+            batch, CLASSIFICATION_INPUTS, "bert_flax.data.classification", deterministic
         )
         if self.pooling == "mean":
             states = mean_states(hidden, batch["segment_ids"], batch["cls_positions"].shape[1])
@@ -245,11 +244,11 @@ class BertForPreTraining(nn.Module):
         )
 
     def __call__(self, batch: Mapping[str, Array], *, deterministic: bool) -> PreTrainingOutput:
-        hidden = self.bert.encode(batch, MODEL_FEATURES, "bert_flax.data.contract", deterministic)
+        hidden = self.bert.encode(batch, PRETRAINING_INPUTS, "bert_flax.data.contract", deterministic)
         mlm_logits = self.mlm_head(
             gather_rows(hidden, batch["masked_lm_positions"]), self.bert.embeddings
         )
         nsp_logits = self.nsp_head(
-            gather_rows(hidden, batch["nsp_positions"]), deterministic=deterministic
+            gather_rows(hidden, batch["cls_positions"]), deterministic=deterministic
         )
         return PreTrainingOutput(mlm_logits=mlm_logits, nsp_logits=nsp_logits, hidden_states=hidden)

@@ -4,25 +4,15 @@
     vocab = load_vocab()
     train = encode_split(vocab, data.splits["train"], max_seq_length=128)
     for batch in batches(train, batch_size=32, max_seq_length=128, max_sequences_per_pack=8):
-        ...                                       # CLASSIFICATION_FEATURES, batch dimension first
+        ...                          # contract.CLASSIFICATION_FEATURES, batch dimension first
 
 Each example becomes ``[CLS] a [SEP]`` (or ``[CLS] a [SEP] b [SEP]`` for sentence pairs, token
 types 0/1), cut to ``max_seq_length`` by BERT's longest-first truncation (counted in
 ``EncodedSplit.truncated``). Packed rows hold up to D examples, chosen on the length histogram by
-the pre-training packers (``packing.pack_histogram``), with per row of L tokens and D slots:
-
-| feature          | dtype           | shape | meaning                                           |
-|------------------|-----------------|-------|---------------------------------------------------|
-| `input_ids`      | int32           | [L]   | WordPiece ids, 0 = padding                        |
-| `token_type_ids` | int32           | [L]   | BERT sentence A/B                                 |
-| `segment_ids`    | int32           | [L]   | example of the row: 1..k, 0 = padding             |
-| `positions`      | int32           | [L]   | position within its own example, from 0           |
-| `cls_positions`  | int32           | [D]   | row index of each example's [CLS] (0 when empty)  |
-| `labels`         | int32 / float32 | [D]   | class id, or regression target (0 when empty)     |
-| `sequence_mask`  | float32         | [D]   | 1 for a real example, 0 for an empty slot         |
-| `example_ids`    | int32           | [D]   | the example's stable id, -1 for an empty slot     |
-
-Padded rows (``packed=False``) are the same with D = 1.
+the pre-training packers (``packing.pack_histogram``) and built by the one row builder
+(``rows.build_rows``): the core fields of every task, plus `labels` (class id, or regression
+target) and `example_ids` (the example's stable id, -1 for an empty slot) per slot
+(docs/design.md, "The packed batch"). Padded rows (``packed=False``) are the same with D = 1.
 """
 
 from __future__ import annotations
@@ -41,13 +31,9 @@ from typing import Any
 import numpy as np
 
 import packing
-from bert_flax.data.contract import ROW_FEATURES
+from bert_flax.data.contract import RowShape
+from bert_flax.data.rows import RowLayout, build_rows, epoch_seed
 from bert_flax.data.tokenization import Vocab, encode
-
-SLOT_FEATURES = ("cls_positions", "labels", "sequence_mask", "example_ids")
-CLASSIFICATION_FEATURES = ROW_FEATURES + SLOT_FEATURES
-# What the classifier reads; the other features are targets, weights and bookkeeping.
-MODEL_INPUTS = ("input_ids", "token_type_ids", "positions", "segment_ids", "cls_positions")
 
 SPLIT_NAMES = ("train", "validation", "test")
 DEFAULT_FRACTIONS = (0.8, 0.1, 0.1)
@@ -410,6 +396,17 @@ class EncodedSplit:
         """Tokens per example, int64 [N]."""
         return np.diff(self.offsets)
 
+    def tokens(self, example: np.ndarray, position: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        flat = self.offsets[example] + position
+        return self.input_ids[flat], self.token_type_ids[flat]
+
+    def task_features(self, layout: RowLayout, shape: RowShape) -> dict[str, np.ndarray]:
+        """Labels and stable example ids per slot (`rows.build_rows`)."""
+        return {
+            "labels": layout.per_slot(self.labels).astype(self.labels.dtype),
+            "example_ids": np.where(layout.valid, self.ids[layout.source], -1).astype(np.int32),
+        }
+
 
 def truncated_lengths(
     lengths_a: np.ndarray, lengths_b: np.ndarray | None, budget: int
@@ -497,53 +494,6 @@ def packing_factor(packs: Sequence[Sequence[int]]) -> float:
     return sum(len(p) for p in packs) / max(1, len(packs))
 
 
-def build_rows(
-    encoded: EncodedSplit,
-    packs: Sequence[Sequence[int]],
-    max_seq_length: int,
-    max_sequences_per_pack: int,
-) -> dict[str, np.ndarray]:
-    """Rows of ``CLASSIFICATION_FEATURES`` for ``packs`` (lists of example indices; an empty
-    list is an empty row), by one vectorized gather."""
-    L, D, B = max_seq_length, max_sequences_per_pack, len(packs)
-    slots = np.full((B, D), -1, dtype=np.int64)
-    for r, pack in enumerate(packs):
-        if len(pack) > D:
-            raise ValueError(f"A pack holds {len(pack)} examples, more than D={D}.")
-        slots[r, : len(pack)] = pack
-    if np.any(slots >= len(encoded)):
-        raise ValueError(f"A pack names example {slots.max()}, but there are {len(encoded)}.")
-    valid = slots >= 0
-    source = np.where(valid, slots, 0)
-    lengths = np.where(valid, encoded.lengths[source], 0)
-    ends = np.cumsum(lengths, axis=1)
-    starts = ends - lengths
-    if np.any(ends[:, -1] > L):
-        raise ValueError(f"A pack holds {ends[:, -1].max()} tokens, more than L={L}.")
-    row = np.arange(B)[:, None]
-    j = np.arange(L)
-    slot = np.minimum((j[None, None, :] >= ends[:, :, None]).sum(axis=1), D - 1)
-    real = j[None, :] < ends[:, -1:]
-    position = np.where(real, j[None, :] - starts[row, slot], 0)
-    flat = np.where(real, encoded.offsets[source[row, slot]] + position, 0)
-    int32 = lambda x: x.astype(np.int32)
-    return {
-        "input_ids": int32(np.where(real, encoded.input_ids[flat], 0)),
-        "token_type_ids": int32(np.where(real, encoded.token_type_ids[flat], 0)),
-        "segment_ids": int32(np.where(real, slot + 1, 0)),
-        "positions": int32(position),
-        "cls_positions": int32(np.where(valid, starts, 0)),
-        "labels": np.where(valid, encoded.labels[source], 0).astype(encoded.labels.dtype),
-        "sequence_mask": valid.astype(np.float32),
-        "example_ids": int32(np.where(valid, encoded.ids[source], -1)),
-    }
-
-
-def epoch_seed(seed: int, epoch: int) -> int:
-    """The packing and ordering seed of one epoch."""
-    return int(np.random.SeedSequence([seed, epoch]).generate_state(1)[0])
-
-
 def batches(
     encoded: EncodedSplit,
     *,
@@ -604,5 +554,5 @@ def batches(
             )
     for b in range(count):
         yield build_rows(
-            encoded, mine[b * batch_size : (b + 1) * batch_size], max_seq_length, slots
+            encoded, mine[b * batch_size : (b + 1) * batch_size], RowShape(max_seq_length, slots)
         )

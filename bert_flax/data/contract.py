@@ -1,23 +1,11 @@
-"""The packed-batch contract between the data pipeline and the model, in code (no TensorFlow).
+"""The packed-batch contract between the data pipelines and the model, in code (no TensorFlow).
 
-A batch is a dict of fixed-shape arrays, batch dimension first. Per row, with L the row length,
-D the most sequences per row and P the most masked positions per row (`RowShape`):
-
-| feature                | dtype   | shape | meaning                                            |
-|------------------------|---------|-------|----------------------------------------------------|
-| `input_ids`            | int32   | [L]   | WordPiece ids, 0 = padding                         |
-| `token_type_ids`       | int32   | [L]   | BERT sentence A/B                                  |
-| `segment_ids`          | int32   | [L]   | sequence of the row: 1..k, 0 = padding             |
-| `positions`            | int32   | [L]   | position within its own sequence, from 0           |
-| `masked_lm_positions`  | int32   | [P]   | row indices of the masked tokens                   |
-| `masked_lm_ids`        | int32   | [P]   | their original ids                                 |
-| `masked_lm_weights`    | float32 | [P]   | 1 for a real prediction, 0 for padding             |
-| `nsp_positions`        | int32   | [D]   | row index of each sequence's [CLS] token           |
-| `next_sentence_labels` | int32   | [D]   | NSP label per sequence (0 = IsNext)                |
-| `sequence_mask`        | float32 | [D]   | 1 for a real sequence, 0 for an empty slot         |
-
-A padded (unpacked) batch is the same with D = 1. Attention connects only tokens with equal
-`segment_ids`; losses are per sequence, then averaged over real sequences (docs/design.md).
+A batch is a dict of fixed-shape arrays, batch dimension first: per row, core fields every task
+has (`CORE_FEATURES`: tokens [L], and per sequence slot [D] its [CLS] index and whether it is
+real) plus the task's feature set (`PRETRAINING_FEATURES`: masked positions [P] and NSP labels;
+`CLASSIFICATION_FEATURES`: labels and example ids). The table of every feature is in
+docs/design.md ("The packed batch"). `bert_flax.data.rows.build_rows` makes rows of any task; a
+padded (unpacked) batch is the same with D = 1.
 
     data = PreparedData.load("workdir/sotu_128")   # what create_pretraining_data wrote
     shape = data.row_shape(max_sequences_per_pack=3)
@@ -42,13 +30,19 @@ from packing import histogram as packing_histogram
 if TYPE_CHECKING:
     from bert_flax.config import BertConfig
 
-ROW_FEATURES = ("input_ids", "token_type_ids", "segment_ids", "positions")
-PREDICTION_FEATURES = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
-SEQUENCE_FEATURES = ("nsp_positions", "next_sentence_labels", "sequence_mask")
-FEATURES = ROW_FEATURES + PREDICTION_FEATURES + SEQUENCE_FEATURES
+ROW_FEATURES = ("input_ids", "token_type_ids", "segment_ids", "positions")  # [L]
+SLOT_FEATURES = ("cls_positions", "sequence_mask")  # [D]
+CORE_FEATURES = ROW_FEATURES + SLOT_FEATURES
+# The task feature sets, added to the core fields.
+PREDICTION_FEATURES = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")  # [P]
+PRETRAINING_FEATURES = CORE_FEATURES + PREDICTION_FEATURES + ("next_sentence_labels",)
+CLASSIFICATION_FEATURES = CORE_FEATURES + ("labels", "example_ids")
+TASK_SLOT_FEATURES = ("next_sentence_labels", "labels", "example_ids")  # [D]
+# float32; `labels` too for a regression task (int32 class ids otherwise).
 FLOAT_FEATURES = ("masked_lm_weights", "sequence_mask")
-# What the model reads; the other features are targets and weights of the losses.
-MODEL_FEATURES = (*ROW_FEATURES, "masked_lm_positions", "nsp_positions")
+# What each model reads; the other features are targets, weights and bookkeeping.
+PRETRAINING_INPUTS = (*ROW_FEATURES, "masked_lm_positions", "cls_positions")
+CLASSIFICATION_INPUTS = (*ROW_FEATURES, "cls_positions")
 
 SUMMARY_FILE = "summary.json"
 STRATEGIES_FILE = "strategies.json"
@@ -70,11 +64,12 @@ def max_predictions_per_pack(
 
 @dataclasses.dataclass(frozen=True)
 class RowShape:
-    """L (tokens per row), D (sequences per row), P (masked positions per row)."""
+    """L (tokens per row), D (sequences per row), P (masked positions per row; 0 for a task
+    without masked-LM predictions)."""
 
     max_seq_length: int
     max_sequences_per_pack: int
-    max_predictions_per_pack: int
+    max_predictions_per_pack: int = 0
 
     @classmethod
     def bounded(
@@ -100,9 +95,12 @@ class RowShape:
             return (self.max_seq_length,)
         if name in PREDICTION_FEATURES:
             return (self.max_predictions_per_pack,)
-        if name in SEQUENCE_FEATURES:
+        if name in SLOT_FEATURES + TASK_SLOT_FEATURES:
             return (self.max_sequences_per_pack,)
-        raise KeyError(f"{name!r} is not a feature of the packed-batch contract: {FEATURES}.")
+        raise KeyError(
+            f"{name!r} is not a feature of the packed-batch contract: {PRETRAINING_FEATURES} "
+            f"(pre-training), {CLASSIFICATION_FEATURES} (classification)."
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,48 +177,54 @@ class PreparedData:
 
 
 def check_batch(
-    batch: Mapping[str, np.ndarray], config: BertConfig, shape: RowShape | None = None
+    batch: Mapping[str, np.ndarray],
+    config: BertConfig,
+    shape: RowShape | None = None,
+    features: tuple[str, ...] = PRETRAINING_FEATURES,
 ) -> None:
-    """Host-side check of a (numpy) batch against the contract, the model config and `shape`.
+    """Host-side check of a (numpy) batch of `features` against the contract, the model config
+    and `shape`.
 
     Inside jit, out-of-range ids give NaN embeddings and predictions outside every sequence are
     silently left out of the per-sequence losses; the training loop calls this on its first
     batch to fail early with a message naming the feature. Raises ValueError.
     """
-    missing = [name for name in FEATURES if name not in batch]
+    missing = [name for name in features if name not in batch]
     if missing:
         raise ValueError(f"Batch lacks features {missing} (docs/design.md: the packed batch).")
-    b = {name: np.asarray(batch[name]) for name in FEATURES}
-    for group in (ROW_FEATURES, PREDICTION_FEATURES, SEQUENCE_FEATURES):
-        shapes = {name: b[name].shape for name in group}
-        if len(set(shapes.values())) != 1 or b[group[0]].ndim != 2:
-            raise ValueError(f"Features {list(group)} need one shared [batch, n] shape: {shapes}.")
-    if shape is not None:
-        for name in FEATURES:
-            if b[name].shape[1:] != shape.feature_shape(name):
-                raise ValueError(
-                    f"{name} has rows of shape {b[name].shape[1:]}, not "
-                    f"{shape.feature_shape(name)} of {shape}."
-                )
-    for name in FEATURES:
-        if b[name].dtype != feature_dtype(name):
+    b = {name: np.asarray(batch[name]) for name in features}
+    slot_features = [n for n in features if n in SLOT_FEATURES + TASK_SLOT_FEATURES]
+    for group in (ROW_FEATURES, PREDICTION_FEATURES, slot_features):
+        shapes = {name: b[name].shape for name in group if name in b}
+        if shapes and (len(set(shapes.values())) != 1 or b[group[0]].ndim != 2):
+            raise ValueError(f"Features {list(shapes)} need one shared [batch, n] shape: {shapes}.")
+    for name in features:
+        if shape is not None and b[name].shape[1:] != shape.feature_shape(name):
+            raise ValueError(
+                f"{name} has rows of shape {b[name].shape[1:]}, not "
+                f"{shape.feature_shape(name)} of {shape}."
+            )
+        if name != "labels" and b[name].dtype != feature_dtype(name):
             raise ValueError(f"{name} is {b[name].dtype}, not {feature_dtype(name)}.")
-    length, slots = b["input_ids"].shape[1], b["nsp_positions"].shape[1]
+    length, slots = b["input_ids"].shape[1], b["cls_positions"].shape[1]
     limits = {
         "input_ids": (config.vocab_size, "vocab_size"),
         "token_type_ids": (config.type_vocab_size, "type_vocab_size"),
         "positions": (config.max_position_embeddings, "max_position_embeddings"),
         "segment_ids": (slots + 1, "the number of sequence slots + 1"),
         "masked_lm_positions": (length, "the row length"),
-        "nsp_positions": (length, "the row length"),
+        "cls_positions": (length, "the row length"),
     }
     for name, (limit, what) in limits.items():
+        if name not in b:
+            continue
         low, high = int(b[name].min()), int(b[name].max())
         if low < 0 or high >= limit:
             raise ValueError(f"{name} spans [{low}, {high}], outside [0, {limit}) ({what}).")
-    owner = np.take_along_axis(b["segment_ids"], b["masked_lm_positions"], axis=1)
-    if np.any((b["masked_lm_weights"] > 0) & (owner == 0)):
-        raise ValueError("Some real masked_lm_positions point at padding (segment_ids == 0).")
+    if "masked_lm_positions" in b:
+        owner = np.take_along_axis(b["segment_ids"], b["masked_lm_positions"], axis=1)
+        if np.any((b["masked_lm_weights"] > 0) & (owner == 0)):
+            raise ValueError("Some real masked_lm_positions point at padding (segment_ids == 0).")
 
 
 def load_strategies(

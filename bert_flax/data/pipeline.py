@@ -19,7 +19,7 @@ How rows are made (``packed=True``, the default):
 3. A resumed stream starts at its position, computed from the index's lengths
    (``packing.count_packs`` per window), never by replaying batches.
 4. The pack order is shuffled; batches of packs become rows by one vectorized numpy gather
-   (``build_rows``) on ``workers`` threads of tf.data's parallel map, in a deterministic order.
+   (``rows.build_rows``) on ``workers`` threads of tf.data's parallel map, in a deterministic order.
 
 ``streaming=True`` packs on the fly with ``packing.OnlinePacker`` (bounded memory, no strategies,
 no index; resume counts packs by reading);
@@ -40,8 +40,7 @@ import tensorflow as tf
 import packing
 from bert_flax.data import records
 from bert_flax.data.contract import (
-    FEATURES,
-    FLOAT_FEATURES,
+    PRETRAINING_FEATURES,
     PreparedData,
     RowShape,
     feature_dtype,
@@ -49,6 +48,7 @@ from bert_flax.data.contract import (
 )
 from bert_flax.data.record_index import RecordIndex
 from bert_flax.data.records import ExampleTable
+from bert_flax.data.rows import build_rows, epoch_seed
 
 
 def dataset_spec(shape: RowShape, batch_size: int | None) -> dict[str, tf.TensorSpec]:
@@ -57,61 +57,8 @@ def dataset_spec(shape: RowShape, batch_size: int | None) -> dict[str, tf.Tensor
         name: tf.TensorSpec(
             (batch_size, *shape.feature_shape(name)), tf.as_dtype(feature_dtype(name)), name=name
         )
-        for name in FEATURES
+        for name in PRETRAINING_FEATURES
     }
-
-
-def build_rows(table: ExampleTable, packs: Sequence[Sequence[int]], shape: RowShape) -> dict:
-    """Rows of the packed-batch contract for ``packs`` (lists of row indices into ``table``)."""
-    L, D, P = shape.max_seq_length, shape.max_sequences_per_pack, shape.max_predictions_per_pack
-    B = len(packs)
-    slots = np.full((B, D), -1, dtype=np.int64)
-    for b, pack in enumerate(packs):
-        if len(pack) > D:
-            raise ValueError(f"A pack holds {len(pack)} sequences, more than D={D}.")
-        slots[b, : len(pack)] = pack
-    valid = slots >= 0
-    source = np.where(valid, slots, 0)
-    lengths = np.where(valid, table.lengths[source], 0)
-    ends = np.cumsum(lengths, axis=1)
-    starts = ends - lengths
-    num_predictions = np.where(valid, table.num_predictions[source], 0)
-    prediction_ends = np.cumsum(num_predictions, axis=1)
-    if np.any(ends[:, -1] > L):
-        raise ValueError(f"A pack holds {ends[:, -1].max()} tokens, more than L={L}.")
-    if np.any(prediction_ends[:, -1] > P):
-        raise ValueError(
-            f"A pack holds {prediction_ends[:, -1].max()} masked positions, more than "
-            f"max_predictions_per_pack={P}; raise it (or leave it None to derive a safe bound)."
-        )
-
-    batch = np.arange(B)[:, None]
-
-    def gather(counts_ends, starts_of, width):
-        """Per column j < width: its slot, source example, index inside the example, realness."""
-        j = np.arange(width)
-        slot = np.minimum((j[None, None, :] >= counts_ends[:, :, None]).sum(axis=1), D - 1)
-        real = j[None, :] < counts_ends[:, -1:]
-        offset = np.where(real, j[None, :] - starts_of[batch, slot], 0)
-        return slot, source[batch, slot], offset, real
-
-    slot, example, position, real = gather(ends, starts, L)
-    rows = {
-        "input_ids": np.where(real, table.input_ids[example, position], 0),
-        "token_type_ids": np.where(real, table.token_type_ids[example, position], 0),
-        "segment_ids": np.where(real, slot + 1, 0),
-        "positions": position,
-    }
-    pslot, pexample, pindex, preal = gather(prediction_ends, prediction_ends - num_predictions, P)
-    rows["masked_lm_positions"] = np.where(
-        preal, table.masked_lm_positions[pexample, pindex] + starts[batch, pslot], 0
-    )
-    rows["masked_lm_ids"] = np.where(preal, table.masked_lm_ids[pexample, pindex], 0)
-    rows["masked_lm_weights"] = preal.astype(np.float32)
-    rows["nsp_positions"] = np.where(valid, starts, 0)
-    rows["next_sentence_labels"] = np.where(valid, table.next_sentence_labels[source], 0)
-    rows["sequence_mask"] = valid.astype(np.float32)
-    return {k: v if k in FLOAT_FEATURES else v.astype(np.int32) for k, v in rows.items()}
 
 
 def host_share(
@@ -340,15 +287,10 @@ def _online_packs(
 
 
 def _epoch_seeds(seed: int, shuffle: bool, process_index: int) -> Callable[[int], int]:
-    """epoch -> that epoch's seed (``_epoch_seed``)."""
-    return lambda epoch: _epoch_seed(seed, epoch, shuffle, process_index)
-
-
-def _epoch_seed(seed: int, epoch: int, shuffle: bool, process_index: int) -> int:
-    """Without shuffling every epoch packs the same way (the seed still fixes which examples of
-    equal length share a row); with it, each epoch (and host) draws a new order."""
-    key = [seed, epoch if shuffle else 0, process_index]
-    return int(np.random.SeedSequence(key).generate_state(1)[0])
+    """epoch -> that epoch's seed. Without shuffling every epoch packs the same way (the seed
+    still fixes which examples of equal length share a row); with it, each epoch (and host)
+    draws a new order."""
+    return lambda epoch: epoch_seed(seed, epoch if shuffle else 0, process_index)
 
 
 def pack_stats(
@@ -373,7 +315,7 @@ def pack_stats(
     host = host_records(index, files, shard)
     strategy_set = load_strategies(data_dir, strategies, L, max_sequences_per_pack, algorithm)
     windows = epoch_windows(
-        host, pack_window or DEFAULT_PACK_WINDOW, True, _epoch_seed(seed, 0, True, process_index)
+        host, pack_window or DEFAULT_PACK_WINDOW, True, epoch_seed(seed, 0, process_index)
     )
     rows = sum(window.packs for window in epoch_plan(windows, index.lengths, strategy_set))
     lengths = index.lengths[host]

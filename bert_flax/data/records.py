@@ -25,7 +25,9 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import tensorflow as tf
 
+from bert_flax.data.contract import RowShape
 from bert_flax.data.examples import Example
+from bert_flax.data.rows import RowLayout
 
 
 def keep_tensorflow_off_accelerators() -> None:
@@ -117,6 +119,28 @@ class ExampleTable:
             self.masked_lm_ids[i, :m],
             int(self.next_sentence_labels[i]),
         )
+
+    def tokens(self, example: np.ndarray, position: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.input_ids[example, position], self.token_type_ids[example, position]
+
+    def task_features(self, layout: RowLayout, shape: RowShape) -> dict[str, np.ndarray]:
+        """Masked positions (shifted to row coordinates) and NSP labels (`rows.build_rows`)."""
+        P = shape.max_predictions_per_pack
+        counts = layout.per_slot(self.num_predictions)
+        if np.any(counts.sum(axis=1) > P):
+            raise ValueError(
+                f"A pack holds {counts.sum(axis=1).max()} masked positions, more than "
+                f"max_predictions_per_pack={P}; raise it (or leave it None to derive a safe bound)."
+            )
+        slot, example, index, real = layout.spread(counts, P)
+        row = np.arange(len(counts))[:, None]
+        positions = self.masked_lm_positions[example, index] + layout.starts[row, slot]
+        return {
+            "masked_lm_positions": np.where(real, positions, 0).astype(np.int32),
+            "masked_lm_ids": np.where(real, self.masked_lm_ids[example, index], 0).astype(np.int32),
+            "masked_lm_weights": real.astype(np.float32),
+            "next_sentence_labels": layout.per_slot(self.next_sentence_labels).astype(np.int32),
+        }
 
     def select(self, indices: np.ndarray) -> ExampleTable:
         return ExampleTable(**{f.name: getattr(self, f.name)[indices] for f in _FIELDS})

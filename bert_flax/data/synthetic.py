@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bert_flax.data.contract import FEATURES, RowShape, feature_dtype
+from bert_flax.data.contract import PRETRAINING_FEATURES, RowShape, feature_dtype
 
 CLS_ID, SEP_ID, MASK_ID = 101, 102, 103
 FIRST_WORD_ID = 999  # bert-base-uncased: ids below are [PAD], [unused*], [UNK], [CLS], [SEP], ...
@@ -36,7 +36,8 @@ def batch_from_lengths(
         raise ValueError(f"vocab_size={vocab_size} leaves no ids after the special ones.")
     first_word = FIRST_WORD_ID if vocab_size > 2 * FIRST_WORD_ID else MASK_ID + 1
     batch = {
-        name: np.zeros((rows, *shape.feature_shape(name)), feature_dtype(name)) for name in FEATURES
+        name: np.zeros((rows, *shape.feature_shape(name)), feature_dtype(name))
+        for name in PRETRAINING_FEATURES
     }
     for r, lengths in enumerate(row_lengths):
         if len(lengths) > D or sum(lengths) > L or min(lengths, default=2) < 2:
@@ -53,7 +54,7 @@ def batch_from_lengths(
             batch["token_type_ids"][r, start + n // 2 : start + n] = 1
             batch["segment_ids"][r, span] = k + 1
             batch["positions"][r, span] = np.arange(n)
-            batch["nsp_positions"][r, k] = start
+            batch["cls_positions"][r, k] = start
             batch["next_sentence_labels"][r, k] = rng.integers(0, 2)
             batch["sequence_mask"][r, k] = 1.0
             words = np.arange(start + 1, start + n - 1)

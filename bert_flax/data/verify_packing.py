@@ -94,10 +94,10 @@ def unpack_row(row: Mapping[str, np.ndarray], cls_id: int) -> tuple[list[Example
     slots = len(mask)
     if k > slots or not np.array_equal(mask, (np.arange(slots) < k).astype(mask.dtype)):
         problems.append(f"sequence_mask {mask.tolist()} does not match {k} sequences")
-    nsp = row["nsp_positions"]
+    nsp = row["cls_positions"]
     for d in range(min(k, slots)):
         if nsp[d] != starts[d] or ids[nsp[d]] != cls_id:
-            problems.append(f"nsp_positions[{d}]={nsp[d]} is not the [CLS] of sequence {d + 1}")
+            problems.append(f"cls_positions[{d}]={nsp[d]} is not the [CLS] of sequence {d + 1}")
     if np.any(nsp[k:] != 0) or np.any(row["next_sentence_labels"][k:] != 0):
         problems.append("empty sequence slots are not zero")
 

@@ -49,7 +49,7 @@ def assemble(rows: list[list[Sequence]], length: int, slots: int, predictions: i
         "masked_lm_positions": np.zeros((b, predictions), np.int32),
         "masked_lm_ids": np.zeros((b, predictions), np.int32),
         "masked_lm_weights": np.zeros((b, predictions), np.float32),
-        "nsp_positions": np.zeros((b, slots), np.int32),
+        "cls_positions": np.zeros((b, slots), np.int32),
         "next_sentence_labels": np.zeros((b, slots), np.int32),
         "sequence_mask": np.zeros((b, slots), np.float32),
     }
@@ -66,7 +66,7 @@ def assemble(rows: list[list[Sequence]], length: int, slots: int, predictions: i
             batch["masked_lm_positions"][r, pred : pred + m] = start + seq.masked_positions
             batch["masked_lm_ids"][r, pred : pred + m] = seq.masked_ids
             batch["masked_lm_weights"][r, pred : pred + m] = 1.0
-            batch["nsp_positions"][r, d] = start
+            batch["cls_positions"][r, d] = start
             batch["next_sentence_labels"][r, d] = seq.nsp_label
             batch["sequence_mask"][r, d] = 1.0
             start, pred = start + n, pred + m

@@ -56,7 +56,7 @@ def _inputs():
         "segment_ids": mask,
         "positions": np.arange(LENGTH)[None].repeat(len(LENGTHS), 0) * mask,
         "masked_lm_positions": np.arange(LENGTH)[None].repeat(len(LENGTHS), 0).astype(np.int32),
-        "nsp_positions": np.zeros((len(LENGTHS), 1), np.int32),
+        "cls_positions": np.zeros((len(LENGTHS), 1), np.int32),
     }
     return batch, mask.astype(bool)
 

@@ -13,6 +13,8 @@ import pytest
 from bert_flax import finetune, losses
 from bert_flax.config import BertConfig
 from bert_flax.data import classification, tokenization
+from bert_flax.data.contract import RowShape
+from bert_flax.data.rows import build_rows
 from bert_flax.model import (
     BertForPreTraining,
     BertForSequenceClassification,
@@ -60,7 +62,7 @@ def encoded():
 
 @pytest.fixture(scope="module")
 def params(encoded):
-    rows = classification.build_rows(encoded, [[0]], MAX_LEN, 1)
+    rows = build_rows(encoded, [[0]], RowShape(MAX_LEN, 1))
     model = BertForSequenceClassification(CONFIG, num_labels=3)
     return model.init(jax.random.key(0), rows, deterministic=True)["params"]
 
@@ -75,8 +77,8 @@ def test_packed_rows_give_each_example_its_own_logits_and_loss(encoded, params):
     model = BertForSequenceClassification(CONFIG, num_labels=3)
     packs = classification.pack_examples(encoded.lengths, MAX_LEN, 4, seed=1)
     assert max(len(p) for p in packs) > 1  # really packed
-    packed = classification.build_rows(encoded, packs, MAX_LEN, 4)
-    single = classification.build_rows(encoded, [[i] for i in range(len(encoded))], MAX_LEN, 1)
+    packed = build_rows(encoded, packs, RowShape(MAX_LEN, 4))
+    single = build_rows(encoded, [[i] for i in range(len(encoded))], RowShape(MAX_LEN, 1))
     outputs = {}
     for name, batch in (("packed", packed), ("single", single)):
         output = model.apply({"params": params}, batch, deterministic=True)
@@ -103,8 +105,8 @@ def test_mean_pooling_reads_each_examples_own_tokens(encoded, params):
     numpy mean of the example's hidden states."""
     model = BertForSequenceClassification(CONFIG, num_labels=3, pooling="mean")
     packs = classification.pack_examples(encoded.lengths, MAX_LEN, 4, seed=1)
-    packed = classification.build_rows(encoded, packs, MAX_LEN, 4)
-    single = classification.build_rows(encoded, [[i] for i in range(len(encoded))], MAX_LEN, 1)
+    packed = build_rows(encoded, packs, RowShape(MAX_LEN, 4))
+    single = build_rows(encoded, [[i] for i in range(len(encoded))], RowShape(MAX_LEN, 1))
     logits = {
         name: per_example(
             batch, np.asarray(model.apply({"params": params}, batch, deterministic=True).logits)
@@ -158,7 +160,7 @@ def test_packed_inference_equals_padded_inference_per_example(encoded, params):
     # ... and each equals the example run alone, in input order.
     model = BertForSequenceClassification(CONFIG, num_labels=3)
     for k in (0, 5, len(encoded) - 1):
-        alone = classification.build_rows(encoded, [[k]], MAX_LEN, 1)
+        alone = build_rows(encoded, [[k]], RowShape(MAX_LEN, 1))
         logits = model.apply({"params": params}, alone, deterministic=True).logits[0, 0]
         np.testing.assert_allclose(packed[k], np.asarray(logits), atol=2e-5)
 
@@ -171,7 +173,7 @@ def test_pretrained_encoder_and_pooler_carry_over(encoded, params):
         "positions": np.arange(8, dtype=np.int32)[None],
         "segment_ids": np.ones((1, 8), np.int32),
         "masked_lm_positions": np.zeros((1, 2), np.int32),
-        "nsp_positions": np.zeros((1, 1), np.int32),
+        "cls_positions": np.zeros((1, 1), np.int32),
     }
     pre = pretraining.init(jax.random.key(5), batch, deterministic=True)["params"]
     merged = pretrained_encoder(pre, params)
@@ -197,6 +199,7 @@ _SHARDED_PREDICT = """
 import jax, numpy as np
 from jax.sharding import AxisType
 from bert_flax import finetune, sharding
+from bert_flax.data.contract import CLASSIFICATION_INPUTS
 from bert_flax.model import BertForSequenceClassification
 import test_finetune as t
 
@@ -207,7 +210,7 @@ split = t.classification.LabelledSplit(
 encoded = t.classification.encode_split(t.tokenization.load_vocab(), split, t.MAX_LEN)
 model = BertForSequenceClassification(t.CONFIG, num_labels=3)
 batch = next(t.classification.batches(encoded, batch_size=2, max_seq_length=t.MAX_LEN))
-inputs = {k: batch[k] for k in t.classification.MODEL_INPUTS}
+inputs = {k: batch[k] for k in CLASSIFICATION_INPUTS}
 params = model.init(jax.random.key(0), inputs, deterministic=True)["params"]
 one = jax.make_mesh((1, 1, 1), sharding.MESH_AXES, axis_types=(AxisType.Auto,) * 3,
                     devices=jax.devices()[:1])

@@ -33,7 +33,7 @@ def _example():
         "masked_lm_positions": np.array([[1, 2, 4, 0], [2, 0, 0, 0], [0, 0, 0, 0]], np.int32),
         "masked_lm_ids": np.array([[0, 1, 2, 1], [0, 0, 0, 0], [1, 1, 1, 1]], np.int32),
         "masked_lm_weights": np.array([[1, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0]], np.float32),
-        "nsp_positions": np.array([[0, 3], [0, 4], [0, 0]], np.int32),
+        "cls_positions": np.array([[0, 3], [0, 4], [0, 0]], np.int32),
         "next_sentence_labels": np.array([[0, 1], [0, 0], [0, 0]], np.int32),
         "sequence_mask": np.array([[1, 1], [1, 1], [0, 0]], np.float32),
     }

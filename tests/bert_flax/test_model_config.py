@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bert_flax.config import BertConfig
-from bert_flax.data.contract import MODEL_FEATURES
+from bert_flax.data.contract import PRETRAINING_INPUTS
 from bert_flax.model import BertForPreTraining
 
 # (layers, hidden, heads) of the original BERT and of Turc et al. (2019) compact models.
@@ -21,7 +21,7 @@ PUBLISHED_SHAPES = {
 
 
 def _count(config):
-    batch = {name: jax.ShapeDtypeStruct((1, 1), np.int32) for name in MODEL_FEATURES}
+    batch = {name: jax.ShapeDtypeStruct((1, 1), np.int32) for name in PRETRAINING_INPUTS}
     model = BertForPreTraining(config)
     shapes = jax.eval_shape(lambda b: model.init(jax.random.key(0), b, deterministic=True), batch)
     return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nn.unbox(shapes)))
@@ -57,6 +57,6 @@ def test_overrides_dict_round_trip_and_validation():
 
 
 def test_missing_feature_is_named(tiny_config):
-    batch = {name: np.zeros((1, 4), np.int32) for name in MODEL_FEATURES if name != "positions"}
+    batch = {name: np.zeros((1, 4), np.int32) for name in PRETRAINING_INPUTS if name != "positions"}
     with pytest.raises(KeyError, match="positions"):
         BertForPreTraining(tiny_config).init(jax.random.key(0), batch, deterministic=True)

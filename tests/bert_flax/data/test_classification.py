@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from bert_flax.data import classification as cl
+from bert_flax.data.rows import epoch_seed
 from bert_flax.data.tokenization import load_vocab
 
 L, D = 128, 8
@@ -325,37 +326,6 @@ def test_encode_split_matches_the_tokenizer_and_counts_truncation(vocab):
 # --- packed rows -------------------------------------------------------------------------------
 
 
-def test_build_rows_by_hand():
-    encoded = cl.EncodedSplit(
-        input_ids=np.array([101, 5, 102, 101, 6, 7, 102, 8, 102], np.int32),
-        token_type_ids=np.array([0, 0, 0, 0, 0, 0, 0, 1, 1], np.int32),
-        offsets=np.array([0, 3, 9]),
-        labels=np.array([1, 0], np.int32),
-        ids=np.array([40, 41], np.int32),
-        max_seq_length=10,
-        truncated=0,
-    )
-    rows = cl.build_rows(encoded, [[1, 0], []], 10, 3)
-    assert set(rows) == set(cl.CLASSIFICATION_FEATURES)
-    expected = {
-        "input_ids": [[101, 6, 7, 102, 8, 102, 101, 5, 102, 0], [0] * 10],
-        "token_type_ids": [[0, 0, 0, 0, 1, 1, 0, 0, 0, 0], [0] * 10],
-        "segment_ids": [[1, 1, 1, 1, 1, 1, 2, 2, 2, 0], [0] * 10],
-        "positions": [[0, 1, 2, 3, 4, 5, 0, 1, 2, 0], [0] * 10],
-        "cls_positions": [[0, 6, 0], [0, 0, 0]],
-        "labels": [[0, 1, 0], [0, 0, 0]],
-        "sequence_mask": [[1, 1, 0], [0, 0, 0]],
-        "example_ids": [[41, 40, -1], [-1, -1, -1]],
-    }
-    for name, value in expected.items():
-        assert rows[name].tolist() == value, name
-        assert rows[name].dtype == (np.float32 if name == "sequence_mask" else np.int32)
-    with pytest.raises(ValueError, match="more than L=8"):
-        cl.build_rows(encoded, [[0, 1]], 8, 3)
-    with pytest.raises(ValueError, match="more than D=1"):
-        cl.build_rows(encoded, [[0, 1]], 10, 1)
-
-
 def check_rows(rows: dict, encoded: cl.EncodedSplit, labelled: cl.LabelledSplit, vocab) -> list:
     """Every real slot of ``rows`` holds its example as the tokenizer encodes it; returns the
     example ids seen, in order."""
@@ -456,7 +426,7 @@ def test_epochs_hosts_and_remainders(encoded):
     in_order = ids(cl.batches(enc, epoch=2, shuffle=False, packed=False, **kwargs))
     np.testing.assert_array_equal(in_order, enc.ids[: len(in_order)])
 
-    rows = len(cl.pack_examples(enc.lengths, L, D, seed=cl.epoch_seed(0, 0)))
+    rows = len(cl.pack_examples(enc.lengths, L, D, seed=epoch_seed(0, 0)))
     assert len(epoch0) == rows // 8  # the partial batch is dropped
     seen = ids(epoch0)
     assert len(set(seen[seen >= 0].tolist())) == (seen >= 0).sum()

@@ -47,7 +47,7 @@ def test_row_shape_padded_and_packed():
         (3,),
     ]
     with pytest.raises(KeyError, match="not a feature"):
-        packed.feature_shape("labels")
+        packed.feature_shape("label")
 
 
 def test_prepared_data_reads_the_summary(tmp_path):
@@ -74,7 +74,7 @@ def test_synthetic_batches_follow_the_contract(tiny_config):
     tiny_config = tiny_config.replace(vocab_size=512)
     shape = RowShape(48, 3, 9)
     batch = synthetic.random_batch(6, shape, vocab_size=512, seed=2)
-    assert sorted(batch) == sorted(contract.FEATURES)
+    assert sorted(batch) == sorted(contract.PRETRAINING_FEATURES)
     check_batch(batch, tiny_config, shape)
     with pytest.raises(ValueError, match=r"masked_lm_positions has rows of shape \(9,\)"):
         check_batch(batch, tiny_config, RowShape(48, 3, 10))

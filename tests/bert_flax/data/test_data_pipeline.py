@@ -60,7 +60,7 @@ def test_packed_rows_follow_the_contract(packed_epoch, summary):
         "masked_lm_positions": ((32, P), np.int32),
         "masked_lm_ids": ((32, P), np.int32),
         "masked_lm_weights": ((32, P), np.float32),
-        "nsp_positions": ((32, 3), np.int32),
+        "cls_positions": ((32, 3), np.int32),
         "next_sentence_labels": ((32, 3), np.int32),
         "sequence_mask": ((32, 3), np.float32),
     }
@@ -76,8 +76,8 @@ def test_packed_rows_follow_the_contract(packed_epoch, summary):
     assert np.all(rows["positions"][starts] == 0)
     assert np.all(rows["input_ids"][starts] == CLS)
     r, d = np.nonzero(rows["sequence_mask"])
-    assert np.all(rows["input_ids"][r, rows["nsp_positions"][r, d]] == CLS)
-    assert np.all(seg[r, rows["nsp_positions"][r, d]] == d + 1)
+    assert np.all(rows["input_ids"][r, rows["cls_positions"][r, d]] == CLS)
+    assert np.all(seg[r, rows["cls_positions"][r, d]] == d + 1)
     # Masked positions are inside a sequence; padding is zero everywhere.
     w = rows["masked_lm_weights"] > 0
     rr = np.nonzero(w)[0]
@@ -127,7 +127,7 @@ def test_other_modes_also_recover_every_example(data_dir, reference, kwargs, tmp
 def test_padded_rows_hold_one_sequence_each(data_dir, summary):
     batch = epoch(data_dir, packed=False)[0]
     assert np.all(batch["sequence_mask"] == 1)
-    assert np.all(batch["nsp_positions"] == 0)
+    assert np.all(batch["cls_positions"] == 0)
     assert batch["masked_lm_positions"].shape[1] == summary["options"]["max_predictions_per_seq"]
 
 
@@ -244,63 +244,6 @@ def test_repeat_flows_across_epochs_with_new_order(data_dir):
     assert not np.array_equal(first, second)  # epoch 2 is shuffled differently
     key = lambda rows: collections.Counter(r.tobytes() for r in rows)
     assert sum(key(first).values()) == sum(key(second).values())
-
-
-def naive_rows(table, packs, L, D, P) -> dict:
-    """Reference row assembly, one token at a time."""
-    out = collections.defaultdict(list)
-    for pack in packs:
-        row = {k: [0] * n for k, n in [("ids", L), ("tt", L), ("seg", L), ("pos", L)]}
-        mlm_pos, mlm_ids, nsp, labels = [], [], [], []
-        t = 0
-        for d, i in enumerate(pack):
-            ex = table.example(i)
-            nsp.append(t)
-            labels.append(ex.next_sentence_label)
-            for j, (tok, typ) in enumerate(zip(ex.input_ids, ex.token_type_ids)):
-                row["ids"][t + j], row["tt"][t + j] = tok, typ
-                row["seg"][t + j], row["pos"][t + j] = d + 1, j
-            mlm_pos += [t + p for p in ex.masked_lm_positions]
-            mlm_ids += list(ex.masked_lm_ids)
-            t += len(ex.input_ids)
-        k, m = len(pack), len(mlm_pos)
-        out["input_ids"].append(row["ids"])
-        out["token_type_ids"].append(row["tt"])
-        out["segment_ids"].append(row["seg"])
-        out["positions"].append(row["pos"])
-        out["masked_lm_positions"].append(mlm_pos + [0] * (P - m))
-        out["masked_lm_ids"].append(mlm_ids + [0] * (P - m))
-        out["masked_lm_weights"].append([1.0] * m + [0.0] * (P - m))
-        out["nsp_positions"].append(nsp + [0] * (D - k))
-        out["next_sentence_labels"].append(labels + [0] * (D - k))
-        out["sequence_mask"].append([1.0] * k + [0.0] * (D - k))
-    return {k: np.array(v) for k, v in out.items()}
-
-
-def test_build_rows_matches_a_token_by_token_reference(data_dir):
-    table = records.read_table(records.find_shards(data_dir, "train")[:1], 128, 20)
-    rng = np.random.default_rng(0)
-    assignment = packing.assign_sequences(
-        table.lengths, packing.StrategySet.load(f"{data_dir}/strategies.json"), seed=3
-    )
-    packs = [assignment.packs[i] for i in rng.choice(len(assignment.packs), 40, replace=False)]
-    shape = RowShape(128, 3, 22)
-    got = pipeline.build_rows(table, packs, shape)
-    want = naive_rows(table, packs, 128, 3, 22)
-    assert got.keys() == want.keys()
-    for name in got:
-        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
-
-
-def test_build_rows_rejects_overfull_packs(data_dir):
-    table = records.read_table(records.find_shards(data_dir, "train")[:1], 128, 20)
-    long = [int(i) for i in np.flatnonzero(table.lengths == 128)[:2]]
-    with pytest.raises(ValueError, match="more than L=128"):
-        pipeline.build_rows(table, [long], RowShape(128, 3, 40))
-    with pytest.raises(ValueError, match="more than D=1"):
-        pipeline.build_rows(table, [[0, 1]], RowShape(256, 1, 40))
-    with pytest.raises(ValueError, match="max_predictions_per_pack=5"):
-        pipeline.build_rows(table, [long[:1]], RowShape(128, 1, 5))
 
 
 def test_bad_arguments_raise_clear_errors(data_dir, tmp_path):

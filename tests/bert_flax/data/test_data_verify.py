@@ -48,7 +48,7 @@ def corrupt(row, **changes) -> list[str]:
 
 
 def second_start(row) -> int:
-    return int(row["nsp_positions"][1])
+    return int(row["cls_positions"][1])
 
 
 def test_corrupted_rows_are_named(row):
@@ -75,7 +75,7 @@ def test_corrupted_rows_are_named(row):
         "segment ids are not contiguous": {"segment_ids": interleave},
         "outside every sequence": {"masked_lm_positions": masked_into_padding},
         "input_ids is non-zero in the padding": {"input_ids": dirty_padding},
-        "is not the [CLS]": {"nsp_positions": wrong_nsp},
+        "is not the [CLS]": {"cls_positions": wrong_nsp},
     }
     for message, change in cases.items():
         problems = corrupt(row, **change)
