@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from bert_flax import finetune, sharding
+from bert_flax import finetune, sharding, tasks
 from bert_flax.data import classification
 from bert_flax.metrics import side_by_side
 from bert_flax.train_setup import create_train_setup
@@ -108,7 +108,7 @@ def side_by_side_speed(
     """Examples per second of each layout's train step, timed alternately on real batches."""
     setups, batches = {}, {}
     for layout in layouts:
-        task = finetune.ClassificationTask(layout_config(layout, *files))
+        task = tasks.ClassificationTask(layout_config(layout, *files))
         finetune.resolve_epochs(task.config, task)
         setups[layout] = setup = create_train_setup(task.config, task=task)
         iterator = task.train_batches(setup.batch_size, setup.model_config.vocab_size)

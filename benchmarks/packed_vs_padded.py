@@ -177,7 +177,8 @@ def learning_config(data_dir: str, rows: int, steps: int, packed: bool):
 
 def learning_case(args) -> dict:
     """Same sequences seen, packed vs padded: held-out MLM loss and accuracy."""
-    from bert_flax import input_pipeline, train
+    from bert_flax import train
+    from bert_flax.tasks import pretraining
 
     data_dir = args.learn_data_dir
     strategies = packing.StrategySet.load(os.path.join(data_dir, "strategies.json"))
@@ -189,10 +190,10 @@ def learning_case(args) -> dict:
     for layout, config in (("padded", padded), ("packed", packed)):
         setup = create_train_setup(config)
         if eval_set is None:  # the same padded held-out batches for both
-            eval_set = input_pipeline.eval_batches(
+            eval_set = pretraining.eval_batches(
                 padded, padded.eval.batch_size, setup.task.row_shape, setup.model_config.vocab_size
             )
-        it = input_pipeline.train_iterator(
+        it = pretraining.train_iterator(
             config, setup.batch_size, setup.task.row_shape, setup.model_config.vocab_size
         )
         state, seen, losses, t0 = setup.state, 0.0, [], time.perf_counter()

@@ -18,7 +18,6 @@ import threading
 from typing import Any
 
 import jax
-import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
 
@@ -54,7 +53,7 @@ def readable(directory: str, step: int) -> bool:
     device), read by a manager of its own that knows the items' handlers."""
     manager = ocp.CheckpointManager(directory, item_names=ITEMS, item_handlers=item_handlers())
     try:
-        _read_params(manager, step)
+        _read_state(manager, step)
     except Exception:  # orbax and tensorstore raise many kinds for bad files
         return False
     finally:
@@ -200,33 +199,7 @@ class Checkpointer:
         )
 
 
-def restore_params(workdir: str, step: int | None = None) -> tuple[int, Any]:
-    """(step, parameters as numpy) of a run's checkpoint: `step`, or the newest that restores
-    (a damaged one is reported and skipped, left in place: this is another run's workdir). The
-    whole state is read onto one device (whatever mesh wrote it) and only the parameters kept."""
-    directory = checkpoint_dir(workdir)
-    manager = ocp.CheckpointManager(directory, item_names=ITEMS, item_handlers=item_handlers())
-    try:
-        steps = sorted(manager.all_steps(), reverse=True)
-        if not steps:
-            raise FileNotFoundError(f"{directory} holds no checkpoint (is {workdir} a run?).")
-        if step is not None and step not in steps:
-            raise ValueError(f"{directory} has no checkpoint of step {step}; it has {steps}.")
-        errors = []
-        for candidate in [step] if step is not None else steps:
-            try:
-                return candidate, _read_params(manager, candidate)
-            except Exception as error:  # orbax and tensorstore raise many kinds for bad files
-                errors.append(f"step {candidate}: {type(error).__name__}: {error}"[:400])
-                logging.warning(
-                    "Checkpoint %s of %s does not restore: %s", candidate, directory, errors[-1]
-                )
-        raise CheckpointError(f"No checkpoint in {directory} restores: {'; '.join(errors)}")
-    finally:
-        manager.close()
-
-
-def _read_params(manager: ocp.CheckpointManager, step: int) -> Any:
+def _read_state(manager: ocp.CheckpointManager, step: int) -> Any:
     device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     target = jax.tree_util.tree_map(
         lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
@@ -235,7 +208,7 @@ def _read_params(manager: ocp.CheckpointManager, step: int) -> Any:
     restored = manager.restore(
         step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target))
     )
-    return jax.tree_util.tree_map(np.asarray, restored["state"]["params"])
+    return restored["state"]
 
 
 class PreemptionGuard:

@@ -9,8 +9,9 @@
     # a training run (bert_flax.main's workdir; latest checkpoint or --step=N) -> HF / bert_flax
     python -m bert_flax.convert --from_workdir=workdir/tiny --to_hf=/ckpt/hf_tiny
 
-A bert_flax checkpoint directory holds `params.msgpack` (flax.serialization of the `params`
-tree, float32) and `bert_config.json` (`BertConfig.to_dict()`); read it with `load_params`.
+This module holds the name tables and the conversions (configs, state dicts, TF variables, HF
+and Google BERT files) and the CLI; reading and writing parameters of every kind, with shape
+checks, is `bert_flax.parameters`.
 """
 
 from __future__ import annotations
@@ -28,15 +29,11 @@ import jax
 import numpy as np
 from absl import app, flags, logging
 
-from bert_flax import checkpointing
 from bert_flax.config import BertConfig
 from bert_flax.data.contract import PRETRAINING_INPUTS
 from bert_flax.model import BertForPreTraining
 
 Params = dict[str, Any]
-
-PARAMS_FILE = "params.msgpack"
-CONFIG_FILE = "bert_config.json"
 
 # HF `hidden_act` -> ours. HF "gelu" is the exact erf GELU; "gelu_new" the tanh approximation.
 _HF_ACTS = {
@@ -251,7 +248,8 @@ def _check_shape(name: str, value: np.ndarray, expected: tuple[int, ...]) -> Non
         )
 
 
-def _expected_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
+def expected_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
+    """{"bert/layer_0/...": shape} of `BertForPreTraining(config)`'s parameters."""
     batch = {name: jax.ShapeDtypeStruct((1, 1), np.int32) for name in PRETRAINING_INPUTS}
     model = BertForPreTraining(config)
     shapes = jax.eval_shape(lambda b: model.init(jax.random.key(0), b, deterministic=True), batch)
@@ -267,7 +265,7 @@ def from_hf_state_dict(state_dict: Mapping[str, Any], config: BertConfig) -> Par
     """HF `BertForPreTraining` state dict (torch tensors or numpy arrays) -> our `params`."""
     _check_hf_compatible(config)
     arrays = {_normalise_hf_name(k): _to_numpy(v) for k, v in state_dict.items()}
-    expected = _expected_shapes(config)
+    expected = expected_shapes(config)
     flat, used = {}, set()
     for p in _param_table(config):
         if p.hf not in arrays:
@@ -386,7 +384,7 @@ def from_tf_variables(variables: Mapping[str, np.ndarray], config: BertConfig) -
     an error.
     """
     _check_hf_compatible(config)
-    expected = _expected_shapes(config)
+    expected = expected_shapes(config)
     flat, used = {}, set()
     for p in _param_table(config):
         if p.tf not in variables:
@@ -438,123 +436,32 @@ def load_tf_checkpoint(
 
 
 # ---------------------------------------------------------------------------------------------
-# bert_flax checkpoints.
-
-
-def save_params(params: Params, config: BertConfig, directory: str) -> None:
-    """Writes `params.msgpack` and `bert_config.json` to `directory`."""
-    os.makedirs(directory, exist_ok=True)
-    host = {k: np.asarray(v) for k, v in _flatten(params).items()}
-    with open(os.path.join(directory, PARAMS_FILE), "wb") as f:
-        f.write(flax.serialization.msgpack_serialize(_unflatten(host)))
-    with open(os.path.join(directory, CONFIG_FILE), "w") as f:
-        json.dump(config.to_dict(), f, indent=2)
-
-
-def load_params(
-    directory: str, *, pretraining: bool = True, **config_overrides: Any
-) -> tuple[BertConfig, Params]:
-    """Reads what `save_params` wrote -> (BertConfig with overrides, params as numpy); checked
-    against `BertForPreTraining`'s shapes unless `pretraining=False` (a fine-tuned model)."""
-    with open(os.path.join(directory, CONFIG_FILE)) as f:
-        config = BertConfig.from_dict({**json.load(f), **config_overrides})
-    with open(os.path.join(directory, PARAMS_FILE), "rb") as f:
-        params = flax.serialization.msgpack_restore(f.read())
-    if not pretraining:
-        return config, params
-    expected = _expected_shapes(config)
-    got = {k: v.shape for k, v in _flatten(params).items()}
-    if got != expected:
-        missing, extra = sorted(set(expected) - set(got)), sorted(set(got) - set(expected))
-        raise ValueError(
-            f"{directory}: parameters do not match {CONFIG_FILE} (missing {missing}, "
-            f"extra {extra}, or different shapes)."
-        )
-    return config, params
-
-
-# ---------------------------------------------------------------------------------------------
-# Training runs, and any of the above by what a directory holds.
-
-
-def load_workdir(workdir: str, step: int | None = None) -> tuple[BertConfig, Params]:
-    """A training run's parameters (checkpoint `step`, default the latest) and its BertConfig
-    (the `bert_config.json` the run wrote)."""
-    config_path = os.path.join(workdir, CONFIG_FILE)
-    if not os.path.isfile(config_path):
-        raise FileNotFoundError(
-            f"{config_path} not found: {workdir!r} is not a bert_flax.main workdir."
-        )
-    with open(config_path) as f:
-        config = BertConfig.from_dict(json.load(f))
-    step, params = checkpointing.restore_params(workdir, step)
-    logging.info("Read the parameters of step %d from %s", step, workdir)
-    return config, params
-
-
-def checkpoint_kind(path: str) -> str:
-    """ "workdir", "bert_flax", "hf" or "tf": what `path` holds."""
-    if os.path.isdir(checkpointing.checkpoint_dir(path)):
-        return "workdir"
-    if os.path.isfile(os.path.join(path, PARAMS_FILE)):
-        return "bert_flax"
-    if os.path.isfile(os.path.join(path, "config.json")):
-        return "hf"
-    if glob.glob(os.path.join(path, "*.index")) or glob.glob(path + ".index"):
-        return "tf"
-    raise FileNotFoundError(
-        f"{path!r} is none of: a bert_flax.main workdir (checkpoints/), a bert_flax directory "
-        f"({PARAMS_FILE}), a Hugging Face directory (config.json + weights), a Google BERT "
-        "checkpoint (*.index + bert_config.json)."
-    )
-
-
-def load_pretrained(path: str, step: int | None = None) -> tuple[BertConfig, Params]:
-    """(BertConfig, params) from any checkpoint `checkpoint_kind` recognises; `step` picks a
-    workdir's checkpoint (default the latest)."""
-    kind = checkpoint_kind(path)
-    if step is not None and kind != "workdir":
-        raise ValueError(f"A step ({step}) selects a workdir's checkpoint; {path!r} is {kind}.")
-    if kind == "workdir":
-        return load_workdir(path, step)
-    if kind == "bert_flax":
-        return load_params(path)
-    if kind == "hf":
-        return load_hf_checkpoint(path)
-    return load_tf_checkpoint(path)
-
-
-def check_params_fit(params: Params, expected: Mapping[str, tuple[int, ...]], source: str) -> None:
-    """Raises ValueError naming every parameter of `params` missing from, extra to, or shaped
-    unlike `expected` ({"bert/layer_0/...": shape})."""
-    got = {k: tuple(v.shape) for k, v in _flatten(params).items()}
-    problems = [f"{k}: missing from {source}" for k in sorted(set(expected) - set(got))]
-    problems += [f"{k}: in {source} but not in the model" for k in sorted(set(got) - set(expected))]
-    problems += [
-        f"{k}: {source} has shape {got[k]}, the model {tuple(expected[k])}"
-        for k in sorted(set(got) & set(expected))
-        if got[k] != tuple(expected[k])
-    ]
-    if problems:
-        raise ValueError(f"Parameters of {source} do not fit the model: " + "; ".join(problems))
-
-
-# ---------------------------------------------------------------------------------------------
 # Command line.
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("from_hf", None, "HF directory: config.json + model.safetensors / .bin.")
-flags.DEFINE_string("from_tf", None, "Google BERT checkpoint directory or prefix.")
-flags.DEFINE_string("tf_config", None, "bert_config.json (default: next to the TF checkpoint).")
-flags.DEFINE_string("from_flax", None, "bert_flax directory written by this tool.")
-flags.DEFINE_string("from_workdir", None, "A bert_flax.main workdir (its latest checkpoint).")
-flags.DEFINE_integer("step", None, "With --from_workdir: the checkpoint step (default: latest).")
-flags.DEFINE_string("out", None, "Output bert_flax directory (params.msgpack + bert_config.json).")
-flags.DEFINE_string("to_hf", None, "Output HF directory (config.json + model.safetensors).")
+
+
+def define_flags() -> None:
+    """The CLI's flags (defined only when run as a program: `parameters` imports this module)."""
+    flags.DEFINE_string("from_hf", None, "HF directory: config.json + model.safetensors / .bin.")
+    flags.DEFINE_string("from_tf", None, "Google BERT checkpoint directory or prefix.")
+    flags.DEFINE_string("tf_config", None, "bert_config.json (default: next to the TF checkpoint).")
+    flags.DEFINE_string("from_flax", None, "bert_flax directory written by this tool.")
+    flags.DEFINE_string("from_workdir", None, "A bert_flax.main workdir (its latest checkpoint).")
+    flags.DEFINE_integer(
+        "step", None, "With --from_workdir: the checkpoint step (default: latest)."
+    )
+    flags.DEFINE_string(
+        "out", None, "Output bert_flax directory (params.msgpack + bert_config.json)."
+    )
+    flags.DEFINE_string("to_hf", None, "Output HF directory (config.json + model.safetensors).")
 
 
 def main(argv: list[str]) -> None:
     del argv
+    # The CLI sits above `parameters`, which builds on this module's tables.
+    from bert_flax import parameters
+
     sources = [s for s in (FLAGS.from_hf, FLAGS.from_tf, FLAGS.from_flax, FLAGS.from_workdir) if s]
     if len(sources) != 1:
         raise app.UsageError(
@@ -569,13 +476,13 @@ def main(argv: list[str]) -> None:
     elif FLAGS.from_tf:
         config, params = load_tf_checkpoint(FLAGS.from_tf, FLAGS.tf_config)
     elif FLAGS.from_workdir:
-        config, params = load_workdir(FLAGS.from_workdir, FLAGS.step)
+        config, params = parameters.load_workdir(FLAGS.from_workdir, FLAGS.step)
     else:
-        config, params = load_params(FLAGS.from_flax)
+        config, params = parameters.load_params(FLAGS.from_flax)
     count = sum(v.size for v in _flatten(params).values())
     logging.info("Converted %d parameters (%s).", count, config)
     if FLAGS.out:
-        save_params(params, config, FLAGS.out)
+        parameters.save_params(params, config, FLAGS.out)
         logging.info("Wrote %s", FLAGS.out)
     if FLAGS.to_hf:
         save_hf_checkpoint(params, config, FLAGS.to_hf)
@@ -584,4 +491,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

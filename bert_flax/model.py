@@ -244,7 +244,9 @@ class BertForPreTraining(nn.Module):
         )
 
     def __call__(self, batch: Mapping[str, Array], *, deterministic: bool) -> PreTrainingOutput:
-        hidden = self.bert.encode(batch, PRETRAINING_INPUTS, "bert_flax.data.contract", deterministic)
+        hidden = self.bert.encode(
+            batch, PRETRAINING_INPUTS, "bert_flax.data.contract", deterministic
+        )
         mlm_logits = self.mlm_head(
             gather_rows(hidden, batch["masked_lm_positions"]), self.bert.embeddings
         )

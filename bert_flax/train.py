@@ -29,20 +29,17 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import flax.traverse_util
 import jax
 import ml_collections
 import numpy as np
 from absl import logging
 
 import optim
-from bert_flax import checkpointing, convert, metrics, sharding
+from bert_flax import checkpointing, metrics, parameters, sharding
 from bert_flax.config import BertConfig, resolved_config_section
 from bert_flax.tasks import Task
 from bert_flax.train_setup import TrainSetup, create_train_setup
 from bert_flax.train_step import TrainState
-
-BEST_DIR, BEST_FILE = "best", "best.json"
 
 
 class TrainingDiverged(RuntimeError):
@@ -179,14 +176,11 @@ def initial_state(
 
 
 def with_pretrained_params(setup: TrainSetup, path: str, step: int | None) -> TrainState:
-    """`setup.state` with the parameters of checkpoint `path` (any `convert.checkpoint_kind`),
+    """`setup.state` with the parameters of checkpoint `path` (any `parameters.checkpoint_kind`),
     placed with the state's shardings; every misfit parameter is named."""
-    _, params = convert.load_pretrained(path, step)
+    _, params = parameters.load_pretrained(path, step)
     params = setup.task.pretrained_params(params, setup.state.params)
-    expected = {
-        "/".join(k): v.shape for k, v in flax.traverse_util.flatten_dict(setup.state.params).items()
-    }
-    convert.check_params_fit(params, expected, path)
+    parameters.check_params_fit(params, parameters.flat_shapes(setup.state.params), path)
     params = jax.tree_util.tree_map(
         lambda new, old: np.asarray(new, old.dtype), params, setup.state.params
     )
@@ -251,7 +245,12 @@ def _train(
         baseline,
         state,
         progress,
-        BestParams(workdir, task, enabled=config.checkpoint.keep_best and writer.enabled),
+        parameters.BestParams(
+            workdir,
+            metric=task.eval_metric,
+            mode=task.eval_metric_mode,
+            enabled=config.checkpoint.keep_best and writer.enabled,
+        ),
     )
     started = time.perf_counter()
     step, preempted, target_reached = loop.run(start_step, train_iter)
@@ -303,7 +302,7 @@ def write_run_config(
             # The config with its model resolved, and what the packing adjustment resolved.
             resolved = {**json.loads(shown.to_json_best_effort()), "resolved": info}
             json.dump(resolved, f, indent=2)
-        with open(os.path.join(workdir, convert.CONFIG_FILE), "w") as f:
+        with open(os.path.join(workdir, parameters.CONFIG_FILE), "w") as f:
             json.dump(setup.model_config.to_dict(), f, indent=2)  # what convert exports with
         writer.write_text("config", f"```\n{shown}\n```")
     return info
@@ -324,7 +323,7 @@ class Loop:
     baseline: float
     state: TrainState
     progress: dict[str, Any]
-    best: BestParams
+    best: parameters.BestParams
     pending: list[dict[str, jax.Array]] = dataclasses.field(default_factory=list)
     throughput: metrics.Throughput = dataclasses.field(default_factory=metrics.Throughput)
     train_summary: dict[str, float] = dataclasses.field(default_factory=dict)
@@ -427,7 +426,13 @@ class Loop:
             time.perf_counter() - t0,
         )
         if complete:
-            self.best.offer(step, self.eval_summary, self.state.params, self.setup.model_config)
+            self.best.offer(
+                step,
+                self.eval_summary,
+                self.state.params,
+                self.setup.model_config,
+                self.setup.task.head_config(),
+            )
         self.throughput.reset()
 
 
@@ -492,38 +497,3 @@ def exit_if_preempted(final: dict[str, Any]) -> None:
         logging.flush()
         sys.stdout.flush()
         os._exit(0)
-
-
-class BestParams:
-    """With `config.checkpoint.keep_best`: the parameters of the best complete evaluation so far
-    (by `task.eval_metric`, higher or lower per `task.eval_metric_mode`) as a bert_flax
-    checkpoint directory `workdir/best` (`convert.load_params`), and `best/best.json`."""
-
-    def __init__(self, workdir: str, task: Task, *, enabled: bool):
-        self.directory = os.path.join(workdir, BEST_DIR)
-        self.task, self.enabled = task, enabled
-        self.record: dict[str, Any] = {}
-        path = os.path.join(self.directory, BEST_FILE)
-        if enabled and os.path.isfile(path):  # a resumed run competes with its earlier best
-            with open(path) as f:
-                self.record = json.load(f)
-
-    def offer(self, step: int, summary: dict[str, float], params: Any, model_config) -> bool:
-        """Saves `params` if `summary` beats the best so far; returns whether it did."""
-        value = summary.get(self.task.eval_metric)
-        if not self.enabled or value is None or not np.isfinite(value):
-            return False
-        best = self.record.get("value")
-        better = best is None or (
-            value > best if self.task.eval_metric_mode == "max" else value < best
-        )
-        if not better:
-            return False
-        convert.save_params(jax.device_get(params), model_config, self.directory)
-        self.record = {"step": step, "metric": self.task.eval_metric, "value": float(value)}
-        self.record.update({"eval": summary, **self.task.head_config()})
-        with open(os.path.join(self.directory, BEST_FILE), "w") as f:
-            json.dump(self.record, f, indent=2, default=float)
-        metric = self.task.eval_metric
-        logging.info("Best %s so far (%.4f): saved to %s", metric, value, self.directory)
-        return True

@@ -36,7 +36,7 @@ CORE_FEATURES = ROW_FEATURES + SLOT_FEATURES
 # The task feature sets, added to the core fields.
 PREDICTION_FEATURES = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")  # [P]
 PRETRAINING_FEATURES = CORE_FEATURES + PREDICTION_FEATURES + ("next_sentence_labels",)
-CLASSIFICATION_FEATURES = CORE_FEATURES + ("labels", "example_ids")
+CLASSIFICATION_FEATURES = (*CORE_FEATURES, "labels", "example_ids")
 TASK_SLOT_FEATURES = ("next_sentence_labels", "labels", "example_ids")  # [D]
 # float32; `labels` too for a regression task (int32 class ids otherwise).
 FLOAT_FEATURES = ("masked_lm_weights", "sequence_mask")

@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from bert_flax import convert  # noqa: E402
+from bert_flax import convert, parameters  # noqa: E402
 from bert_flax.config import BertConfig  # noqa: E402
 from bert_flax.model import BertForPreTraining  # noqa: E402
 
@@ -122,7 +122,7 @@ def test_directories_and_cli(hf_model, tmp_path):
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    loaded_config, loaded = convert.load_params(str(flax_dir))
+    loaded_config, loaded = parameters.load_params(str(flax_dir))
     assert loaded_config == config
     jax.tree.map(np.testing.assert_array_equal, loaded, params)
     reloaded = transformers.BertForPreTraining.from_pretrained(hf_out)
@@ -151,31 +151,6 @@ def test_bad_checkpoints_are_rejected(hf_model):
         convert.config_from_hf(
             {**hf_model.config.to_dict(), "position_embedding_type": "relative_key"}
         )
-
-
-def test_checkpoint_kind_by_what_a_directory_holds(tmp_path):
-    from bert_flax import convert
-
-    kinds = {
-        "workdir": ["checkpoints/", "config.json", "bert_config.json"],
-        "bert_flax": ["params.msgpack", "bert_config.json"],
-        "hf": ["config.json", "model.safetensors"],
-        "tf": ["bert_model.ckpt.index", "bert_config.json"],
-    }
-    for kind, files in kinds.items():
-        folder = tmp_path / kind
-        for name in files:
-            target = folder / name
-            if name.endswith("/"):
-                target.mkdir(parents=True)
-            else:
-                folder.mkdir(parents=True, exist_ok=True)
-                target.write_text("")
-        assert convert.checkpoint_kind(str(folder)) == kind
-    with pytest.raises(FileNotFoundError, match="is none of"):
-        convert.checkpoint_kind(str(tmp_path))
-    with pytest.raises(ValueError, match="selects a workdir's checkpoint"):
-        convert.load_pretrained(str(tmp_path / "hf"), step=3)
 
 
 @pytest.mark.parametrize(

@@ -266,7 +266,7 @@ def test_export_to_hugging_face_then_start_from_it(prepared, tmp_path):
     import torch
     import transformers
 
-    from bert_flax import convert
+    from bert_flax import parameters
     from bert_flax.data.contract import RowShape
     from bert_flax.data.synthetic import random_batch
     from bert_flax.model import BertForPreTraining
@@ -277,7 +277,7 @@ def test_export_to_hugging_face_then_start_from_it(prepared, tmp_path):
     done = run("bert_flax.convert", f"--from_workdir={source}", f"--to_hf={hf_dir}")
     assert done.returncode == 0, done.stderr[-3000:]
 
-    config, params = convert.load_workdir(str(source))
+    config, params = parameters.load_workdir(str(source))
 
     batch = random_batch(2, RowShape(64, 1, 10), vocab_size=config.vocab_size, seed=3)
     ours = BertForPreTraining(config).apply({"params": params}, batch, deterministic=True)

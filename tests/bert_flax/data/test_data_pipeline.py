@@ -11,7 +11,7 @@ import pytest
 
 import packing
 from bert_flax.data import pipeline, record_index, records
-from bert_flax.data.contract import RowShape, load_strategies, max_predictions_per_pack
+from bert_flax.data.contract import load_strategies, max_predictions_per_pack
 from bert_flax.data.verify_packing import example_key, reference_examples, unpack_row
 
 CLS = 101

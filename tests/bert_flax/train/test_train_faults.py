@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_flax import checkpointing, cli, train
+from bert_flax import checkpointing, cli, parameters, train
 from bert_flax.train_setup import create_train_setup
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
@@ -119,7 +119,7 @@ def test_divergence_stops_without_saving_over_finite_checkpoints(tmp_path):
     assert f"last checkpoint (all are finite) is step {latest}" in last_line[0]
     assert "Traceback" not in diverging.stderr
     for step in saved_steps(workdir):
-        _, params = checkpointing.restore_params(str(workdir), step)
+        _, params = parameters.restore_params(str(workdir), step)
         assert all(np.isfinite(p).all() for p in jax.tree.leaves(params)), step
 
 
@@ -151,7 +151,7 @@ def test_a_damaged_latest_checkpoint_is_set_aside(tmp_path, damage):
     assert os.path.isdir(workdir / "checkpoints" / checkpointing.CORRUPT_DIR / "20")
     assert 30 in saved_steps(workdir)
     # Another run initialised from this workdir (init_from) reads the newest that restores.
-    step, _ = checkpointing.restore_params(str(workdir))
+    step, _ = parameters.restore_params(str(workdir))
     assert step == 30
 
 
@@ -200,7 +200,7 @@ def test_a_full_disk_is_a_clear_error_and_keeps_the_saved_checkpoints(small_disk
     # background threads may still print after that line.
     errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "No space left on device" in errors[0], done.stderr[-3000:]
-    _, params = checkpointing.restore_params(str(workdir), 5)
+    _, params = parameters.restore_params(str(workdir), 5)
     assert all(np.isfinite(p).all() for p in jax.tree.leaves(params))
 
 
@@ -278,7 +278,7 @@ def test_sigterm_during_the_first_compilation_then_rerun(tmp_path):
     rerun = run_main(workdir, *flags)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     for step in saved_steps(workdir):
-        checkpointing.restore_params(str(workdir), step)
+        parameters.restore_params(str(workdir), step)
     assert 20 in saved_steps(workdir)
 
 

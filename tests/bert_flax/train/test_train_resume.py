@@ -14,8 +14,9 @@ import jax
 import numpy as np
 import pytest
 
-from bert_flax import checkpointing, input_pipeline, train
+from bert_flax import checkpointing, train
 from bert_flax.metrics import read_metrics
+from bert_flax.tasks import pretraining
 from bert_flax.train_setup import create_train_setup
 
 N = 3
@@ -123,7 +124,7 @@ def test_a_guard_that_finishes_in_time_is_not_ended():
 def test_evaluation_stops_when_preempted(make_config):
     config = make_config(**{"eval.num_batches": 6})
     setup = create_train_setup(config)
-    batches = input_pipeline.eval_batches(config, 8, setup.task.row_shape, 512)
+    batches = pretraining.eval_batches(config, 8, setup.task.row_shape, 512)
     assert len(batches) == 6
     full, complete = train.evaluate(setup, setup.state.params, batches)
     assert complete and full["eval_batches"] == 6

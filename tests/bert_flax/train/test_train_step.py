@@ -11,8 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_flax import input_pipeline, losses, sharding, train, train_step
+from bert_flax import losses, sharding, train, train_step
 from bert_flax.data.synthetic import random_batch
+from bert_flax.tasks import pretraining
 from bert_flax.train_setup import PRNG_IMPLS, create_train_setup, dropout_key
 
 
@@ -52,14 +53,14 @@ def test_pure_step_bound_with_partial_equals_the_setups(make_config):
 
 
 def test_the_loop_checks_its_first_batch(make_config, tmp_path, monkeypatch):
-    real = input_pipeline.train_iterator
+    real = pretraining.train_iterator
 
     def corrupted(*args, **kwargs):
         for batch in real(*args, **kwargs):
             batch["input_ids"][0, 0] = 10_000  # beyond the 512-word vocabulary
             yield batch
 
-    monkeypatch.setattr(input_pipeline, "train_iterator", corrupted)
+    monkeypatch.setattr(pretraining, "train_iterator", corrupted)
     with pytest.raises(ValueError, match=r"input_ids spans \[\d+, 10000\], outside \[0, 512\)"):
         train.train_and_evaluate(make_config(), str(tmp_path))
 

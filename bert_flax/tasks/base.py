@@ -1,0 +1,114 @@
+"""The `Task` interface: what a training run does with its data (the model, its objective, its
+batches and how to judge an evaluation), and `model_config_from`, which every task uses."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator
+from typing import Any
+
+import flax.linen as nn
+import ml_collections
+import numpy as np
+
+from bert_flax import losses
+from bert_flax.config import BertConfig, from_config_section
+
+Batch = dict[str, np.ndarray]
+
+
+class Task(abc.ABC):
+    """The task-specific half of a training run. Batches are this process's rows, as numpy."""
+
+    # The evaluation metric that judges a run (logged first, and what "best" means) and the
+    # others the evaluation line shows.
+    eval_metric: str
+    eval_metric_mode: str = "max"  # "max": higher is better; "min": lower
+    eval_metrics_shown: tuple[str, ...] = ()
+    # The training metrics the progress line shows.
+    train_metrics_shown: tuple[str, ...] = ()
+
+    def __init__(self, config: ml_collections.ConfigDict):
+        self.config = config
+
+    @property
+    @abc.abstractmethod
+    def objective(self) -> losses.Objective: ...
+
+    @abc.abstractmethod
+    def model(self, model_config: BertConfig) -> nn.Module: ...
+
+    @abc.abstractmethod
+    def model_config(self) -> BertConfig:
+        """The model config: the preset with what `config.model` sets, checked against the data."""
+
+    @abc.abstractmethod
+    def packing_factor(self) -> float:
+        """Mean sequences per training row (1 when padded)."""
+
+    @abc.abstractmethod
+    def synthetic_batch(self, rows: int, seed: int) -> Batch:
+        """Random rows of this task's batch shape (initialisation, benchmarks, profiling)."""
+
+    @abc.abstractmethod
+    def train_batches(self, rows: int, vocab_size: int, *, start: int = 0) -> Iterator[Batch]:
+        """Endless training batches of `rows` global rows from position `start` (batches)."""
+
+    @abc.abstractmethod
+    def eval_batches(self, rows: int, vocab_size: int) -> list[Batch]:
+        """The fixed evaluation set."""
+
+    @abc.abstractmethod
+    def baseline(self, eval_set: list[Batch]) -> tuple[str, float]:
+        """(description, value of `eval_metric`) of a trivial predictor on `eval_set`."""
+
+    @abc.abstractmethod
+    def identity(self) -> str:
+        """What a checkpoint remembers of the data: a different one on resume is a new phase."""
+
+    @abc.abstractmethod
+    def check_batch(self, batch: Batch, model_config: BertConfig, *, evaluation: bool) -> None:
+        """Host-side check of a first train or eval batch (raises ValueError naming what is
+        wrong)."""
+
+    def describe(self) -> dict[str, Any]:
+        return {}
+
+    def pretrained_params(self, pretraining_params: Any, params: Any) -> Any:
+        """The model's parameters `params` initialised from `BertForPreTraining` parameters
+        (`config.init_from`); pre-training takes them whole."""
+        return pretraining_params
+
+    def head_config(self) -> dict[str, Any]:
+        """What a saved model needs besides its `BertConfig` (e.g. the label names)."""
+        return {}
+
+    def plot(self, workdir: str) -> list[str]:
+        """PNG plots of a finished run's metrics; returns their paths."""
+        return []
+
+
+def model_config_from(
+    config: ml_collections.ConfigDict,
+    max_seq_length: int,
+    data_vocab_size: int | None = None,
+    data_source: str | None = None,
+) -> BertConfig:
+    """The preset with the fields `config.model` sets, the compute dtype, and (unless set) the
+    vocabulary size of the data (`data_source`); checked against the data and the row length."""
+    fields = {"dtype": config.train.dtype}
+    if data_vocab_size is not None and config.model.get("vocab_size") is None:
+        fields["vocab_size"] = data_vocab_size
+    model_config = from_config_section(config.model, **fields)
+    if data_vocab_size is not None and model_config.vocab_size < data_vocab_size:
+        raise ValueError(
+            f"The model's vocab_size={model_config.vocab_size} is smaller than the "
+            f"vocabulary of {data_source} ({data_vocab_size} ids): out-of-range ids "
+            "would embed as NaN. Leave config.model.vocab_size unset or raise it."
+        )
+    if max_seq_length > model_config.max_position_embeddings:
+        raise ValueError(
+            f"config.data.max_seq_length={max_seq_length} exceeds the model's "
+            f"max_position_embeddings={model_config.max_position_embeddings}."
+        )
+    return model_config

@@ -1,0 +1,115 @@
+"""Parameters from anything: what a path holds, a workdir's checkpoint restored parameters only
+(equal to the saved state's), bert_flax directories round-trip with shape checks, the best
+parameters kept by the metric's direction."""
+
+from __future__ import annotations
+
+import json
+
+import flax.traverse_util
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from bert_flax import checkpointing, parameters
+from bert_flax.config import BertConfig
+from bert_flax.convert import expected_shapes
+
+CONFIG = BertConfig.preset(
+    "tiny",
+    vocab_size=64,
+    hidden_size=16,
+    num_layers=1,
+    num_heads=2,
+    intermediate_size=32,
+)
+
+
+def random_params(config: BertConfig, seed: int = 0) -> dict:
+    """A parameter tree of `BertForPreTraining(config)`'s shapes, normal random values."""
+    rng = np.random.default_rng(seed)
+    flat = {k: rng.normal(size=s).astype(np.float32) for k, s in expected_shapes(config).items()}
+    return flax.traverse_util.unflatten_dict(flat, sep="/")
+
+
+def test_checkpoint_kind_by_what_a_directory_holds(tmp_path):
+
+    kinds = {
+        "workdir": ["checkpoints/", "config.json", "bert_config.json"],
+        "bert_flax": ["params.msgpack", "bert_config.json"],
+        "hf": ["config.json", "model.safetensors"],
+        "tf": ["bert_model.ckpt.index", "bert_config.json"],
+    }
+    for kind, files in kinds.items():
+        folder = tmp_path / kind
+        for name in files:
+            target = folder / name
+            if name.endswith("/"):
+                target.mkdir(parents=True)
+            else:
+                folder.mkdir(parents=True, exist_ok=True)
+                target.write_text("")
+        assert parameters.checkpoint_kind(str(folder)) == kind
+    with pytest.raises(FileNotFoundError, match="is none of"):
+        parameters.checkpoint_kind(str(tmp_path))
+    with pytest.raises(ValueError, match="selects a workdir's checkpoint"):
+        parameters.load_pretrained(str(tmp_path / "hf"), step=3)
+
+
+def test_a_workdir_restores_its_parameters_alone(tmp_path):
+    params = random_params(CONFIG)
+    state = {"params": params, "opt_state": {"mu": np.ones((5, 7), np.float32)}, "step": 4}
+    directory = checkpointing.checkpoint_dir(str(tmp_path))
+    manager = ocp.CheckpointManager(
+        directory, item_names=checkpointing.ITEMS, item_handlers=checkpointing.item_handlers()
+    )
+    for step in (2, 4):
+        args = ocp.args.Composite(
+            state=ocp.args.StandardSave(state), progress=ocp.args.JsonSave({"step": step})
+        )
+        manager.save(step, args=args)
+    manager.wait_until_finished()
+    manager.close()
+    (tmp_path / parameters.CONFIG_FILE).write_text(json.dumps(CONFIG.to_dict()))
+
+    config, restored = parameters.load_workdir(str(tmp_path))
+    assert config == CONFIG
+    assert restored.keys() == params.keys()  # parameters only, no optimizer state
+    jax.tree.map(np.testing.assert_array_equal, restored, params)
+    assert parameters.restore_params(str(tmp_path), 2)[0] == 2
+    with pytest.raises(ValueError, match="no checkpoint of step 3"):
+        parameters.restore_params(str(tmp_path), 3)
+
+
+def test_a_bert_flax_directory_round_trips_and_names_a_misfit(tmp_path):
+    params = random_params(CONFIG)
+    parameters.save_params(params, CONFIG, str(tmp_path / "model"))
+    config, loaded = parameters.load_params(str(tmp_path / "model"))
+    assert config == CONFIG
+    jax.tree.map(np.testing.assert_array_equal, loaded, params)
+    bigger = CONFIG.replace(intermediate_size=48)
+    parameters.save_params(params, bigger, str(tmp_path / "misfit"))
+    with pytest.raises(
+        ValueError, match=r"intermediate.*has shape \(16, 32\), the model \(16, 48\)"
+    ):
+        parameters.load_params(str(tmp_path / "misfit"))
+
+
+@pytest.mark.parametrize(
+    "mode,values,kept", [("max", [0.5, 0.4, 0.7], 0.7), ("min", [0.5, 0.6, 0.2], 0.2)]
+)
+def test_best_params_keep_the_best_by_the_metric_direction(tmp_path, mode, values, kept):
+    best = parameters.BestParams(str(tmp_path), metric="accuracy", mode=mode, enabled=True)
+    for step, value in enumerate(values):
+        params = random_params(CONFIG, seed=step)
+        best.offer(step, {"accuracy": value}, params, CONFIG, {"num_labels": 2})
+    assert not best.offer(9, {"accuracy": float("nan")}, params, CONFIG, {})
+    record = json.loads((tmp_path / parameters.BEST_DIR / parameters.BEST_FILE).read_text())
+    assert record["value"] == kept and record["num_labels"] == 2
+    _, loaded, head = parameters.load_classifier(str(tmp_path))
+    want = random_params(CONFIG, seed=values.index(kept))
+    jax.tree.map(np.testing.assert_array_equal, loaded, want)
+    assert head["step"] == values.index(kept)
+    resumed = parameters.BestParams(str(tmp_path), metric="accuracy", mode=mode, enabled=True)
+    assert resumed.record["value"] == kept  # a resumed run competes with its earlier best
