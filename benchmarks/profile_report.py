@@ -7,6 +7,7 @@ against padded, LAMB against Shampoo, and writes a table, a stacked-bar plot and
 
   python benchmarks/profile_report.py                      # a few minutes on 2 CPU cores
   python benchmarks/profile_report.py --models=tiny --out_dir=/tmp/profile_report
+  python benchmarks/profile_report.py --models=tiny --limit=2 --out_dir=/tmp/p   # a quick look
 
 Each setting is one row of the sweep table (time share per class, % of the step) and one bar of
 the plot. Ceilings (peak matmul FLOP/s per dtype, stream bytes/s) are measured once in this run.
@@ -42,6 +43,7 @@ _WARMUP = flags.DEFINE_integer("warmup", 1, "Untraced steps per setting.")
 _OUT_DIR = flags.DEFINE_string("out_dir", "docs/images", "Where the plots and JSON lines go.")
 _DROPOUT = flags.DEFINE_boolean("dropout", False, "Compare DROPOUT_VARIANTS instead.")
 _ROUNDS = flags.DEFINE_integer("rounds", 8, "--dropout: side-by-side rounds (3 steps each).")
+_LIMIT = flags.DEFINE_integer("limit", 0, "Profile only the first N settings (0: all).")
 
 # Rows per step: tiny at 128/512, base-shaped at 128/512 (small, to fit a CPU in minutes).
 ROWS = {("tiny", 128): 8, ("tiny", 512): 2, ("base", 128): 2, ("base", 512): 1}
@@ -172,7 +174,7 @@ def main(argv):
     if _DROPOUT.value:
         return main_dropout()
     os.makedirs(_OUT_DIR.value, exist_ok=True)
-    plan = [(m, *s) for m in _MODELS.value for s in SETTINGS]
+    plan = [(m, *s) for m in _MODELS.value for s in SETTINGS][: _LIMIT.value or None]
     measured: dict[str, Ceilings] = {}
     profiles: list[StepProfile] = []
     failed: list[str] = []

@@ -19,7 +19,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import optax
 
 from bert_flax.model import ClassificationOutput, PreTrainingOutput
 
@@ -50,6 +49,20 @@ class Objective:
 MLM_NORMALIZATIONS = ("per_sequence", "per_token")
 
 
+def cross_entropy_and_hits(logits: Array, labels: Array) -> tuple[Array, Array]:
+    """Softmax cross-entropy of integer `labels` and whether each is the top logit, in float32.
+
+    One max over the classes serves both the stable log-sum-exp and the accuracy (the label's
+    logit equals the max), instead of a separate argmax pass over a [.., 30,522] vocabulary; a
+    label tied for the max counts as a hit (argmax would pick the first of the tied classes).
+    """
+    logits = logits.astype(jnp.float32)
+    shifted = logits - jax.lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True))
+    label_shifted = jnp.take_along_axis(shifted, labels[..., None], axis=-1)[..., 0]
+    log_normalizer = jnp.log(jnp.sum(jnp.exp(shifted), axis=-1))
+    return log_normalizer - label_shifted, (label_shifted >= 0).astype(jnp.float32)
+
+
 def per_sequence_terms(output: PreTrainingOutput, batch: Mapping[str, Array]) -> dict[str, Array]:
     """Per-slot loss terms, each [B, D] float32.
 
@@ -63,18 +76,14 @@ def per_sequence_terms(output: PreTrainingOutput, batch: Mapping[str, Array]) ->
     """
     num_slots = batch["cls_positions"].shape[-1]
     weights = batch["masked_lm_weights"].astype(jnp.float32)
-    mlm_ce = optax.softmax_cross_entropy_with_integer_labels(
-        output.mlm_logits, batch["masked_lm_ids"]
-    )
-    mlm_hit = (jnp.argmax(output.mlm_logits, axis=-1) == batch["masked_lm_ids"]).astype(jnp.float32)
+    mlm_ce, mlm_hit = cross_entropy_and_hits(output.mlm_logits, batch["masked_lm_ids"])
     # [B, P, D]: weight of prediction p in slot d.
     owner = jnp.take_along_axis(batch["segment_ids"], batch["masked_lm_positions"], axis=1)
     assign = jax.nn.one_hot(owner - 1, num_slots, dtype=jnp.float32) * weights[..., None]
 
     sequence_mask = batch["sequence_mask"].astype(jnp.float32)
     labels = batch["next_sentence_labels"]
-    nsp_ce = optax.softmax_cross_entropy_with_integer_labels(output.nsp_logits, labels)
-    nsp_hit = (jnp.argmax(output.nsp_logits, axis=-1) == labels).astype(jnp.float32)
+    nsp_ce, nsp_hit = cross_entropy_and_hits(output.nsp_logits, labels)
     return {
         "mlm_loss_sum": jnp.einsum("bp,bpd->bd", mlm_ce, assign),
         "mlm_count": assign.sum(axis=1),
@@ -137,7 +146,7 @@ def masked_lm_eval_metrics(
     tokens of the evaluation set (the MLPerf BERT metric)."""
     _, metrics = pretraining_loss(output, batch, mlm_normalization=mlm_normalization)
     weights = batch["masked_lm_weights"]
-    correct = jnp.argmax(output.mlm_logits, axis=-1) == batch["masked_lm_ids"]
+    _, correct = cross_entropy_and_hits(output.mlm_logits, batch["masked_lm_ids"])
     return {**metrics, "masked_lm_accuracy": (jnp.sum(weights * correct), jnp.sum(weights))}
 
 
@@ -167,8 +176,7 @@ def classification_loss(
         metrics["mse"] = metrics["classification_loss"]
     else:
         labels = batch["labels"].astype(jnp.int32)
-        ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
-        hit = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
+        ce, hit = cross_entropy_and_hits(logits, labels)
         metrics = {
             "classification_loss": (jnp.sum(ce * mask), count),
             "accuracy": (jnp.sum(hit * mask), count),

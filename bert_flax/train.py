@@ -225,16 +225,7 @@ def _train(
 
     vocab = setup.model_config.vocab_size
     train_iter = task.train_batches(setup.batch_size, vocab, start=progress["data_position"])
-    eval_set = task.eval_batches(config.eval.batch_size, vocab)
-    task.check_batch(eval_set[0], setup.model_config, evaluation=True)
-    baseline_name, baseline = task.baseline(eval_set)
-    logging.info(
-        "Eval: %d batches; %s scores %s %.4f",
-        len(eval_set),
-        baseline_name,
-        task.eval_metric,
-        baseline,
-    )
+    eval_set, baseline_name, baseline = evaluation_set(config, setup)
     loop = Loop(
         config,
         setup,
@@ -278,11 +269,28 @@ def _train(
         "setup": info,
     }
     if writer.enabled:
-        with open(os.path.join(workdir, "final_metrics.json"), "w") as f:
-            json.dump(final, f, indent=2, default=float)
-        if config.log.plots and not preempted:
-            task.plot(workdir)
+        write_final(final, workdir, task if config.log.plots and not preempted else None)
     return final
+
+
+def evaluation_set(config: ml_collections.ConfigDict, setup: TrainSetup) -> tuple[list, str, float]:
+    """(the fixed eval set, checked; the task's trivial predictor and its score on it)."""
+    task = setup.task
+    eval_set = task.eval_batches(config.eval.batch_size, setup.model_config.vocab_size)
+    task.check_batch(eval_set[0], setup.model_config, evaluation=True)
+    name, baseline = task.baseline(eval_set)
+    logging.info(
+        "Eval: %d batches; %s scores %s %.4f", len(eval_set), name, task.eval_metric, baseline
+    )
+    return eval_set, name, baseline
+
+
+def write_final(final: dict[str, Any], workdir: str, plotting: Task | None) -> None:
+    """`final_metrics.json`, and the task's plots when `plotting` is given."""
+    with open(os.path.join(workdir, "final_metrics.json"), "w") as f:
+        json.dump(final, f, indent=2, default=float)
+    if plotting is not None:
+        plotting.plot(workdir)
 
 
 def write_run_config(

@@ -1,4 +1,5 @@
-"""Settings for every test process: one persistent XLA compilation cache.
+"""Settings for every test process: one persistent XLA compilation cache, slow tests first, and
+the CPU recipe's prepared data made once per test session.
 
 Many tests (the journeys, fault and benchmark smoke runs, the notebook) start fresh Python
 processes that compile the same tiny-model steps; they inherit these variables, so each program
@@ -7,7 +8,9 @@ are cached (the train and eval steps, not the many small helpers). The cache key
 program, the XLA flags and the jax version, so a stale entry is never used.
 """
 
+import fcntl
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -40,3 +43,32 @@ def run_on_devices():
         assert done.returncode == 0 and "OK" in done.stdout, done.stderr[-4000:]
 
     return run
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Slow tests (minutes of subprocess training) first, so that the two workers do not end on
+    one of them while the other idles."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable within groups
+
+
+@pytest.fixture(scope="session")
+def recipe_data(tmp_path_factory) -> str:
+    """The bundled corpus prepared as the CPU recipe prepares it (`demo.prepare_data`), with one
+    copy of each document (dupe_factor=1): made once per session, whichever test process gets
+    there first (the others wait on a lock), and copied by tests that write beside it."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # shared by the xdist workers of this session
+    directory = root / "recipe_data"
+    with open(root / "recipe_data.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (directory / "summary.json").exists():
+            shutil.rmtree(directory, ignore_errors=True)
+            done = subprocess.run(
+                [sys.executable, "-c", "import sys; from bert_flax import demo; "
+                 "demo.prepare_data(sys.argv[1], dupe_factor=1)", str(directory)],
+                capture_output=True, text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"},
+                timeout=900,
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr[-4000:]
+    return str(directory)

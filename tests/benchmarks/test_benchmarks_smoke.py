@@ -1,13 +1,14 @@
-"""Benchmarks as a user types them, on tiny settings: they run to their JSON line, and what they
-report is well formed. Their figures come from full runs (docs/); this only keeps the scripts
-from breaking unnoticed. Only packed_vs_padded is here (its learning case once broke unseen):
-the multi-process benchmarks (prepare_bench's Beam modes) would oversubscribe CI's two cores
-while timing-sensitive journeys run, and their stages are tested directly."""
+"""Benchmarks and the profiler as a user types them, on tiny settings: they run to their JSON
+line (or table), and what they report is well formed. Their figures come from full runs (docs/);
+this only keeps the README's commands from breaking unnoticed (tests/test_readme.py). No speed is
+asserted: timing belongs to full runs. The multi-process benchmarks (prepare_bench's Beam modes)
+are left out: they would oversubscribe CI's two cores, and their stages are tested directly."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -16,15 +17,25 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def run_benchmark(name: str, *args: str) -> dict:
-    command = [sys.executable, os.path.join(ROOT, "benchmarks", name), *args, "--json"]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900)
+def run_command(*command: str) -> str:
+    """stdout of `python *command` run from the repository root (asserting it succeeds)."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run(
+        [sys.executable, *command], capture_output=True, text=True, cwd=ROOT, env=env, timeout=900
+    )
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return done.stdout
+
+
+def run_benchmark(name: str, *args: str) -> dict:
+    """The last JSON line of `benchmarks/<name> *args --json`."""
+    stdout = run_command(os.path.join("benchmarks", name), *args, "--json")
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.slow
-def test_packed_vs_padded_with_its_learning_case(tmp_path):
+def test_packed_vs_padded_with_its_learning_case(tmp_path, recipe_data):
+    shutil.copytree(recipe_data, tmp_path / "learn")  # the benchmark reuses prepared data
     result = run_benchmark(
         "packed_vs_padded.py",
         "--rounds=1",
@@ -40,3 +51,55 @@ def test_packed_vs_padded_with_its_learning_case(tmp_path):
     learning = result["learning"]
     assert learning["padded"]["steps"] == 4 and learning["packed"]["steps"] < 4
     assert learning["packing_factor"] > 1.5
+
+
+def test_block_sparse_bench():
+    args = ["--features=256", "--rows=16", "--block_sizes=32", "--densities=1.0,0.25"]
+    stdout = run_command("benchmarks/block_sparse_bench.py", *args, "--repeats=2", "--json")
+    cases = [json.loads(line) for line in stdout.strip().splitlines()]
+    assert [(c["block_size"], c["density"]) for c in cases] == [(32, 1.0), (32, 0.25)]
+    assert all(c["fwd_speedup"] > 0 and c["fwd_bwd_speedup"] > 0 for c in cases)
+
+
+def test_packing_bench():
+    stdout = run_command("benchmarks/packing_bench.py", "--quick")
+    for heading in ("SQuAD 1.1 (max_len 384)", "Wikipedia-like", "Corpus-like", "== targets"):
+        assert heading in stdout
+    assert "NNLSHP depth 3" in stdout and "total" in stdout
+
+
+@pytest.mark.slow
+def test_profile_command(tmp_path):
+    plot = tmp_path / "tiny.png"
+    settings = ["--config.model.num_layers=1", "--config.train.batch_size=2"]
+    stdout = run_command(
+        "-m", "bert_flax.profile", "--config=configs/tiny.py", *settings, "--steps=1",
+        "--warmup=1", "--json", f"--plot={plot}",
+    )  # fmt: skip
+    lines = [json.loads(line) for line in stdout.strip().splitlines() if line.startswith("{")]
+    assert any(line.get("class") == "optimizer" for line in lines), lines[:3]
+    assert plot.stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_profile_report(tmp_path):
+    run_command(
+        "benchmarks/profile_report.py", "--models=tiny", "--limit=2", "--steps=1", "--warmup=1",
+        f"--out_dir={tmp_path}",
+    )  # fmt: skip
+    lines = [
+        json.loads(line) for line in (tmp_path / "profile_report.jsonl").read_text().splitlines()
+    ]
+    assert len({line["label"] for line in lines}) == 2  # the first two settings
+    assert (tmp_path / "profile_breakdown.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_finetune_packed_vs_padded():
+    result = run_benchmark(
+        "finetune_packed_vs_padded.py", "--sets=pairs", "--seeds=1", "--epochs=0.05",
+        "--speed_rounds=1", "--speed_steps=1",
+    )  # fmt: skip
+    pairs = result["sets"]["pairs"]
+    assert pairs["packing_factor"] > 1.5 and pairs["speedup"] > 0
+    assert 0 <= pairs["accuracy_packed"] <= 1 and 0 <= pairs["accuracy_padded"] <= 1

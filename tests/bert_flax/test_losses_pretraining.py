@@ -95,3 +95,25 @@ def test_unknown_normalization():
     output, batch = _example()
     with pytest.raises(ValueError, match="mlm_normalization"):
         losses.pretraining_loss(output, batch, mlm_normalization="per_row")
+
+
+def test_cross_entropy_and_hits_match_optax_and_argmax():
+    import optax
+
+    rng = np.random.default_rng(0)
+    logits = jnp.asarray(rng.normal(scale=4.0, size=(3, 5, 97)), jnp.float32)
+    labels = jnp.asarray(rng.integers(0, 97, size=(3, 5)), jnp.int32)
+    labels = labels.at[0, :2].set(jnp.argmax(logits[0, :2], axis=-1))  # some hits
+    ce, hits = losses.cross_entropy_and_hits(logits, labels)
+    np.testing.assert_allclose(
+        ce, optax.softmax_cross_entropy_with_integer_labels(logits, labels), rtol=1e-6
+    )
+    np.testing.assert_array_equal(hits, jnp.argmax(logits, axis=-1) == labels)
+    assert hits.sum() >= 2
+    reference = jax.grad(lambda x: optax.softmax_cross_entropy_with_integer_labels(x, labels).sum())
+    ours = jax.grad(lambda x: losses.cross_entropy_and_hits(x, labels)[0].sum())
+    np.testing.assert_allclose(ours(logits), reference(logits), atol=1e-6)
+    tied = jnp.array([[1.0, 3.0, 3.0]])  # a label tied for the max counts as a hit
+    assert losses.cross_entropy_and_hits(tied, jnp.array([2]))[1][0] == 1.0
+    bf16 = losses.cross_entropy_and_hits(logits.astype(jnp.bfloat16), labels)[0]
+    assert bf16.dtype == jnp.float32

@@ -53,6 +53,15 @@ def run(*args: str, timeout: float = 600, **popen) -> subprocess.CompletedProces
     )
 
 
+def benchmark(script: str, *args: str) -> dict:
+    """The JSON line of `python benchmarks/<script> *args --json`."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    command = [sys.executable, os.path.join("benchmarks", script), *args, "--json"]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def train(workdir, data_dir: str, *flags: str, length: int = 64, **kwargs):
     done = run(
         "bert_flax.main",
@@ -382,9 +391,11 @@ def test_finetune_from_hugging_face_then_predict_a_file(tmp_path):
 
 
 @pytest.mark.slow
-def test_make_demo_in_miniature(tmp_path):
-    """`make demo`'s program with a few steps: the recipe's paragraph data that packs at >= 1.8,
-    both runs with their learning curves, both fine-tunings, the summary and the plot."""
+def test_make_demo_in_miniature(tmp_path, recipe_data):
+    """`make demo`'s program with a few steps on the recipe's paragraph data (prepared once per
+    session, which the demo reuses) that packs at >= 1.8: both runs with their learning curves,
+    both fine-tunings, the summary and the plot; then the README's learning benchmarks on it."""
+    shutil.copytree(recipe_data, tmp_path / "sotu_cpu")
     done = run(
         "bert_flax.demo",
         f"--workdir={tmp_path}",
@@ -410,3 +421,16 @@ def test_make_demo_in_miniature(tmp_path):
     assert (tmp_path / "packed_vs_padded.png").stat().st_size > 10_000
     for start in ("pretrained", "random"):
         assert (tmp_path / f"sentiment_{start}_seed0" / "best" / "best.json").exists()
+
+    # The learning benchmarks of the README on the demo's prepared data (reused, not redone).
+    curves = benchmark(
+        "learning_curves.py", f"--workdir={tmp_path}", "--seeds=1", "--steps=2",
+        "--eval_every=1", "--finetune_epochs=0",
+    )  # fmt: skip
+    assert curves["steps"] == 2 and len(curves["curves"]["packed"]["step"]) == 2
+    race = benchmark(
+        "time_to_accuracy.py", f"--workdir={tmp_path}", "--rows=padded+lamb,packed+soap",
+        "--seeds=1", "--grid=1", "--max_steps=2", "--eval_every=1", "--target=0.99",
+    )  # fmt: skip
+    assert race["target"] == 0.99
+    assert set(race["seconds_to_target"]) == {"padded+lamb", "packed+soap"}

@@ -5,6 +5,7 @@ import ast
 import importlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ NOTEBOOK = Path(__file__).parents[2] / "notebooks" / "packed_bert_quickstart.ipy
 CALLED = [
     "packing.synthetic.wikipedia_like_histogram",
     "packing.pack_histogram",
-    "bert_flax.data.create_pretraining_data.create_pretraining_data",
+    "bert_flax.demo.prepare_data",
     "bert_flax.data.pipeline.packed_dataset",
     "bert_flax.train.train_and_evaluate",
     "configs.cpu_pretrain.get_config",
@@ -76,9 +77,12 @@ def test_config_fields_the_notebook_sets_exist():
 
 
 @pytest.mark.slow
-def test_the_notebook_runs_in_smoke_mode(tmp_path, monkeypatch):
+def test_the_notebook_runs_in_smoke_mode(tmp_path, monkeypatch, recipe_data):
     import nbclient
     import nbformat
+
+    # The data cell reuses prepared data where it finds it: the session's copy of the recipe's.
+    shutil.copytree(recipe_data, tmp_path / "workdir" / "notebook" / "sotu")
 
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     monkeypatch.setenv("NOTEBOOK_SMOKE", "1")

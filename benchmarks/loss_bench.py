@@ -1,0 +1,108 @@
+"""The masked-LM loss over the vocabulary: one max for both the loss and the accuracy
+(`losses.cross_entropy_and_hits`) against optax's cross-entropy plus a separate argmax.
+
+    python benchmarks/loss_bench.py            # ~1 min on 2 CPU cores
+    python benchmarks/loss_bench.py --json
+
+Times the loss, its accuracy and the gradient with respect to the logits (what a train step
+computes at the masked positions), jitted, the two variants taking turns for `--rounds` rounds;
+prints each shape's median ratio of the rounds (reference time / ours) and its standard error.
+Shapes: the masked positions of a step (rows x P) by the vocabulary, for the tiny CPU step
+(16 rows x 22, 30,522 words; and the recipe's 8,192-word vocabulary) and a BERT-base-shaped
+packed step at 128 (32 rows x 22) and 512 (8 rows x 79).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from bert_flax.losses import cross_entropy_and_hits
+from bert_flax.metrics import paired_ratio
+
+# name -> (masked positions of a step, vocabulary)
+SHAPES = {
+    "tiny 128, 30,522 words": (16 * 22, 30_522),
+    "tiny 128, 8,192 words (CPU recipe)": (16 * 22, 8_192),
+    "base 128 packed": (32 * 22, 30_522),
+    "base 512 packed": (8 * 79, 30_522),
+}
+
+
+def reference(logits: jax.Array, labels: jax.Array) -> tuple[jax.Array, jax.Array]:
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+    return ce, (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
+
+
+def loss_and_grad(variant):
+    """jit of (loss, accuracy, d loss / d logits) through `variant`."""
+
+    def loss(logits, labels):
+        ce, hits = variant(logits, labels)
+        return ce.mean(), hits.mean()
+
+    return jax.jit(jax.value_and_grad(loss, has_aux=True))
+
+
+def time_once(fn, logits, labels, repeats: int) -> float:
+    start = time.perf_counter()
+    for _ in range(repeats):
+        jax.block_until_ready(fn(logits, labels))
+    return (time.perf_counter() - start) / repeats
+
+
+def compare(positions: int, vocab: int, rounds: int, repeats: int) -> dict:
+    rng = np.random.default_rng(0)
+    logits = jnp.asarray(rng.normal(size=(positions, vocab)), jnp.float32)
+    labels = jnp.asarray(rng.integers(0, vocab, positions), jnp.int32)
+    fns = {"reference": loss_and_grad(reference), "ours": loss_and_grad(cross_entropy_and_hits)}
+    outputs = {name: fn(logits, labels) for name, fn in fns.items()}  # compile
+    np.testing.assert_allclose(outputs["ours"][1], outputs["reference"][1], atol=1e-5)
+    seconds = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            seconds[name].append(time_once(fn, logits, labels, repeats))
+    ratio, error = paired_ratio(seconds["reference"], seconds["ours"])
+    return {
+        "positions": positions,
+        "vocab": vocab,
+        "reference_ms": 1e3 * float(np.median(seconds["reference"])),
+        "ours_ms": 1e3 * float(np.median(seconds["ours"])),
+        "speedup": ratio,
+        "speedup_error": error,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--repeats", type=int, default=5, help="calls per timed interval")
+    parser.add_argument("--json", action="store_true", help="end with one JSON line")
+    args = parser.parse_args()
+    print(
+        f"backend {jax.default_backend()}, float32 logits; {args.rounds} rounds of {args.repeats}"
+    )
+    print(
+        f"{'shape':<36} {'positions':>9} {'vocab':>7} {'optax+argmax':>13} {'ours':>8} "
+        f"{'ratio':>13}"
+    )
+    results = {}
+    for name, (positions, vocab) in SHAPES.items():
+        r = results[name] = compare(positions, vocab, args.rounds, args.repeats)
+        print(
+            f"{name:<36} {positions:>9} {vocab:>7} {r['reference_ms']:>10.2f} ms "
+            f"{r['ours_ms']:>5.2f} ms {r['speedup']:>6.2f}x "
+            f"± {r['speedup'] * r['speedup_error']:.2f}"
+        )
+    if args.json:
+        print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
