@@ -3,6 +3,7 @@
 
     python benchmarks/loss_bench.py            # ~1 min on 2 CPU cores
     python benchmarks/loss_bench.py --json
+    python benchmarks/loss_bench.py --step_configs=tiny,cpu_pretrain --rounds=24   # ~5 min
 
 Times the loss, its accuracy and the gradient with respect to the logits (what a train step
 computes at the masked positions), jitted, the two variants taking turns for `--rounds` rounds;
@@ -10,11 +11,17 @@ prints each shape's median ratio of the rounds (reference time / ours) and its s
 Shapes: the masked positions of a step (rows x P) by the vocabulary, for the tiny CPU step
 (16 rows x 22, 30,522 words; and the recipe's 8,192-word vocabulary) and a BERT-base-shaped
 packed step at 128 (32 rows x 22) and 512 (8 rows x 79).
+
+--step_configs instead times whole training steps of those configs (`configs/<name>.py` on
+synthetic batches), one setup traced with each variant, taking turns (`metrics.side_by_side`,
+--rounds rounds of 3 steps).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import importlib
 import json
 import time
 
@@ -23,8 +30,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from bert_flax import losses, sharding
 from bert_flax.losses import cross_entropy_and_hits
-from bert_flax.metrics import paired_ratio
+from bert_flax.metrics import paired_ratio, side_by_side
+from bert_flax.train_setup import create_train_setup
 
 # name -> (masked positions of a step, vocabulary)
 SHAPES = {
@@ -79,12 +88,59 @@ def compare(positions: int, vocab: int, rounds: int, repeats: int) -> dict:
     }
 
 
+def traced_setup(config, variant):
+    """A train setup whose step was traced (and compiled) with `variant` as the loss's kernel,
+    and three synthetic batches."""
+    losses.cross_entropy_and_hits = variant  # what pretraining_loss calls when traced
+    try:
+        setup = create_train_setup(config)
+        batches = [
+            sharding.global_batch(setup.mesh, setup.task.synthetic_batch(setup.batch_size, i))
+            for i in range(3)
+        ]
+        state, _ = setup.loop_step(setup.state, batches[0], setup.step_key(1), 1)
+        jax.block_until_ready(state)
+    finally:
+        losses.cross_entropy_and_hits = cross_entropy_and_hits
+    return dataclasses.replace(setup, state=state), batches
+
+
+def compare_steps(name: str, rounds: int) -> dict:
+    config = importlib.import_module(f"configs.{name}").get_config()
+    config.data.synthetic, config.data.data_dir = True, ""
+    setups, batches = {}, {}
+    for label, variant in (("reference", reference), ("ours", cross_entropy_and_hits)):
+        setups[label], batches[label] = traced_setup(config, variant)
+    timing = side_by_side(setups, batches, rounds=rounds, steps=3)
+    ratio, error = paired_ratio(
+        timing["reference"].round_step_seconds, timing["ours"].round_step_seconds
+    )
+    result = {
+        "reference_ms": 1e3 * timing["reference"].step_seconds,
+        "ours_ms": 1e3 * timing["ours"].step_seconds,
+        "speedup": ratio,
+        "speedup_error": error,
+    }
+    print(
+        f"{name}: train step {result['reference_ms']:.1f} ms -> {result['ours_ms']:.1f} ms, "
+        f"{ratio:.3f}x ± {ratio * error:.3f} ({rounds} rounds of 3 steps)",
+        flush=True,
+    )
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--repeats", type=int, default=5, help="calls per timed interval")
+    parser.add_argument("--step_configs", default="", help="time whole steps of these configs")
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
     args = parser.parse_args()
+    if args.step_configs:
+        results = {name: compare_steps(name, args.rounds) for name in args.step_configs.split(",")}
+        if args.json:
+            print(json.dumps(results))
+        return
     print(
         f"backend {jax.default_backend()}, float32 logits; {args.rounds} rounds of {args.repeats}"
     )
