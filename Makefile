@@ -17,7 +17,7 @@ $(VENV)/.installed: setup.py constraints/ci.txt
 venv: $(VENV)/.installed
 
 test: venv
-	$(PY) -m pytest -n 2 --dist worksteal $(PYTEST_ARGS) tests
+	$(PY) -m pytest -n 2 --maxschedchunk=1 $(PYTEST_ARGS) tests
 
 test-fast: venv
 	$(PY) -m pytest -n 2 -m "not slow" $(PYTEST_ARGS) tests

@@ -142,12 +142,11 @@ def mean(metric: tuple[Array, Array]) -> Array:
 def masked_lm_eval_metrics(
     output: PreTrainingOutput, batch: Mapping[str, Array], *, mlm_normalization: str
 ) -> Metrics:
-    """The pre-training metrics plus `masked_lm_accuracy`: correct masked tokens over all masked
-    tokens of the evaluation set (the MLPerf BERT metric)."""
+    """The pre-training metrics plus `masked_lm_accuracy`, the MLPerf BERT metric: correct masked
+    tokens over all masked tokens of the evaluation set, which are `mlm_accuracy`'s sums (every
+    real prediction lies in a real sequence), reported under the name evaluation reads."""
     _, metrics = pretraining_loss(output, batch, mlm_normalization=mlm_normalization)
-    weights = batch["masked_lm_weights"]
-    _, correct = cross_entropy_and_hits(output.mlm_logits, batch["masked_lm_ids"])
-    return {**metrics, "masked_lm_accuracy": (jnp.sum(weights * correct), jnp.sum(weights))}
+    return {**metrics, "masked_lm_accuracy": metrics["mlm_accuracy"]}
 
 
 def pretraining_objective(mlm_normalization: str = "per_sequence") -> Objective:

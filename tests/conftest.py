@@ -45,10 +45,17 @@ def run_on_devices():
     return run
 
 
+def expected_seconds(item: pytest.Item) -> float:
+    """What `@pytest.mark.slow(seconds=N)` says a test takes in CI (20 when unsaid), else 0."""
+    marker = item.get_closest_marker("slow")
+    return 0.0 if marker is None else marker.kwargs.get("seconds", 20.0)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Slow tests (minutes of subprocess training) first, so that the two workers do not end on
-    one of them while the other idles."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable within groups
+    """The longest tests first: `make test` hands tests to its two workers one at a time
+    (`--maxschedchunk=1`) in this order, so that neither ends on a long one while the other
+    idles."""
+    items.sort(key=expected_seconds, reverse=True)  # stable: the rest keep collection order
 
 
 @pytest.fixture(scope="session")

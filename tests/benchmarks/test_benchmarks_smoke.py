@@ -33,7 +33,7 @@ def run_benchmark(name: str, *args: str) -> dict:
     return json.loads(stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=130)
 def test_packed_vs_padded_with_its_learning_case(tmp_path, recipe_data):
     shutil.copytree(recipe_data, tmp_path / "learn")  # the benchmark reuses prepared data
     result = run_benchmark(
@@ -61,6 +61,7 @@ def test_block_sparse_bench():
     assert all(c["fwd_speedup"] > 0 and c["fwd_bwd_speedup"] > 0 for c in cases)
 
 
+@pytest.mark.slow(seconds=50)
 def test_packing_bench():
     stdout = run_command("benchmarks/packing_bench.py", "--quick")
     for heading in ("SQuAD 1.1 (max_len 384)", "Wikipedia-like", "Corpus-like", "== targets"):
@@ -68,7 +69,7 @@ def test_packing_bench():
     assert "NNLSHP depth 3" in stdout and "total" in stdout
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=25)
 def test_profile_command(tmp_path):
     plot = tmp_path / "tiny.png"
     settings = ["--config.model.num_layers=1", "--config.train.batch_size=2"]
@@ -81,20 +82,20 @@ def test_profile_command(tmp_path):
     assert plot.stat().st_size > 10_000
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=65)
 def test_profile_report(tmp_path):
     run_command(
-        "benchmarks/profile_report.py", "--models=tiny", "--limit=2", "--steps=1", "--warmup=1",
+        "benchmarks/profile_report.py", "--models=tiny", "--limit=1", "--steps=1", "--warmup=1",
         f"--out_dir={tmp_path}",
     )  # fmt: skip
     lines = [
         json.loads(line) for line in (tmp_path / "profile_report.jsonl").read_text().splitlines()
     ]
-    assert len({line["label"] for line in lines}) == 2  # the first two settings
+    assert len({line["label"] for line in lines}) == 1  # the first setting
     assert (tmp_path / "profile_breakdown.png").stat().st_size > 10_000
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=90)
 def test_finetune_packed_vs_padded():
     result = run_benchmark(
         "finetune_packed_vs_padded.py", "--sets=pairs", "--seeds=1", "--epochs=0.05",

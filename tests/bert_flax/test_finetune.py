@@ -227,7 +227,7 @@ print("OK")
 """
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=25)
 def test_packed_inference_on_8_devices_equals_1_device(run_on_devices):
     """`predict` on a data-parallel and on a data x fsdp x model mesh of 8 simulated devices
     gives the 1-device logits, example by example (parameters split over model when it has

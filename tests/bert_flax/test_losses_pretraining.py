@@ -79,6 +79,16 @@ def test_hand_computed_values(normalization, expected_mlm, mlm_count):
     assert [float(x) for x in metrics["nsp_accuracy"]] == [3.0, 4.0]
 
 
+def test_masked_lm_accuracy_counts_every_real_prediction_once():
+    output, batch = _example()
+    metrics = losses.masked_lm_eval_metrics(output, batch, mlm_normalization="per_sequence")
+    # Independently: argmax over the vocabulary at the weighted predictions (1 right of 4).
+    right = np.argmax(np.asarray(output.mlm_logits), -1) == batch["masked_lm_ids"]
+    weights = batch["masked_lm_weights"]
+    expected = [float((right * weights).sum()), float(weights.sum())]
+    assert [float(x) for x in metrics["masked_lm_accuracy"]] == expected == [1.0, 4.0]
+
+
 def test_metric_sums_aggregate_across_splits():
     output, batch = _example()
     _, full = pretraining_loss(output, batch)

@@ -88,6 +88,7 @@ def test_per_sequence_losses_match(sequences, batches, outputs):
         assert np.all(np.asarray(t_pack[name])[empty] == 0), name
 
 
+@pytest.mark.slow(seconds=20)
 def test_loss_and_gradients_match(batches, setup):
     padded, packed = batches
     model, variables, _ = setup

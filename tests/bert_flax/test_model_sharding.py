@@ -77,7 +77,7 @@ _WORKER = textwrap.dedent(
 )
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=30)
 def test_sharded_step_matches_single_device(run_on_devices):
     run_on_devices(_WORKER, 8)
 

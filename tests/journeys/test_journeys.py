@@ -106,7 +106,7 @@ def prepared(tmp_path_factory) -> dict[int, str]:
     return out
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=40)
 @pytest.mark.parametrize(
     ("optimizer", "flags"),
     [
@@ -173,7 +173,7 @@ def test_every_optimizer_and_model_field_by_flag(prepared, tmp_path, optimizer, 
         assert final["setup"]["betas"][0] == pytest.approx(0.9**factor)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=80)
 def test_two_phases_on_two_data_directories(prepared, tmp_path):
     phase1, _ = train(
         tmp_path, prepared[64], "--config.train.steps=3", "--config.eval.every_steps=3"
@@ -200,7 +200,7 @@ def test_two_phases_on_two_data_directories(prepared, tmp_path):
     assert progress_of(tmp_path, 7)["data_position"] == 4  # continued inside phase 2
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=85)
 @pytest.mark.parametrize("devices", [1, 8])
 def test_sigterm_a_running_shampoo_job_then_rerun(prepared, tmp_path, devices):
     """A real SIGTERM mid-run saves and exits within 10 s (8 devices: within their grace
@@ -268,7 +268,7 @@ def test_sigterm_a_running_shampoo_job_then_rerun(prepared, tmp_path, devices):
     assert progress_of(tmp_path, saved + 2)["data_position"] == saved + 2
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=65)
 def test_export_to_hugging_face_then_start_from_it(prepared, tmp_path):
     """The exported model gives transformers the same MLM/NSP logits as the run's own model, and
     a run initialised from the export evaluates exactly as the exported run did."""
@@ -316,7 +316,7 @@ def test_export_to_hugging_face_then_start_from_it(prepared, tmp_path):
         assert started["eval"][key] == pytest.approx(final["eval"][key], rel=1e-5), key
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=35)
 def test_init_from_a_checkpoint_that_does_not_fit_names_the_parameter(prepared, tmp_path):
     source = tmp_path / "source"
     train(source, prepared[64], "--config.train.steps=1", "--config.eval.every_steps=1")
@@ -348,7 +348,7 @@ TINY_FINETUNE = [
 ]
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=40)
 def test_finetune_from_hugging_face_then_predict_a_file(tmp_path):
     """Fine-tune the bundled sentiment set from a Hugging Face checkpoint (random weights), keep
     the best parameters, predict the test split and then a user's file, in input order."""
@@ -390,7 +390,7 @@ def test_finetune_from_hugging_face_then_predict_a_file(tmp_path):
     assert all(r["label"] in ("rotten", "fresh") for r in records)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=330)
 def test_make_demo_in_miniature(tmp_path, recipe_data):
     """`make demo`'s program with a few steps on the recipe's paragraph data (prepared once per
     session, which the demo reuses) that packs at >= 1.8: both runs with their learning curves,

@@ -76,7 +76,7 @@ def test_config_fields_the_notebook_sets_exist():
         assert f"config.{field} =" in "\n".join(code_cells())
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=115)
 def test_the_notebook_runs_in_smoke_mode(tmp_path, monkeypatch, recipe_data):
     import nbclient
     import nbformat

@@ -4,6 +4,7 @@ the orthogonalised update's flat spectrum, AdamW's first step on the rest, a tra
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from flax import linen as nn
 
 import optim
@@ -63,6 +64,7 @@ def test_a_matrix_update_is_orthogonalised_and_the_rest_take_adamws_first_step()
     )
 
 
+@pytest.mark.slow(seconds=25)
 def test_muon_trains_a_bert_step_on_boxed_params():
     params, model, batch = tiny_bert_params()
     tx = optim.create("muon", learning_rate=0.01)

@@ -83,7 +83,7 @@ def test_sparse_layers_replace_the_selected_roles(batch, wide):
         assert sparse_ffn == dense_ffn // 4
 
 
-@pytest.mark.slow  # ~30 s on 2 busy cores, mostly compiling
+@pytest.mark.slow(seconds=25)  # ~30 s on 2 busy cores, mostly compiling
 def test_block_sparse_bert_trains_and_checkpoints(batch, tmp_path):
     model = _model(
         num_layers=1,

@@ -22,7 +22,7 @@ def one_step(config, batch):
     return jax.device_get(state.params), jax.device_get(metrics)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=30)
 def test_accumulation_equals_full_batch(make_config):
     batch = random_batch(ROWS, RowShape(32, 3, 8), vocab_size=512, seed=1)
     # Micro-batch j holds rows j, j + m, ...: their sequence counts differ, so a plain mean of

@@ -69,6 +69,7 @@ def saved_steps(workdir) -> list[int]:
     return sorted(int(n) for n in names if n.isdigit())
 
 
+@pytest.mark.slow(seconds=25)
 def test_a_non_finite_step_is_not_applied(make_config):
     """A batch whose loss is NaN leaves parameters and optimizer state as they were (the step
     counter moves on, the streak counts it): a finite step after it gives exactly the state that
@@ -97,7 +98,7 @@ def test_a_non_finite_step_is_not_applied(make_config):
     )
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=60)
 def test_divergence_stops_without_saving_over_finite_checkpoints(tmp_path):
     """The issue's run: 20 fine steps with checkpoints, then a learning rate of 1e12 from the
     same workdir: it stops with status 3 and a message naming the last finite checkpoint, which
@@ -123,7 +124,7 @@ def test_divergence_stops_without_saving_over_finite_checkpoints(tmp_path):
         assert all(np.isfinite(p).all() for p in jax.tree.leaves(params)), step
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=40)
 @pytest.mark.parametrize("damage", ["truncate", "delete"])
 def test_a_damaged_latest_checkpoint_is_set_aside(tmp_path, damage):
     """Checkpoints at 10 and 20; one data file of step 20 truncated or deleted: the rerun warns,
@@ -155,6 +156,7 @@ def test_a_damaged_latest_checkpoint_is_set_aside(tmp_path, damage):
     assert step == 30
 
 
+@pytest.mark.slow(seconds=20)
 def test_no_restorable_checkpoint_is_a_clear_error(make_config, tmp_path):
     config = make_config(**{"train.steps": 2, "checkpoint.every_steps": 1})
     workdir = str(tmp_path / "run")
@@ -190,7 +192,7 @@ def small_disk(tmp_path):
     subprocess.run(["umount", str(mount)])
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=25)
 def test_a_full_disk_is_a_clear_error_and_keeps_the_saved_checkpoints(small_disk):
     workdir = small_disk / "run"
     flags = ["--config.train.steps=15", "--config.checkpoint.every_steps=5"]
@@ -204,7 +206,7 @@ def test_a_full_disk_is_a_clear_error_and_keeps_the_saved_checkpoints(small_disk
     assert all(np.isfinite(p).all() for p in jax.tree.leaves(params))
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=45)
 def test_kill_9_while_saving_resumes_from_the_last_complete_checkpoint(tmp_path):
     """SIGKILL as soon as a save of step 10 shows up on disk (orbax writes into a temporary
     directory and renames it when complete): the rerun resumes from a complete checkpoint."""
@@ -227,7 +229,7 @@ def test_kill_9_while_saving_resumes_from_the_last_complete_checkpoint(tmp_path)
     assert 30 in saved_steps(workdir)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=55)
 def test_a_data_file_truncated_between_runs_is_named(small_data_dir, tmp_path):
     data = tmp_path / "data"
     shutil.copytree(small_data_dir, data)
@@ -265,7 +267,7 @@ def start_and_signal_on(workdir, marker: str, *flags: str) -> tuple[int, str, fl
     return status, "".join(lines), time.monotonic() - signalled
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=30)
 def test_sigterm_during_the_first_compilation_then_rerun(tmp_path):
     """SIGTERM right after the setup is logged (the first step compiles next): the run saves at
     its first step boundary or the watchdog ends it within the grace period keeping nothing
@@ -282,7 +284,7 @@ def test_sigterm_during_the_first_compilation_then_rerun(tmp_path):
     assert 20 in saved_steps(workdir)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=30)
 def test_sigterm_during_evaluation_saves_and_stops(tmp_path):
     """SIGTERM as the step-4 evaluation starts (200 batches): it stops between batches, saves
     step 4 and exits 0; the rerun resumes from step 4."""

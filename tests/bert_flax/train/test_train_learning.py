@@ -37,6 +37,7 @@ def test_tiny_bert_learns(make_config, small_data_dir, tmp_path):
     assert 0 < final["baseline"] < 1
 
 
+@pytest.mark.slow(seconds=20)
 def test_a_run_stops_at_the_first_evaluation_that_reaches_its_target(
     make_config, small_data_dir, tmp_path
 ):

@@ -41,7 +41,7 @@ def result(proc: subprocess.Popen) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=40)
 def test_two_processes_match_one():
     port = free_port()
     procs = [start(0, 1, 0), start(0, 2, port), start(1, 2, port)]

@@ -41,7 +41,7 @@ def final_params(setup, workdir):
     return jax.device_get(state.params), progress
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=45)
 @pytest.mark.parametrize("optimizer", ["lamb", "shampoo"])
 def test_resume_reproduces_straight_run(
     make_config, small_data_dir, tmp_path, monkeypatch, optimizer

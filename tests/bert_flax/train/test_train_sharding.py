@@ -31,7 +31,7 @@ def run_on_devices(devices: int, *command: str) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=70)
 def test_eight_devices_match_one():
     """Also with 2 micro-batches on the 8 devices (lax.scan over strided, still-sharded rows)."""
     out = run_on_devices(8, WORKER)
@@ -103,7 +103,7 @@ _FULL_VOCAB_OVER_FOUR = textwrap.dedent(
 )
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=50)
 def test_full_vocabulary_over_a_four_way_model_axis():
     """The 30,522-word table cannot be split 4 ways: it is replicated (not an error in
     `nn.unbox`), the FFN is split, and the step equals the 1-device step."""
@@ -166,7 +166,7 @@ _SHAMPOO_STATE_SHARDING = textwrap.dedent(
 )
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=40)
 def test_shampoo_momentum_and_graft_are_sharded_like_their_parameter():
     out = run_on_devices(8, "-c", _SHAMPOO_STATE_SHARDING, os.path.dirname(WORKER))
     assert out["param"] == "P('fsdp', 'model')", out

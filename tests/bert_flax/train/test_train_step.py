@@ -17,6 +17,7 @@ from bert_flax.tasks import pretraining
 from bert_flax.train_setup import PRNG_IMPLS, create_train_setup, dropout_key
 
 
+@pytest.mark.slow(seconds=30)
 def test_pure_step_bound_with_partial_equals_the_setups(make_config):
     config = make_config()
     config.schedule.warmup_steps = 0
