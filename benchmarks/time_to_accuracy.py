@@ -17,6 +17,9 @@ reaches the target soonest in seconds (or, when none does, ends highest) is then
 other seeds. Runs are interleaved (for each grid point and seed, every row in turn), so a change
 in the machine's load falls on all rows alike; run it on an idle machine all the same, and alone.
 
+SOAP's staleness study: the rows `packed+soap-sync` (eigenbases in the graph, never stale) and
+`packed+soap-every100` (on the host every 100 steps, not 10), named in --rows.
+
 Per row: the median over seeds of training seconds (steps only, not evaluation), steps and
 sequences to the target. With --json the last line is a JSON object: target, baseline,
 packing_factor, seconds_to_target, steps_to_target, sequences_to_target (dicts keyed by row,
@@ -47,6 +50,17 @@ ROWS: dict[str, tuple[bool, str, dict]] = {
     "packed+shampoo": (True, "shampoo", {"asynchronous": True}),
     "packed+soap": (True, "soap", {"asynchronous": True}),
 }
+# SOAP's staleness study (not run by default: name them in --rows): the eigenbases computed in
+# the graph every 10 steps (no staleness), and on the host every 100 steps instead of 10.
+STALENESS_ROWS: dict[str, tuple[bool, str, dict]] = {
+    "packed+soap-sync": (True, "soap", {"asynchronous": False}),
+    "packed+soap-every100": (
+        True,
+        "soap",
+        {"asynchronous": True, "preconditioning_compute_steps": 100},
+    ),
+}
+ALL_ROWS = {**ROWS, **STALENESS_ROWS}
 # The middle of each optimizer's grid: the recipe's AdamW rate, and where each of the others
 # reached the plateau's exit first in short runs of the recipe.
 CENTRE_LEARNING_RATES = {
@@ -71,9 +85,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", action="store_true", help="End with one JSON line.")
     args = parser.parse_args(argv)
     args.rows = args.rows.split(",")
-    unknown = sorted(set(args.rows) - set(ROWS))
+    unknown = sorted(set(args.rows) - set(ALL_ROWS))
     if unknown:
-        parser.error(f"unknown rows {unknown}; choose from {list(ROWS)}")
+        parser.error(f"unknown rows {unknown}; choose from {list(ALL_ROWS)}")
     if args.grid < 1 or args.grid % 2 == 0:
         parser.error(f"--grid={args.grid} must be odd (the centre and pairs around it)")
     return args
@@ -108,7 +122,7 @@ def best_learning_rate(trials: dict[float, dict]) -> float:
 
 def run(args, data_dir: str, row: str, learning_rate: float, seed: int) -> dict:
     """One training run of ``row`` (resumed or reused when its workdir has one)."""
-    packed, optimizer, settings = ROWS[row]
+    packed, optimizer, settings = ALL_ROWS[row]
     config = demo.pretraining_config(
         data_dir,
         packed,
@@ -189,7 +203,8 @@ def main() -> None:
     data_dir = os.path.join(args.workdir, "sotu_cpu")
     data = demo.prepare_data(data_dir)
     grids = {
-        row: learning_rate_grid(CENTRE_LEARNING_RATES[ROWS[row][1]], args.grid) for row in args.rows
+        row: learning_rate_grid(CENTRE_LEARNING_RATES[ALL_ROWS[row][1]], args.grid)
+        for row in args.rows
     }
     trials: dict[str, dict] = {row: {} for row in args.rows}
     baseline = float("nan")

@@ -57,3 +57,13 @@ def test_bad_arguments_are_named(bench, capsys):
     with pytest.raises(SystemExit):
         bench.parse_args(["--grid=2"])
     assert "must be odd" in capsys.readouterr().err
+
+
+def test_soap_staleness_rows_are_asked_for_by_name(bench):
+    assert bench.parse_args([]).rows == list(bench.ROWS)  # not run by default
+    args = bench.parse_args(["--rows=packed+soap,packed+soap-sync,packed+soap-every100"])
+    assert args.rows == ["packed+soap", "packed+soap-sync", "packed+soap-every100"]
+    settings = {row: bench.ALL_ROWS[row] for row in args.rows}
+    assert {optimizer for _, optimizer, _ in settings.values()} == {"soap"}
+    assert settings["packed+soap-sync"][2] == {"asynchronous": False}
+    assert settings["packed+soap-every100"][2]["preconditioning_compute_steps"] == 100
