@@ -61,6 +61,23 @@ def readable(directory: str, step: int) -> bool:
     return True
 
 
+def saved_param_misfits(directory: str, step: int, params: Any) -> list[str]:
+    """The parameters of `params` (arrays or shape structs) that checkpoint `step` lacks, has
+    extra or shapes otherwise, from its metadata alone; [] when they fit or the metadata does not
+    read (restoring then says what is wrong)."""
+    from bert_flax import parameters  # parameters reads checkpoints through this module
+
+    manager = ocp.CheckpointManager(directory, item_names=ITEMS, item_handlers=item_handlers())
+    try:
+        saved = manager.item_metadata(step)["state"].tree["params"]
+    except Exception:  # orbax and tensorstore raise many kinds for bad files
+        return []
+    finally:
+        manager.close()
+    expected = parameters.flat_shapes(params)
+    return parameters.misfits(parameters.flat_shapes(saved), expected, f"step {step}")
+
+
 def checkpoint_dir(workdir: str) -> str:
     return os.path.abspath(os.path.join(workdir, "checkpoints"))
 
@@ -98,6 +115,12 @@ class Checkpointer:
         target = sharding.abstract_arrays(state, state_shardings)
         damaged = []
         for step in sorted(self.manager.all_steps(), reverse=True):
+            misfit = saved_param_misfits(self.directory, step, target.params)
+            if misfit:  # said before reading: a read that fails leaves orbax's readers dangling
+                raise CheckpointMismatch(
+                    f"The checkpoint of step {step} in {self.directory} does not fit this run's "
+                    f"model: {'; '.join(misfit)}"[:2000]
+                )
             try:
                 restored = self.manager.restore(
                     step,

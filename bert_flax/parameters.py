@@ -37,22 +37,31 @@ BEST_DIR, BEST_FILE = "best", "best.json"  # a run's best parameters (`BestParam
 
 
 def flat_shapes(params: Params) -> dict[str, tuple[int, ...]]:
-    """{"bert/layer_0/...": shape} of a parameter tree."""
+    """{"bert/layer_0/...": shape} of a parameter tree (of arrays, shape structs or orbax's
+    array metadata)."""
     flat = flax.traverse_util.flatten_dict(params, sep="/")
-    return {k: tuple(np.shape(v)) for k, v in flat.items()}
+    return {k: tuple(v.shape if hasattr(v, "shape") else np.shape(v)) for k, v in flat.items()}
 
 
-def check_params_fit(params: Params, expected: Mapping[str, tuple[int, ...]], source: str) -> None:
-    """Raises ValueError naming every parameter of `params` missing from, extra to, or shaped
-    unlike `expected` ({"bert/layer_0/...": shape})."""
-    got = flat_shapes(params)
+def misfits(
+    got: Mapping[str, tuple[int, ...]], expected: Mapping[str, tuple[int, ...]], source: str
+) -> list[str]:
+    """Every parameter (flat name -> shape) of `got` missing from, extra to, or shaped unlike
+    `expected`, as "name: what is wrong"."""
     problems = [f"{k}: missing from {source}" for k in sorted(set(expected) - set(got))]
     problems += [f"{k}: in {source} but not in the model" for k in sorted(set(got) - set(expected))]
     problems += [
         f"{k}: {source} has shape {got[k]}, the model {tuple(expected[k])}"
         for k in sorted(set(got) & set(expected))
-        if got[k] != tuple(expected[k])
+        if tuple(got[k]) != tuple(expected[k])
     ]
+    return problems
+
+
+def check_params_fit(params: Params, expected: Mapping[str, tuple[int, ...]], source: str) -> None:
+    """Raises ValueError naming every parameter of `params` missing from, extra to, or shaped
+    unlike `expected` ({"bert/layer_0/...": shape})."""
+    problems = misfits(flat_shapes(params), expected, source)
     if problems:
         raise ValueError(f"Parameters of {source} do not fit the model: " + "; ".join(problems))
 

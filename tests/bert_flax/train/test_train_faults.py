@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -174,8 +175,13 @@ def test_a_checkpoint_of_another_model_is_an_error_and_stays(make_config, tmp_pa
     train.train_and_evaluate(make_config(**{"train.steps": 2}), workdir)
     wider = make_config(**{"train.steps": 4})
     wider.model.intermediate_size = 96
-    with pytest.raises(checkpointing.CheckpointMismatch, match=r"step 2 .* does not fit"):
+    with pytest.raises(checkpointing.CheckpointMismatch, match=r"step 2 .* does not fit") as info:
         train.train_and_evaluate(wider, workdir)
+    # Named from the metadata, with both shapes, before any array is read.
+    assert re.search(
+        r"layer_0/\S*intermediate\S*: step 2 has shape \(\d+, 64\), the model \(\d+, 96\)",
+        str(info.value),
+    ), str(info.value)
     assert saved_steps(workdir) == [2]
     assert not os.path.exists(os.path.join(workdir, "checkpoints", checkpointing.CORRUPT_DIR))
 
