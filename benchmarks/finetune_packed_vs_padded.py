@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from bert_flax import finetune, sharding, tasks
+from bert_flax import finetune, tasks
 from bert_flax.data import classification
 from bert_flax.metrics import side_by_side
 from bert_flax.train_setup import create_train_setup
@@ -111,8 +111,7 @@ def side_by_side_speed(
         task = tasks.ClassificationTask(layout_config(layout, *files))
         finetune.resolve_epochs(task.config, task)
         setups[layout] = setup = create_train_setup(task.config, task=task)
-        iterator = task.train_batches(setup.batch_size, setup.model_config.vocab_size)
-        batches[layout] = [sharding.global_batch(setup.mesh, next(iterator)) for _ in range(steps)]
+        batches[layout] = setup.first_train_batches(steps)
     timings = side_by_side(setups, batches, rounds=rounds, steps=steps)
     return {layout: timing.sequences_per_second for layout, timing in timings.items()}
 

@@ -190,10 +190,7 @@ def side_by_side_timings(args, winners: dict[str, dict]) -> dict[str, Timing]:
         best = winners[optimizer]
         config = race_config(args, optimizer, best["learning_rate"], best["warmup"], 0, **settings)
         setups[name] = setup = create_train_setup(config)
-        iterator = setup.task.train_batches(setup.batch_size, setup.model_config.vocab_size)
-        batches[name] = [
-            sharding.global_batch(setup.mesh, next(iterator)) for _ in range(args.speed_steps)
-        ]
+        batches[name] = setup.first_train_batches(args.speed_steps)
     return side_by_side(setups, batches, rounds=args.speed_rounds, steps=args.speed_steps)
 
 

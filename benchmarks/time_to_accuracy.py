@@ -23,7 +23,10 @@ SOAP's staleness study: the rows `packed+soap-sync` (eigenbases in the graph, ne
 Per row: the median over seeds of training seconds (steps only, not evaluation), steps and
 sequences to the target. With --json the last line is a JSON object: target, baseline,
 packing_factor, seconds_to_target, steps_to_target, sequences_to_target (dicts keyed by row,
-None where a seed missed the target), learning_rates (chosen), speedup_vs_padded_lamb.
+None where a seed missed the target), learning_rates (chosen), speedup_vs_padded_lamb; race (the
+best second-order packed row over the best first-order one, in steps and in seconds, and which
+rows those are); step_time_over_packed_lamb (each packed row's training-loop step, host work
+included, over packed + LAMB's, timed in turns on the same batches: [median, relative error]).
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from bert_flax import demo, train
-from bert_flax.metrics import learning_curve
+from bert_flax.metrics import learning_curve, paired_ratio, side_by_side
+from bert_flax.train_setup import create_train_setup
 from configs import cpu_pretrain
 
 METRIC = "masked_lm_accuracy"
@@ -61,6 +65,9 @@ STALENESS_ROWS: dict[str, tuple[bool, str, dict]] = {
     ),
 }
 ALL_ROWS = {**ROWS, **STALENESS_ROWS}
+# The race among packed rows: the best second-order optimizer against the best first-order one.
+FIRST_ORDER_ROWS = ("packed+lamb", "packed+adamw", "packed+muon")
+SECOND_ORDER_ROWS = ("packed+shampoo", "packed+soap")
 # The middle of each optimizer's grid: the recipe's AdamW rate, and where each of the others
 # reached the plateau's exit first in short runs of the recipe.
 CENTRE_LEARNING_RATES = {
@@ -82,6 +89,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max_minutes", type=float, default=20.0, help="Budget of one run.")
     parser.add_argument("--max_steps", type=int, default=10_000)
     parser.add_argument("--eval_every", type=int, default=100)
+    parser.add_argument("--speed_rounds", type=int, default=6, help="Step-time rounds (0: none).")
     parser.add_argument("--json", action="store_true", help="End with one JSON line.")
     args = parser.parse_args(argv)
     args.rows = args.rows.split(",")
@@ -120,8 +128,8 @@ def best_learning_rate(trials: dict[float, dict]) -> float:
     return max(trials, key=lambda lr: trials[lr]["final_accuracy"])
 
 
-def run(args, data_dir: str, row: str, learning_rate: float, seed: int) -> dict:
-    """One training run of ``row`` (resumed or reused when its workdir has one)."""
+def row_config(args, data_dir: str, row: str, learning_rate: float, seed: int):
+    """The recipe trained by ``row`` at ``learning_rate`` (held after warm-up) to the target."""
     packed, optimizer, settings = ALL_ROWS[row]
     config = demo.pretraining_config(
         data_dir,
@@ -136,6 +144,12 @@ def run(args, data_dir: str, row: str, learning_rate: float, seed: int) -> dict:
     config.optimizer[optimizer].update(settings)
     config.schedule.learning_rate = config.schedule.end_learning_rate = learning_rate
     config.eval.stop_at = args.target
+    return config
+
+
+def run(args, data_dir: str, row: str, learning_rate: float, seed: int) -> dict:
+    """One training run of ``row`` (resumed or reused when its workdir has one)."""
+    config = row_config(args, data_dir, row, learning_rate, seed)
     workdir = os.path.join(args.workdir, row, f"lr{learning_rate:.2e}_seed{seed}")
     done = os.path.join(workdir, "final_metrics.json")
     if os.path.exists(done):  # finished: a rerun would train on past its target
@@ -181,21 +195,68 @@ def summarize(args, trials: dict, chosen: dict, packing_factor: float, baseline:
     }
 
 
+def race(result: dict) -> dict:
+    """The packed rows' race: the best second-order row (fewest steps, fewest seconds) over the
+    best first-order one; None where a side is missing or every row of it missed the target."""
+
+    def best(rows: Sequence[str], key: str) -> tuple[str, float] | None:
+        reached = {r: result[key][r] for r in rows if result[key].get(r) is not None}
+        return min(reached.items(), key=lambda item: item[1]) if reached else None
+
+    figures = {}
+    for key, name in (("steps_to_target", "steps"), ("seconds_to_target", "seconds")):
+        first, second = best(FIRST_ORDER_ROWS, key), best(SECOND_ORDER_ROWS, key)
+        figures[f"{name}_second_over_first_order"] = (
+            second[1] / first[1] if first and second else None
+        )
+        figures[f"by_{name}"] = [first and first[0], second and second[0]]
+    return figures
+
+
+def step_times(args, data_dir: str, chosen: dict[str, float]) -> dict[str, list[float]]:
+    """Each packed row's training-loop step (host work included) at its chosen rate, timed in
+    turns on the same real batches (--speed_rounds rounds of 5 steps), as (median, relative
+    error) of its step time over packed + LAMB's."""
+    rows = [row for row in chosen if ALL_ROWS[row][0]]
+    if args.speed_rounds == 0 or "packed+lamb" not in rows:
+        return {}
+    setups = {
+        row: create_train_setup(row_config(args, data_dir, row, chosen[row], seed=0))
+        for row in rows
+    }
+    batches = {row: setup.first_train_batches(5) for row, setup in setups.items()}
+    timings = side_by_side(setups, batches, rounds=args.speed_rounds, steps=5)
+    lamb = timings["packed+lamb"].round_step_seconds
+    return {row: list(paired_ratio(t.round_step_seconds, lamb)) for row, t in timings.items()}
+
+
 def print_table(result: dict) -> None:
     print(
         f"\nto eval masked-LM accuracy {result['target']} (baseline {result['baseline']:.4f}; "
         f"median of {result['seeds']} seeds; packing factor {result['packing_factor']:.2f})"
     )
-    print(f"{'row':>16} {'lr':>9} {'seconds':>9} {'steps':>7} {'sequences':>10} {'speed-up':>9}")
+    widths = (9, 9, 7, 10, 9, 10)
+    head = ("lr", "seconds", "steps", "sequences", "speed-up", "step/LAMB")
+    print(f"{'row':>20} " + " ".join(f"{h:>{w}}" for h, w in zip(head, widths)))
     for row, lr in result["learning_rates"].items():
         cells = [
             result[key][row]
             for key in ("seconds_to_target", "steps_to_target", "sequences_to_target")
         ]
-        speedup = result["speedup_vs_padded_lamb"][row]
         text = [("missed" if c is None else f"{c:,.0f}") for c in cells]
-        speedup_text = "-" if speedup is None else f"{speedup:.2f}x"
-        print(f"{row:>16} {lr:>9.2e} {text[0]:>9} {text[1]:>7} {text[2]:>10} {speedup_text:>9}")
+        speedup = result["speedup_vs_padded_lamb"][row]
+        text.append("-" if speedup is None else f"{speedup:.2f}x")
+        step = result["step_time_over_packed_lamb"].get(row)
+        text.append("-" if step is None else f"{step[0]:.2f}+-{step[1]:.0%}")
+        print(f"{row:>20} {lr:>9.2e} " + " ".join(f"{t:>{w}}" for t, w in zip(text, widths[1:])))
+    race = result["race"]
+    for name in ("steps", "seconds"):
+        ratio = race[f"{name}_second_over_first_order"]
+        first, second = race[f"by_{name}"]
+        if ratio is not None:
+            print(
+                f"best second-order ({second}) over best first-order ({first}) {name}: {ratio:.2f}"
+            )
 
 
 def main() -> None:
@@ -220,6 +281,8 @@ def main() -> None:
         for row in args.rows:
             trials[row][chosen[row], seed] = run(args, data_dir, row, chosen[row], seed)
     result = summarize(args, trials, chosen, data["strategies"]["packing_factor"], baseline)
+    result["race"] = race(result)
+    result["step_time_over_packed_lamb"] = step_times(args, data_dir, chosen)
     print_table(result)
     if args.json:
         print(json.dumps(result))

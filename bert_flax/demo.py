@@ -32,7 +32,7 @@ from typing import Any
 import ml_collections
 from absl import app, flags, logging
 
-from bert_flax import finetune, sharding, train
+from bert_flax import finetune, train
 from bert_flax.data.contract import SUMMARY_FILE, PreparedData
 from bert_flax.metrics import learning_curve, side_by_side
 from bert_flax.plots import plot_packed_vs_padded
@@ -99,8 +99,7 @@ def pretrain(
         runs[layout] = {"workdir": run_dir, "final": train.train_and_evaluate(config, run_dir)}
         runs[layout]["curve"] = learning_curve(run_dir)
         setups[layout] = setup = create_train_setup(config)
-        iterator = setup.task.train_batches(setup.batch_size, setup.model_config.vocab_size)
-        batches[layout] = [sharding.global_batch(setup.mesh, next(iterator)) for _ in range(3)]
+        batches[layout] = setup.first_train_batches(3)
     timings = side_by_side(setups, batches, rounds=speed_rounds, steps=3)
     for layout, timing in timings.items():
         runs[layout]["sequences_per_second"] = timing.sequences_per_second

@@ -106,6 +106,12 @@ class TrainSetup:
         )
         return sharding.global_batch(self.mesh, local)
 
+    def first_train_batches(self, count: int) -> list[dict[str, jax.Array]]:
+        """The first `count` batches of the task's training data, sharded (to time a step on
+        real rows)."""
+        iterator = self.task.train_batches(self.batch_size, self.model_config.vocab_size)
+        return [sharding.global_batch(self.mesh, next(iterator)) for _ in range(count)]
+
 
 def dropout_base_key(seed: int, prng_impl: str = "threefry") -> jax.Array:
     """The key every step's dropout key is folded from (`dropout_key`)."""

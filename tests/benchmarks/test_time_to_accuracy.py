@@ -67,3 +67,16 @@ def test_soap_staleness_rows_are_asked_for_by_name(bench):
     assert {optimizer for _, optimizer, _ in settings.values()} == {"soap"}
     assert settings["packed+soap-sync"][2] == {"asynchronous": False}
     assert settings["packed+soap-every100"][2]["preconditioning_compute_steps"] == 100
+
+
+def test_the_race_pairs_the_best_of_each_kind_and_keeps_a_miss_visible(bench):
+    result = {
+        "steps_to_target": {"packed+lamb": 1000, "packed+muon": 800, "packed+soap": 600},
+        "seconds_to_target": {"packed+lamb": 330.0, "packed+muon": 300.0, "packed+soap": 210.0},
+    }
+    race = bench.race(result)
+    assert race["steps_second_over_first_order"] == pytest.approx(600 / 800)
+    assert race["seconds_second_over_first_order"] == pytest.approx(210 / 300)
+    assert race["by_steps"] == ["packed+muon", "packed+soap"]
+    result["steps_to_target"]["packed+soap"] = None  # every second-order seed set missed
+    assert bench.race(result)["steps_second_over_first_order"] is None
