@@ -429,8 +429,10 @@ def test_make_demo_in_miniature(tmp_path, recipe_data):
     )  # fmt: skip
     assert curves["steps"] == 2 and len(curves["curves"]["packed"]["step"]) == 2
     race = benchmark(
-        "time_to_accuracy.py", f"--workdir={tmp_path}", "--rows=padded+lamb,packed+soap",
+        "time_to_accuracy.py", f"--workdir={tmp_path}", "--rows=padded+lamb,packed+lamb",
         "--seeds=1", "--grid=1", "--max_steps=2", "--eval_every=1", "--target=0.99",
+        "--speed_rounds=1",
     )  # fmt: skip
     assert race["target"] == 0.99
-    assert set(race["seconds_to_target"]) == {"padded+lamb", "packed+soap"}
+    assert set(race["seconds_to_target"]) == {"padded+lamb", "packed+lamb"}
+    assert race["step_time_over_packed_lamb"]["packed+lamb"][0] == 1.0  # the packed rows timed
