@@ -61,12 +61,11 @@ def reference_examples(files: Sequence[str]) -> collections.Counter:
     return counter
 
 
-def unpack_row(row: Mapping[str, np.ndarray], cls_id: int) -> tuple[list[ExampleKey], list[str]]:
-    """The examples packed in one row, and what is wrong with the row (empty if nothing)."""
+def sequence_runs(row: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(starts, ends) of the row's sequences, and what is wrong with its token fields: padding
+    only at the end, segment ids in runs 1..k, zeros in the padding, positions restarting at 0."""
     problems: list[str] = []
-    segments = row["segment_ids"]
-    ids = row["input_ids"]
-    positions = row["positions"]
+    segments, positions = row["segment_ids"], row["positions"]
     real = segments > 0
     num_real = int(real.sum())
     if np.any(real[num_real:]) or not np.all(real[:num_real]):
@@ -74,8 +73,7 @@ def unpack_row(row: Mapping[str, np.ndarray], cls_id: int) -> tuple[list[Example
     starts = np.flatnonzero(np.diff(np.concatenate([[0], segments])) != 0)
     starts = starts[segments[starts] > 0]
     labels = segments[starts]
-    k = len(starts)
-    if not np.array_equal(labels, np.arange(1, k + 1)):
+    if not np.array_equal(labels, np.arange(1, len(starts) + 1)):
         problems.append(
             f"segment ids are not contiguous runs 1..k (runs {labels.tolist()}): tokens of "
             "different sequences would attend to each other"
@@ -83,54 +81,71 @@ def unpack_row(row: Mapping[str, np.ndarray], cls_id: int) -> tuple[list[Example
     for name in ("input_ids", "token_type_ids", "positions"):
         if np.any(row[name][~real] != 0):
             problems.append(f"{name} is non-zero in the padding")
+    ends = np.append(starts[1:], num_real) if len(starts) else starts
     expected_positions = np.zeros_like(positions)
-    ends = np.append(starts[1:], num_real) if k else starts
     for s, e in zip(starts, ends):
         expected_positions[s:e] = np.arange(e - s)
     if not np.array_equal(positions[real], expected_positions[real]):
         problems.append("positions do not restart at 0 and count up in each sequence")
+    return starts, ends, problems
 
-    mask = row["sequence_mask"]
+
+def slot_problems(row: Mapping[str, np.ndarray], starts: np.ndarray, cls_id: int) -> list[str]:
+    """What is wrong with the per-sequence slots: the sequence mask, each [CLS] position, and
+    zeros in the empty slots."""
+    problems: list[str] = []
+    k, mask, cls = len(starts), row["sequence_mask"], row["cls_positions"]
     slots = len(mask)
     if k > slots or not np.array_equal(mask, (np.arange(slots) < k).astype(mask.dtype)):
         problems.append(f"sequence_mask {mask.tolist()} does not match {k} sequences")
-    nsp = row["cls_positions"]
     for d in range(min(k, slots)):
-        if nsp[d] != starts[d] or ids[nsp[d]] != cls_id:
-            problems.append(f"cls_positions[{d}]={nsp[d]} is not the [CLS] of sequence {d + 1}")
-    if np.any(nsp[k:] != 0) or np.any(row["next_sentence_labels"][k:] != 0):
+        if cls[d] != starts[d] or row["input_ids"][cls[d]] != cls_id:
+            problems.append(f"cls_positions[{d}]={cls[d]} is not the [CLS] of sequence {d + 1}")
+    if np.any(cls[k:] != 0) or np.any(row["next_sentence_labels"][k:] != 0):
         problems.append("empty sequence slots are not zero")
+    return problems
 
+
+def prediction_problems(row: Mapping[str, np.ndarray]) -> tuple[np.ndarray, list[str]]:
+    """The row's real masked positions, and what is wrong with its prediction fields: weights
+    ones then zeros, zero padding, every position inside a sequence."""
+    problems: list[str] = []
     weights = row["masked_lm_weights"]
     num_predictions = int((weights > 0).sum())
-    mlm_positions = row["masked_lm_positions"]
-    mlm_ids = row["masked_lm_ids"]
+    positions, ids = row["masked_lm_positions"], row["masked_lm_ids"]
     if not np.array_equal(
         weights, (np.arange(len(weights)) < num_predictions).astype(weights.dtype)
     ):
         problems.append("masked_lm_weights are not ones followed by zeros")
-    if np.any(mlm_positions[num_predictions:] != 0) or np.any(mlm_ids[num_predictions:] != 0):
+    if np.any(positions[num_predictions:] != 0) or np.any(ids[num_predictions:] != 0):
         problems.append("padding masked positions are not zero")
-    predicted = mlm_positions[:num_predictions]
-    if np.any(predicted < 0) or np.any(predicted >= len(ids)) or np.any(segments[predicted] == 0):
+    predicted = positions[:num_predictions]
+    inside = (predicted >= 0) & (predicted < len(row["input_ids"]))
+    if not np.all(inside) or np.any(row["segment_ids"][predicted[inside]] == 0):
         problems.append("a masked position lies outside every sequence")
-        return [], problems
+    return predicted, problems
+
+
+def unpack_row(row: Mapping[str, np.ndarray], cls_id: int) -> tuple[list[ExampleKey], list[str]]:
+    """The examples packed in one row, and what is wrong with the row (empty if nothing)."""
+    starts, ends, problems = sequence_runs(row)
+    problems += slot_problems(row, starts, cls_id)
+    predicted, prediction_errors = prediction_problems(row)
+    problems += prediction_errors
     if problems:
         return [], problems
-
-    examples = []
-    for d, (s, e) in enumerate(zip(starts, ends)):
-        inside = segments[predicted] == d + 1
-        examples.append(
-            example_key(
-                ids[s:e],
-                row["token_type_ids"][s:e],
-                predicted[inside] - s,
-                mlm_ids[:num_predictions][inside],
-                row["next_sentence_labels"][d],
-            )
-        )
+    segments, ids = row["segment_ids"], row["input_ids"]
     owners = segments[predicted]
+    examples = [
+        example_key(
+            ids[s:e],
+            row["token_type_ids"][s:e],
+            predicted[owners == d + 1] - s,
+            row["masked_lm_ids"][: len(predicted)][owners == d + 1],
+            row["next_sentence_labels"][d],
+        )
+        for d, (s, e) in enumerate(zip(starts, ends))
+    ]
     if np.any(np.diff(owners) < 0):
         problems.append("masked positions are not grouped by sequence in row order")
     return examples, problems
