@@ -11,6 +11,7 @@ ends the process after a grace period if the loop cannot get there (a long compi
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -41,10 +42,15 @@ def item_handlers() -> dict[str, Any]:
     return {"state": ocp.StandardCheckpointHandler(), "progress": ocp.JsonCheckpointHandler()}
 
 
+# tensorstore appends the spec of what it was opening (a JSON of a few KB) after the cause.
+TENSORSTORE_SPEC = re.compile(r"\s*\[tensorstore_spec='.*?'\]")
+
+
 def short_reason(error: Exception, limit: int = 300) -> str:
-    """The first line of `error`, its middle elided past `limit` characters (tensorstore's
-    messages put the cause, e.g. "No space left on device", at the end)."""
+    """The first line of `error` without tensorstore's spec, its middle elided past `limit`
+    characters (tensorstore's messages put the cause, e.g. "No space left on device", last)."""
     text = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+    text = TENSORSTORE_SPEC.sub("", text)
     return text if len(text) <= limit else f"{text[: limit // 3]} ... {text[-2 * limit // 3 :]}"
 
 
