@@ -90,8 +90,19 @@ class StepProfile:
 
     @property
     def unattributed_ms(self) -> float:
-        """Step time no op event covers: gaps between ops, dispatch, host work."""
+        """Step time no op event covers: `outside_span_ms` + `gaps_ms`."""
         return max(self.step_ms - self.attributed_ms, 0.0)
+
+    @property
+    def outside_span_ms(self) -> float:
+        """Step time before the first op starts and after the last ends: dispatch (launching
+        the program, transferring its arguments) and fetching the result."""
+        return max(self.step_ms - self.span_ms, 0.0)
+
+    @property
+    def gaps_ms(self) -> float:
+        """Time inside the ops' span when no op runs: the runtime between thunks."""
+        return max(self.span_ms - self.attributed_ms, 0.0)
 
     @property
     def total_flops(self) -> float:

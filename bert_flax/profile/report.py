@@ -62,6 +62,10 @@ def describe(p: StepProfile) -> str:
             f"matmul), {c.bytes_per_s / 1e9:.1f} GB/s (stream), "
             f"ridge {c.ridge_intensity:.1f} FLOP/B"
         )
+    head += (
+        f"; unattributed {p.unattributed_ms:.2f} ms = {p.outside_span_ms:.2f} before the first "
+        f"op and after the last (dispatch, transfers) + {p.gaps_ms:.2f} between ops"
+    )
     xla = p.xla_cost.get("flops")
     if xla:
         head += f"; XLA cost analysis {xla / 1e9:.3f} GFLOP vs {p.total_flops / 1e9:.3f} counted"
@@ -94,6 +98,8 @@ def json_lines(p: StepProfile) -> list[str]:
             "class": "unattributed",
             "time_ms": p.unattributed_ms,
             "time_frac": p.unattributed_ms / p.step_ms if p.step_ms else 0.0,
+            "outside_span_ms": p.outside_span_ms,
+            "gaps_ms": p.gaps_ms,
         }
     )
     c = p.ceilings

@@ -117,6 +117,16 @@ def test_json_lines_one_per_class_then_unattributed_and_total(toy_profile):
     assert lines[-1]["gflop"] == pytest.approx(sum(c["gflop"] for c in classes))
 
 
+def test_unattributed_time_splits_into_outside_the_span_and_gaps(toy_profile):
+    p = toy_profile
+    assert p.attributed_ms <= p.span_ms <= p.step_ms
+    assert p.outside_span_ms == pytest.approx(p.step_ms - p.span_ms)
+    assert p.gaps_ms == pytest.approx(p.span_ms - p.attributed_ms)
+    assert p.outside_span_ms + p.gaps_ms == pytest.approx(p.unattributed_ms)
+    unattributed = [json.loads(line) for line in report.json_lines(p)][-2]
+    assert unattributed["outside_span_ms"] == pytest.approx(p.outside_span_ms)
+
+
 def test_table_and_plots(toy_profile, tmp_path):
     table = report.format_table(toy_profile)
     assert "unattributed" in table and "step total" in table and "matmul: feed-forward" in table
