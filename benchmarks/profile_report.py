@@ -113,16 +113,20 @@ def summary(profiles: list[StepProfile]) -> str:
     """Matmul vs other (non-matmul) shares, the part of the latter below the roofline's ridge
     (memory-bound), and how they move with bfloat16 and sequence length."""
     lines = ["| setting | step ms | sequences/s | matmul % | other (non-matmul) % "
-             "| of which memory-bound % | unattributed % |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
+             "| of which memory-bound % | unattributed %: outside the ops' span + gaps "
+             "| step ms back to back |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for p in profiles:
-        un = 100 * p.unattributed_ms / p.step_ms
         seqs = p.settings.get("sequences", 0.0) / (p.step_ms * 1e-3)
         memory_bound = p.memory_bound_share()
         mb = "-" if memory_bound is None else f"{100 * memory_bound:.1f}"
+        un, out, gaps = (
+            100 * t / p.step_ms for t in (p.unattributed_ms, p.outside_span_ms, p.gaps_ms)
+        )
+        unattributed = f"{un:.1f}: {out:.1f} + {gaps:.1f}"
         lines.append(
             f"| {p.label} | {p.step_ms:.0f} | {seqs:.1f} | {100 * p.matmul_share():.1f} | "
-            f"{100 * p.non_matmul_share():.1f} | {mb} | {un:.1f} |"
+            f"{100 * p.non_matmul_share():.1f} | {mb} | {unattributed} | {p.pipelined_ms:.0f} |"
         )
     return "\n".join(lines)
 

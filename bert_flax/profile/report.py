@@ -64,7 +64,8 @@ def describe(p: StepProfile) -> str:
         )
     head += (
         f"; unattributed {p.unattributed_ms:.2f} ms = {p.outside_span_ms:.2f} before the first "
-        f"op and after the last (dispatch, transfers) + {p.gaps_ms:.2f} between ops"
+        f"op and after the last (dispatch, transfers) + {p.gaps_ms:.2f} between ops; "
+        f"{p.pipelined_ms:.2f} ms/step dispatched back to back as in training"
     )
     xla = p.xla_cost.get("flops")
     if xla:
@@ -109,6 +110,7 @@ def json_lines(p: StepProfile) -> list[str]:
             "class": "total",
             "time_ms": p.step_ms,
             "span_ms": p.span_ms,
+            "pipelined_ms": p.pipelined_ms,
             "attributed_ms": p.attributed_ms,
             "gflop": p.total_flops / 1e9,
             "gbytes": p.total_bytes / 1e9,

@@ -125,6 +125,7 @@ def test_unattributed_time_splits_into_outside_the_span_and_gaps(toy_profile):
     assert p.outside_span_ms + p.gaps_ms == pytest.approx(p.unattributed_ms)
     unattributed = [json.loads(line) for line in report.json_lines(p)][-2]
     assert unattributed["outside_span_ms"] == pytest.approx(p.outside_span_ms)
+    assert 0 < p.pipelined_ms < 2 * p.step_ms  # untraced, back to back: about a step or less
 
 
 def test_table_and_plots(toy_profile, tmp_path):
@@ -203,8 +204,8 @@ def test_memory_bound_share_is_the_non_matmul_time_below_the_ridge():
         profile.OpRecord("adam", "optimizer", "", 1.0, 1, 4e6, 1e6, 0, 0),  # 4 FLOP/B
     ]
     step = profile.StepProfile(
-        label="", module="", step_ms=10.0, span_ms=9.0, attributed_ms=9.0, runs=1, timeline="",
-        classes=[], ops=ops, ceilings=ceilings, xla_cost={}, trace_file="",
+        label="", module="", step_ms=10.0, span_ms=9.0, pipelined_ms=9.5, attributed_ms=9.0,
+        runs=1, timeline="", classes=[], ops=ops, ceilings=ceilings, xla_cost={}, trace_file="",
     )  # fmt: skip
     assert step.memory_bound_share() == pytest.approx(0.3)  # LayerNorm and Adam, not GELU
     assert dataclasses.replace(step, ceilings=None).memory_bound_share() is None
