@@ -53,6 +53,17 @@ def test_packed_vs_padded_with_its_learning_case(tmp_path, recipe_data):
     assert learning["packing_factor"] > 1.5
 
 
+@pytest.mark.slow(seconds=45)
+def test_step_cost(tmp_path, recipe_data):
+    shutil.copytree(recipe_data, tmp_path / "data")  # the benchmark reuses prepared data
+    result = run_benchmark(
+        "step_cost.py", f"--data_dir={tmp_path / 'data'}", "--rows=1,2", "--rounds=1", "--steps=1"
+    )
+    assert set(result["step_ms"]) == {"packed", "padded"}
+    assert list(result["step_ms"]["packed"]) == ["1", "2"]  # JSON keys: the row counts
+    assert result["recipe_speedup"] > 0 and result["packing_factor"] > 1.5
+
+
 def test_block_sparse_bench():
     args = ["--features=256", "--rows=16", "--block_sizes=32", "--densities=1.0,0.25"]
     stdout = run_command("benchmarks/block_sparse_bench.py", *args, "--repeats=2", "--json")
