@@ -26,11 +26,10 @@ import json
 import numpy as np
 
 from bert_flax import demo
+from bert_flax.demo import LAYOUTS
 from bert_flax.metrics import side_by_side
 from bert_flax.train_setup import create_train_setup
 from configs import cpu_pretrain
-
-LAYOUTS = ("packed", "padded")
 
 
 def parse_args() -> argparse.Namespace:
