@@ -129,7 +129,7 @@ def describe(setup: TrainSetup) -> dict[str, Any]:
         "betas": [a.b1, a.b2],
         "examples_per_step": round(a.batch_size * a.packing_factor, 1),
         "steps": setup.config.train.steps,
-        "peak_learning_rate": setup.config.schedule.learning_rate,
+        "peak_learning_rate": setup.config.schedule.learning_rate * a.learning_rate_scale,
         **setup.task.describe(),
     }
 

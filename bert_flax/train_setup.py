@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -49,6 +50,7 @@ class PackingAdjustment:
     accumulation: int
     b1: float | None
     b2: float | None
+    learning_rate_scale: float = 1.0  # times config.schedule's rates (train.min_rows_per_step)
 
 
 @dataclasses.dataclass
@@ -243,6 +245,8 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         )
     if train.steps <= 0:
         raise ValueError(f"config.train.steps={train.steps} must be positive.")
+    if train.min_rows_per_step < 1:
+        raise ValueError(f"config.train.min_rows_per_step={train.min_rows_per_step} must be >= 1.")
     if data.max_sequences_per_pack < 1:
         raise ValueError("config.data.max_sequences_per_pack must be >= 1.")
     if data.algorithm not in packing.ALGORITHMS:
@@ -263,8 +267,12 @@ def adjust_for_packing(
 
     "divide_accumulation": about p times fewer rows per step, so a step still sees about as many
     sequences as unpacked: the number of micro-batches is divided by p (or, without accumulation,
-    the batch, rounded to a multiple of `row_multiple`, the data-parallel size). "raise_betas":
-    same rows, p times more sequences per step, and the betas raised to the power p.
+    the batch, rounded to a multiple of `row_multiple`, the data-parallel size). Where that
+    leaves fewer rows than `train.min_rows_per_step`, the step takes that many rows, r times the
+    sequences, and Adam's square-root scaling rule (Malladi et al., 2022) keeps the learning per
+    sequence: betas to the power r, learning rate times sqrt(r) (the steps, from the epochs, are
+    r times fewer). "raise_betas": same rows, p times more sequences per step, and the betas
+    raised to the power p.
     """
     mode = config.train.packing_hparams
     if mode not in PACKING_HPARAMS:
@@ -274,13 +282,21 @@ def adjust_for_packing(
     batch, accumulation = config.train.batch_size, config.train.accumulation
     name, hparams = optim.settings_of(config.optimizer)
     b1, b2 = hparams.get("b1"), hparams.get("b2")
+    scale = 1.0  # sequences per step over the unpacked step's, beyond what packing divides
     if mode == "divide_accumulation":
+        micro = batch // accumulation
         if accumulation > 1:
-            micro = batch // accumulation
-            accumulation = max(1, round(accumulation / packing_factor))
-            batch = micro * accumulation
+            divided = max(1, round(accumulation / packing_factor))
+            floor = -(-config.train.min_rows_per_step // micro)
+            accumulation = min(max(divided, floor), accumulation)
+            scale, batch = accumulation / divided, micro * accumulation
         else:
-            batch = max(row_multiple, round(batch / packing_factor / row_multiple) * row_multiple)
+            divided = max(row_multiple, round(batch / packing_factor / row_multiple) * row_multiple)
+            floor = -(-config.train.min_rows_per_step // row_multiple) * row_multiple
+            batch = min(max(divided, floor), batch)
+            scale = batch / divided
+        if scale > 1.0 and b1 is not None and b2 is not None:
+            b1, b2 = optim.adjust_betas_for_packing(b1, b2, scale)
     elif mode == "raise_betas":
         if b1 is None or b2 is None:
             with_betas = [
@@ -291,14 +307,17 @@ def adjust_for_packing(
                 f"has none; use divide_accumulation, or an optimizer with betas: {with_betas}."
             )
         b1, b2 = optim.adjust_betas_for_packing(b1, b2, packing_factor)
-    return PackingAdjustment(packing_factor, batch, accumulation, b1, b2)
+    return PackingAdjustment(packing_factor, batch, accumulation, b1, b2, math.sqrt(scale))
 
 
 # -- Optimizer -----------------------------------------------------------------------------------
 
 
-def learning_rate_schedule(schedule: ml_collections.ConfigDict, train_steps: int) -> optax.Schedule:
-    """Linear warm-up from 0 to the peak, then polynomial decay to `end_learning_rate`.
+def learning_rate_schedule(
+    schedule: ml_collections.ConfigDict, train_steps: int, scale: float = 1.0
+) -> optax.Schedule:
+    """Linear warm-up from 0 to the peak, then polynomial decay to `end_learning_rate` (both
+    rates times `scale`).
 
     The schedule starts at step `schedule.step_offset` (0 before it) and decays over
     `schedule.total_steps` steps (0: until `train_steps`).
@@ -311,10 +330,10 @@ def learning_rate_schedule(schedule: ml_collections.ConfigDict, train_steps: int
             f"Bad schedule: warmup_steps={warmup}, total_steps={total} (step_offset={offset}); "
             "need 0 <= warmup_steps <= total_steps and total_steps > 0."
         )
-    peak = schedule.learning_rate
+    peak = schedule.learning_rate * scale
     decay = optax.polynomial_schedule(
         init_value=peak,
-        end_value=schedule.end_learning_rate,
+        end_value=schedule.end_learning_rate * scale,
         power=schedule.decay_power,
         transition_steps=max(total - warmup, 1),
     )
@@ -330,7 +349,9 @@ def create_optimizer(
 
     Keep the returned transformation itself for `optim.after_step` (host work, e.g. Shampoo).
     """
-    schedule = learning_rate_schedule(config.schedule, config.train.steps)
+    schedule = learning_rate_schedule(
+        config.schedule, config.train.steps, adjustment.learning_rate_scale
+    )
     overrides = {"learning_rate": schedule}
     if adjustment.b1 is not None:
         overrides.update(b1=adjustment.b1, b2=adjustment.b2)

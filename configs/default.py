@@ -81,8 +81,11 @@ def get_config() -> ml_collections.ConfigDict:
     # How to adapt to the packing factor p of the strategies (Krell et al., 2021):
     #   "none":                  keep everything;
     #   "divide_accumulation":   accumulation /= p, so each step sees as many sequences as unpacked;
+    #                            but at least min_rows_per_step rows (r times the sequences, then
+    #                            betas ** r and the learning rate * sqrt(r): Adam's scaling rule);
     #   "raise_betas":           keep the batch (p times more sequences) and use b1**p, b2**p.
     config.train.packing_hparams = "none"
+    config.train.min_rows_per_step = 1
 
     config.mesh = ml_collections.ConfigDict()
     config.mesh.axes = ("data", "fsdp", "model")

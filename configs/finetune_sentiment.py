@@ -13,11 +13,14 @@ BERT's fine-tuning recipe: AdamW (weight decay 0.01), linear warm-up over 10% of
 linear decay to 0, dropout 0.1, a few epochs, evaluation every epoch, the best kept. Rows hold up
 to 8 short examples (L = 128; the bundled set packs at about 4.6 per row). Packed, a step keeps
 the padded recipe's 32 examples in about 32 / p rows (`packing_hparams="divide_accumulation"`),
-so the steps, examples per step, betas and learning rate are the padded run's whatever the
-packing factor p, and packing's saving is time; the log's `Setup:` line and `config.json`
-(`resolved`) state them. `"raise_betas"` instead keeps 32 rows (p times the examples per step,
-p times fewer steps) with b1, b2 raised to the power p: it matched padded at p = 4.6 but lost 11
-points at p = 7.9 (45 steps instead of 360).
+so the steps, examples per step, betas and learning rate are the padded run's, and packing's
+saving is time; but never fewer than 8 rows (`train.min_rows_per_step`): beyond p = 4 a step of
+fewer rows costs mostly what every step costs (AdamW over the 3.9M-entry embedding table, the
+runtime between ops), so 8 rows take r = 8p / 32 times the examples, with b1**r, b2**r, the
+learning rate times sqrt(r) and r times fewer steps (Adam's square-root scaling rule). The
+log's `Setup:` line and `config.json` (`resolved`) state the result. `"raise_betas"` instead
+keeps 32 rows (p times the examples per step, p times fewer steps) with b1, b2 raised to the
+power p: it matched padded at p = 4.6 but lost 11 points at p = 7.9 (45 steps instead of 360).
 """
 
 import ml_collections
@@ -59,6 +62,7 @@ def get_config() -> ml_collections.ConfigDict:
     config.train.steps = 1  # set from epochs by bert_flax.finetune.resolve_epochs
     config.train.batch_size = 32  # rows
     config.train.packing_hparams = "divide_accumulation"
+    config.train.min_rows_per_step = 8
 
     config.checkpoint.keep = 1
     config.checkpoint.keep_best = True

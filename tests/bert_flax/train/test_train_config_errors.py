@@ -112,6 +112,27 @@ def test_packing_adjustments(make_config):
     assert adjust_for_packing(config, 2.0).b1 == 0.9
 
 
+def test_min_rows_per_step_scales_betas_and_learning_rate_by_the_extra_sequences(make_config):
+    config = make_config(**{"train.batch_size": 32, "train.min_rows_per_step": 8})
+    config.train.packing_hparams = "divide_accumulation"
+    a = adjust_for_packing(config, 2.0)  # 16 rows: above the floor, nothing changes
+    assert (a.batch_size, a.b1, a.learning_rate_scale) == (16, 0.9, 1.0)
+    a = adjust_for_packing(config, 8.0)  # 4 rows raised to 8: twice the sequences per step
+    assert a.batch_size == 8
+    assert (a.b1, a.b2) == pytest.approx((0.9**2, 0.999**2))
+    assert a.learning_rate_scale == pytest.approx(2**0.5)
+    config.train.batch_size, config.train.accumulation = 64, 16  # micro-batches of 4 rows
+    a = adjust_for_packing(config, 8.0)  # 2 micro-batches raised to 2 (8 rows): no change
+    assert (a.batch_size, a.accumulation, a.learning_rate_scale) == (8, 2, 1.0)
+    a = adjust_for_packing(config, 16.0)  # 1 micro-batch raised to 2
+    assert (a.batch_size, a.accumulation) == (8, 2)
+    assert a.learning_rate_scale == pytest.approx(2**0.5)
+    config.schedule.warmup_steps, config.schedule.end_learning_rate = 10, 1e-4
+    schedule = learning_rate_schedule(config.schedule, 100, scale=2.0)
+    assert float(schedule(10)) == pytest.approx(2 * config.schedule.learning_rate)
+    assert float(schedule(100)) == pytest.approx(2e-4)
+
+
 def test_raise_betas_works_for_any_optimizer_with_betas(make_config):
     config = make_config(**{"train.packing_hparams": "raise_betas"})
     for name in ("lamb", "adamw", "shampoo"):
