@@ -116,9 +116,16 @@ def test_column_generation_matches_full_solves(histogram_strategy, data):
     weights = nnlshp.residual_weights(max_len)
     matrix = (patterns_lib.pattern_matrix(pats, max_len).T.multiply(weights)).T.tocsc()
     target = weights * hist[1:]
-    _, rnorm, _ = nnlshp.solve_weighted_nnls(matrix, target, np.arange(1))
-    _, reference = scipy.optimize.nnls(matrix.toarray(), target)
-    assert rnorm == pytest.approx(reference, rel=1e-6, abs=1e-6)
+    x, rnorm, _ = nnlshp.solve_weighted_nnls(matrix, target, np.arange(1))
+    dense = matrix.toarray()
+    _, reference = scipy.optimize.nnls(dense, target)
+    # scipy's dense solve stops at its own tolerance, sometimes 1e-5 above the optimum (seen:
+    # 2.409525 against 2.409500), so: never worse than it, and x satisfies the optimality (KKT)
+    # conditions: no column improves the residual, and the columns in use are stationary.
+    assert rnorm <= reference + 1e-6 and rnorm == pytest.approx(reference, rel=1e-4)
+    gradient = dense.T @ (target - dense @ x)
+    scale = 1e-8 * max(1.0, float(np.abs(target).max()))
+    assert gradient.max() <= scale and np.all(np.abs(gradient[x > 0]) <= scale)
 
 
 @pytest.mark.parametrize("roughness", [0.0, 0.35])
