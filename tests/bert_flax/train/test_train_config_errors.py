@@ -67,6 +67,7 @@ def test_missing_data(make_config, tmp_path):
         ("train.dtype", "float16", "dtype='float16' is not one of"),
         ("train.packing_hparams", "double", "packing_hparams='double'"),
         ("train.steps", 0, "steps=0 must be positive"),
+        ("train.min_rows_per_step", 0, r"min_rows_per_step=0 must be >= 1"),
         ("train.prng_impl", "philox", "prng_impl='philox' is not one of"),
         ("eval.every_steps", 0, "every_steps=0 must be positive"),
         ("schedule.warmup_steps", 10, "warmup_steps=10, total_steps=4"),
