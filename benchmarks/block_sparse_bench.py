@@ -3,6 +3,7 @@
   python benchmarks/block_sparse_bench.py                      # table, 4096x4096, 256 rows
   python benchmarks/block_sparse_bench.py --json               # one JSON line per case
   python benchmarks/block_sparse_bench.py --block_sizes=32 --densities=0.1 --repeats=20
+  python benchmarks/block_sparse_bench.py --impls=cpu,xla      # the C++ kernel vs the XLA path
 
 One dense baseline per shape (the product with a dense weight, forward and forward+backward,
 jitted once) is timed in every round of every case, alternating with that case's block-sparse
@@ -22,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_flax.block_sparse import block_sparse_matmul, random_layout
+from bert_flax.block_sparse import block_sparse_matmul, random_layout, resolve_impl
 
 
 def _time(fn, *args) -> float:
@@ -83,6 +84,7 @@ def bench_case(dense: DenseBaseline, block_size: int, density: float, repeats: i
             dense.sample(name)
             times[name].append(_time(fn, *args))
     result = {
+        "impl": resolve_impl(impl, block_size),
         "block_size": block_size,
         "density": density,
         "realised_density": round(layout.density, 4),
@@ -113,15 +115,18 @@ def main():
     parser.add_argument("--block_sizes", default="32,16,8")
     parser.add_argument("--densities", default="1.0,0.5,0.25,0.1,0.05")
     parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--impl", default="auto", help="auto | xla | pallas")
+    parser.add_argument(
+        "--impls", default="auto", help="Comma-separated: auto | cpu | xla | pallas (each case)."
+    )
     parser.add_argument("--json", action="store_true", help="one JSON line per case")
     args = parser.parse_args()
 
     dense = DenseBaseline(args.features, args.rows)
     cases = [
-        bench_case(dense, int(block_size), float(density), args.repeats, args.impl)
+        bench_case(dense, int(block_size), float(density), args.repeats, impl)
         for block_size in args.block_sizes.split(",")
         for density in args.densities.split(",")
+        for impl in args.impls.split(",")
     ]
     cases = [with_dense(r, dense) for r in cases]  # one baseline: the whole run's median
     if args.json:
@@ -130,19 +135,20 @@ def main():
         return
     r = cases[0]
     print(
-        f"backend={jax.default_backend()} devices={jax.devices()} impl={args.impl}; "
+        f"backend={jax.default_backend()} devices={jax.devices()}; "
         f"{args.rows} x {args.features} @ {args.features} x {args.features}, float32; "
         f"dense baseline (median of {r['fwd_dense_samples']} samples over the run): "
         f"fwd {r['fwd_dense_ms']:.1f} ms (spread {r['fwd_dense_spread']:.0%}), "
         f"fwd+bwd {r['fwd_bwd_dense_ms']:.1f} ms (spread {r['fwd_bwd_dense_spread']:.0%})"
     )
     print(
-        f"{'bs':>3} {'density':>8} {'fwd sparse':>11} {'spread':>7} {'speedup':>8} "
+        f"{'impl':>6} {'bs':>3} {'density':>8} {'fwd sparse':>11} {'spread':>7} {'speedup':>8} "
         f"{'f+b sparse':>11} {'spread':>7} {'speedup':>8}"
     )
     for r in cases:
         print(
-            f"{r['block_size']:>3} {r['density']:>8.2f} {r['fwd_sparse_ms']:>9.1f}ms "
+            f"{r['impl']:>6} {r['block_size']:>3} {r['density']:>8.2f} "
+            f"{r['fwd_sparse_ms']:>9.1f}ms "
             f"{r['fwd_sparse_spread']:>7.0%} {r['fwd_speedup']:>7.2f}x "
             f"{r['fwd_bwd_sparse_ms']:>9.1f}ms {r['fwd_bwd_sparse_spread']:>7.0%} "
             f"{r['fwd_bwd_speedup']:>7.2f}x"

@@ -1,10 +1,11 @@
 """`block_sparse_matmul`: x @ W for a weight stored as its nonzero blocks, with a custom VJP.
 
 Forward, input gradient and weight gradient all cost O(nnz * block_size^2 * rows); zero blocks are
-never stored, never multiplied and get no gradient. Two implementations sit behind the function:
-"xla" (batched matmuls over gathered blocks, any backend; the default on CPU) and "pallas" (a
-Pallas kernel, compiled through Triton on GPU and Mosaic on TPU, the default there; on CPU it can
-only run in interpret mode, for tests).
+never stored, never multiplied and get no gradient. Three implementations sit behind the function:
+"cpu" (a C++ kernel through XLA's FFI, built on first use: the default on CPU for float32 where it
+builds), "xla" (batched matmuls over gathered blocks, any backend and dtype; the CPU fallback) and
+"pallas" (a Pallas kernel, compiled through Triton on GPU and Mosaic on TPU, the default there; on
+CPU it can only run in interpret mode, for tests).
 """
 
 from __future__ import annotations
@@ -14,23 +15,27 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from bert_flax.block_sparse import pallas, xla
+from bert_flax.block_sparse import cpu, pallas, xla
 from bert_flax.block_sparse.layout import BlockSparseLayout
 
-IMPLS = ("auto", "xla", "pallas", "pallas_interpret")
+IMPLS = ("auto", "cpu", "xla", "pallas", "pallas_interpret")
 # Triton's dot needs tiles of at least 16; smaller blocks stay on the XLA path under "auto".
 PALLAS_MIN_BLOCK = 16
 
 
-def resolve_impl(impl: str | None, block_size: int) -> str:
-    """'auto'/None -> 'pallas' on GPU and TPU (blocks >= PALLAS_MIN_BLOCK), else 'xla'."""
+def resolve_impl(impl: str | None, block_size: int, dtype=jnp.float32) -> str:
+    """'auto'/None -> 'pallas' on GPU and TPU (blocks >= PALLAS_MIN_BLOCK); on CPU 'cpu' for
+    float32 and the kernel's block sizes where the kernel builds (`cpu.available()`); else
+    'xla'."""
     impl = impl or "auto"
     if impl not in IMPLS:
         raise ValueError(f"Unknown block-sparse impl {impl!r}; choose one of {IMPLS}.")
-    if impl == "auto":
-        accelerator = jax.default_backend() in ("gpu", "cuda", "rocm", "tpu")
-        return "pallas" if accelerator and block_size >= PALLAS_MIN_BLOCK else "xla"
-    return impl
+    if impl != "auto":
+        return impl
+    if jax.default_backend() in ("gpu", "cuda", "rocm", "tpu"):
+        return "pallas" if block_size >= PALLAS_MIN_BLOCK else "xla"
+    fits_kernel = jnp.dtype(dtype) == jnp.float32 and block_size in cpu.BLOCK_SIZES
+    return "cpu" if fits_kernel and cpu.available() else "xla"
 
 
 def block_sparse_matmul(
@@ -43,7 +48,7 @@ def block_sparse_matmul(
       blocks: [nnz, block_size, block_size] nonzero blocks in the layout's canonical order
         (block n is W[rows[n]*bs:(rows[n]+1)*bs, cols[n]*bs:(cols[n]+1)*bs]).
       layout: the static block structure (hashable; part of the compiled program).
-      impl: "auto" (default), "xla", "pallas" or "pallas_interpret" (CPU tests).
+      impl: "auto" (default), "cpu", "xla", "pallas" or "pallas_interpret" (CPU tests).
 
     The output dtype is that of `x` (accumulation in float32); `blocks` are cast to it.
     """
@@ -53,13 +58,15 @@ def block_sparse_matmul(
         )
     layout.check_blocks_shape(blocks.shape)
     lead = x.shape[:-1]
-    impl = resolve_impl(impl, layout.block_size)
+    impl = resolve_impl(impl, layout.block_size, x.dtype)
     blocks = blocks.astype(x.dtype)
     y = _matmul(x.reshape(-1, layout.in_features), blocks, layout, impl)
     return y.reshape(*lead, layout.out_features)
 
 
 def _forward_impl(x2, blocks, layout, impl):
+    if impl == "cpu":
+        return cpu.forward(x2, blocks, layout)
     if impl == "xla":
         return xla.forward(x2, blocks, layout, x2.dtype)
     return pallas.forward(x2, blocks, layout, interpret=impl == "pallas_interpret")
@@ -77,6 +84,8 @@ def _matmul_fwd(x2, blocks, layout, impl):
 def _matmul_bwd(layout, impl, residuals, g):
     x2, blocks = residuals
     g = g.astype(x2.dtype)
+    if impl == "cpu":
+        return cpu.backward(x2, blocks, g, layout)
     if impl == "xla":
         return xla.backward(x2, blocks, g, layout)
     return pallas.backward(x2, blocks, g, layout, interpret=impl == "pallas_interpret")

@@ -66,9 +66,11 @@ def test_step_cost(tmp_path, recipe_data):
 
 def test_block_sparse_bench():
     args = ["--features=256", "--rows=16", "--block_sizes=32", "--densities=1.0,0.25"]
+    args += ["--impls=auto,xla"]
     stdout = run_command("benchmarks/block_sparse_bench.py", *args, "--repeats=2", "--json")
     cases = [json.loads(line) for line in stdout.strip().splitlines()]
-    assert [(c["block_size"], c["density"]) for c in cases] == [(32, 1.0), (32, 0.25)]
+    expected = [(32, d, i) for d in (1.0, 0.25) for i in ("cpu", "xla")]  # auto: the kernel
+    assert [(c["block_size"], c["density"], c["impl"]) for c in cases] == expected
     assert all(c["fwd_speedup"] > 0 and c["fwd_bwd_speedup"] > 0 for c in cases)
 
 

@@ -14,7 +14,9 @@ from bert_flax.block_sparse import (
     block_sparse_matmul,
     masked_dense_weight,
     random_layout,
+    resolve_impl,
 )
+from bert_flax.block_sparse import cpu as cpu_impl
 from bert_flax.block_sparse import xla as xla_impl
 
 TOL = dict(rtol=1e-4, atol=1e-4)
@@ -46,11 +48,19 @@ def _check(layout, rows=(3, 7), impl="xla", seed=0):
     return y, dx, dblocks
 
 
+@pytest.mark.parametrize("impl", ["xla", "cpu"])
 @pytest.mark.parametrize("block_size", [8, 16, 32])
 @pytest.mark.parametrize("density", [0.15, 0.5])
-def test_matches_dense_masked_matmul(block_size, density):
+def test_matches_dense_masked_matmul(impl, block_size, density):
     layout = random_layout(256, 192, block_size, density, seed=block_size)
-    _check(layout)
+    _check(layout, impl=impl)
+
+
+# Rows: fewer than one register tile, whole tiles only, whole tiles and a remainder.
+@pytest.mark.parametrize("rows", [(1,), (16,), (4, 9)])
+@pytest.mark.parametrize("block_size", [8, 64])
+def test_cpu_kernel_tiles_and_block_sizes(rows, block_size):
+    _check(random_layout(256, 192, block_size, 0.5, seed=3), rows=rows, impl="cpu")
 
 
 @pytest.mark.parametrize("chunk_bytes", [1, 1 << 40])  # one column per chunk / one chunk
@@ -59,13 +69,45 @@ def test_chunking_does_not_change_results(monkeypatch, chunk_bytes):
     _check(random_layout(128, 256, 16, 0.3, seed=1))
 
 
-def test_uneven_and_empty_columns():
+@pytest.mark.parametrize("impl", ["xla", "cpu"])
+def test_uneven_and_empty_columns(impl):
     mask = np.zeros((6, 5), bool)
     mask[:, 0] = True  # a full column next to single blocks: per-chunk padding
-    mask[2, 1] = mask[4, 3] = mask[0, 4] = True  # column 2 stays empty
+    mask[2, 1] = mask[4, 3] = mask[0, 4] = True  # column 2 and input rows 1, 3, 5 stay empty
     layout = BlockSparseLayout.from_mask(mask, 8, allow_empty=True)
-    y, _, _ = _check(layout, rows=(4,))
+    y, _, _ = _check(layout, rows=(4,), impl=impl)
     np.testing.assert_array_equal(y[:, 16:24], 0.0)
+
+
+def test_auto_picks_the_cpu_kernel_for_float32_only():
+    assert cpu_impl.available()  # a C++ compiler is part of the test environment
+    assert resolve_impl("auto", 32, jnp.float32) == "cpu"
+    assert resolve_impl("auto", 32, jnp.bfloat16) == "xla"
+    assert resolve_impl("auto", 4, jnp.float32) == "xla"  # not a block size the kernel has
+
+
+def test_cpu_kernel_under_vmap():
+    layout = random_layout(64, 32, 8, 0.5, seed=4)
+    rng = np.random.default_rng(0)
+    blocks = jnp.asarray(rng.standard_normal(layout.blocks_shape), jnp.float32)
+    x = jnp.asarray(rng.standard_normal((3, 5, 64)), jnp.float32)
+    mapped = jax.vmap(lambda xi: block_sparse_matmul(xi, blocks, layout, impl="cpu"))(x)
+    np.testing.assert_allclose(mapped, block_sparse_matmul(x, blocks, layout, impl="xla"), **TOL)
+
+
+def test_cpu_kernel_errors(monkeypatch, tmp_path):
+    layout = random_layout(64, 32, 16, 0.5)
+    blocks = jnp.zeros(layout.blocks_shape, jnp.bfloat16)
+    with pytest.raises(ValueError, match="float32, not bfloat16; use impl='xla'"):
+        block_sparse_matmul(jnp.ones((2, 64), jnp.bfloat16), blocks, layout, impl="cpu")
+    small = random_layout(64, 32, 4, 0.5)
+    with pytest.raises(ValueError, match=r"block sizes \(8, 16, 32, 64\), not 4"):
+        block_sparse_matmul(jnp.ones((2, 64)), jnp.zeros(small.blocks_shape), small, impl="cpu")
+    monkeypatch.setenv("BERT_FLAX_KERNEL_CACHE", str(tmp_path))
+    monkeypatch.setenv("CXX", str(tmp_path / "no-compiler"))
+    with pytest.raises(RuntimeError, match="Cannot run the C\\+\\+ compiler"):
+        cpu_impl.build()
+    assert list(tmp_path.iterdir()) == []  # nothing half-written left behind
 
 
 def test_dense_reference_helper_and_dtypes():
