@@ -107,7 +107,7 @@ setup(
     ],
     packages=find_packages(include=["packing*", "bert_flax*", "optim*", "configs*"]),
     package_data={
-        "bert_flax": ["data/assets/*"],
+        "bert_flax": ["data/assets/*", "block_sparse/*.cc"],  # the CPU kernel, built on first use
         "packing": ["data/*.txt", "data/README.md"],
     },
     install_requires=INSTALL_REQUIRES,

@@ -31,7 +31,7 @@ class BlockSparseConfig:
       roles: which layers: any of SPARSE_ROLES (default: the feed-forward pair).
       wide: "wide sparse": widen the feed-forward intermediate layer by 1 / density (rounded up
         to whole blocks), keeping the parameter count of the dense model.
-      impl: block_sparse_matmul implementation ("auto", "xla", "pallas").
+      impl: block_sparse_matmul implementation ("auto", "cpu", "xla", "pallas").
     """
 
     density: float = 0.1
