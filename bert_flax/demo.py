@@ -68,16 +68,19 @@ def pretraining_config(
     seed: int = 0,
     eval_every: int | None = None,
     recipe: ModuleType = RECIPE,
+    min_rows_per_step: int = 1,
 ) -> ml_collections.ConfigDict:
     """`recipe`'s config on `data_dir`, packed or padded, for `minutes` of wall-clock (and at
     most `steps`, default the recipe's), evaluated every `eval_every` steps (default the
     recipe's). The learning rate stays at its peak after the warm-up, so that a run cut by the
-    clock is not cut mid-decay."""
+    clock is not cut mid-decay. `min_rows_per_step` is the packed step's floor
+    (`config.train.min_rows_per_step`; 1: a packed step sees as many sequences as a padded one)."""
     config = recipe.get_config()
     config.seed = seed
     config.data.data_dir = data_dir
     config.data.packed = packed
     config.train.max_minutes = minutes
+    config.train.min_rows_per_step = min_rows_per_step
     config.train.steps = steps or config.train.steps
     config.schedule.end_learning_rate = config.schedule.learning_rate
     config.schedule.warmup_steps = min(config.schedule.warmup_steps, config.train.steps // 4)
@@ -86,12 +89,20 @@ def pretraining_config(
     return config
 
 
+def timing_steps(config: ml_collections.ConfigDict) -> int:
+    """Steps per side-by-side round: the optimizer's refresh interval where it has one (SOAP's
+    eigenbases, Shampoo's roots), so that every round carries one refresh's host work (rounds
+    of 3 steps between refreshes left it out of the median), else 3."""
+    settings = config.optimizer.get(config.optimizer.name) or {}
+    return int(settings.get("preconditioning_compute_steps", 3))
+
+
 def pretrain(
     workdir: str, data_dir: str, minutes: float, speed_rounds: int = 6, **options: Any
 ) -> dict:
     """Both layouts for the same budget (`pretraining_config`'s `options`); then their train
-    steps timed side by side for `speed_rounds` rounds of 3 steps (alternating, so that the load
-    of a shared machine hits both alike): `sequences_per_second`."""
+    steps timed side by side for `speed_rounds` rounds of `timing_steps` steps (alternating, so
+    that the load of a shared machine hits both alike): `sequences_per_second`."""
     runs, setups, batches = {}, {}, {}
     for layout in LAYOUTS:
         config = pretraining_config(data_dir, layout == "packed", minutes, **options)
@@ -100,7 +111,7 @@ def pretrain(
         runs[layout]["curve"] = learning_curve(run_dir)
         setups[layout] = setup = create_train_setup(config)
         batches[layout] = setup.first_train_batches(3)
-    timings = side_by_side(setups, batches, rounds=speed_rounds, steps=3)
+    timings = side_by_side(setups, batches, rounds=speed_rounds, steps=timing_steps(config))
     for layout, timing in timings.items():
         runs[layout]["sequences_per_second"] = timing.sequences_per_second
     return runs
@@ -195,6 +206,7 @@ def main(argv):
         flags_.speed_rounds,
         steps=flags_.steps,
         eval_every=flags_.eval_every,
+        min_rows_per_step=flags_.min_rows_per_step,
     )
     tuned = None
     if flags_.finetune_epochs > 0:
@@ -216,7 +228,14 @@ def define_flags() -> None:
     flags.DEFINE_float("minutes", 3.0, "Wall-clock pre-training budget of each layout.")
     flags.DEFINE_integer("steps", None, "At most this many steps (default: the recipe's).")
     flags.DEFINE_integer("eval_every", 200, "Steps between evaluations (512 held-out rows).")
-    flags.DEFINE_integer("speed_rounds", 6, "Side-by-side timing rounds (3 steps each).")
+    flags.DEFINE_integer("speed_rounds", 6, "Side-by-side timing rounds (timing_steps each).")
+    flags.DEFINE_integer(
+        "min_rows_per_step",
+        1,
+        "Rows of a packed step at least (config.train.min_rows_per_step): 1 keeps the padded "
+        "step's sequences; 10 or 16 trade learning per sequence for sequences per second "
+        "(docs/training.md, 'The demo').",
+    )
     flags.DEFINE_float("finetune_epochs", 1.0, "Fine-tuning epochs of each start (0 skips).")
 
 

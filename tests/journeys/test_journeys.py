@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -402,6 +403,7 @@ def test_make_demo_in_miniature(tmp_path, recipe_data):
         "--steps=4",
         "--minutes=2",
         "--speed_rounds=1",
+        "--min_rows_per_step=16",
         "--finetune_epochs=0.01",
         timeout=900,
     )
@@ -411,6 +413,7 @@ def test_make_demo_in_miniature(tmp_path, recipe_data):
     assert summary["vocab"]["size"] == 8192  # the recipe's learned vocabulary
     for line in ("packed / padded:", "fine-tuned (sentiment): validation accuracy", "from random"):
         assert line in done.stdout
+    assert re.search(r"^ +packed +\d+ s: 4 steps of 16 rows", done.stdout, re.M)  # its floor
     for layout in ("packed", "padded"):
         train_records = [
             json.loads(line)
