@@ -101,6 +101,11 @@ def _require() -> None:
         raise RuntimeError(f"The block-sparse CPU kernel is unavailable (use impl='xla'): {error}")
 
 
+def supports(block_size: int, dtype) -> bool:
+    """Whether the kernel has this block size and dtype (float32)."""
+    return block_size in BLOCK_SIZES and jnp.dtype(dtype) == jnp.float32
+
+
 def _check(layout: BlockSparseLayout, dtype) -> None:
     if layout.block_size not in BLOCK_SIZES:
         raise ValueError(

@@ -34,8 +34,7 @@ def resolve_impl(impl: str | None, block_size: int, dtype=jnp.float32) -> str:
         return impl
     if jax.default_backend() in ("gpu", "cuda", "rocm", "tpu"):
         return "pallas" if block_size >= PALLAS_MIN_BLOCK else "xla"
-    fits_kernel = jnp.dtype(dtype) == jnp.float32 and block_size in cpu.BLOCK_SIZES
-    return "cpu" if fits_kernel and cpu.available() else "xla"
+    return "cpu" if cpu.supports(block_size, dtype) and cpu.available() else "xla"
 
 
 def block_sparse_matmul(
