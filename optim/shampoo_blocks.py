@@ -73,6 +73,12 @@ class BlockPlan:
             diag.append(is_diag)
         return cls(shape, merged, tuple(nums), tuple(blocks), tuple(diag))
 
+    @classmethod
+    def elementwise_plan(cls, shape: tuple[int, ...]) -> BlockPlan:
+        """No blocks: the parameter is preconditioned elementwise, as a vector would be."""
+        shape = tuple(int(d) for d in shape)
+        return cls(shape, (math.prod(shape),), (), (), ())
+
     @property
     def elementwise(self) -> bool:
         """Rank <= 1 after merging: an elementwise diagonal preconditioner, no blocks."""

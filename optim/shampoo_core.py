@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -37,6 +38,7 @@ import optax
 from jax import lax
 
 from optim import matrix_roots
+from optim.masks import path_names
 from optim.shampoo_blocks import (
     BlockPlan,
     apply_diagonal,
@@ -86,6 +88,10 @@ class ShampooConfig:
       precondition_vectors: parameters of rank <= 1 after merging (biases, LayerNorm scales)
         get an elementwise diagonal preconditioner (True) or the graft's direction alone
         (False, as distributed Shampoo's ``skip_preconditioning_rank_lt=2``).
+      elementwise_params: a regular expression searched in each parameter's path (module and
+        parameter names joined by "/", e.g. ``bert/embeddings/word_embeddings/embedding``);
+        matching parameters are treated as vectors are (SOAP: plain Adam), whatever their rank.
+        "" (default): none. Muon's and SOAP's speed-runs keep the embedding table on Adam.
       exponent_override: the root's p (default 2 x the number of preconditioned dimensions).
       ridge_epsilon: roots are of ``L + ridge_epsilon * lambda_max(L) * I``.
       root_method: "newton" (coupled Newton) or "eigh" (eigendecomposition, for comparison).
@@ -112,6 +118,7 @@ class ShampooConfig:
     block_size: int = 128
     max_preconditioner_dim: int = 4096
     precondition_vectors: bool = True
+    elementwise_params: str = ""
     exponent_override: int | None = None
     ridge_epsilon: float = 1e-6
     root_method: str = "newton"
@@ -137,6 +144,10 @@ class ShampooConfig:
         check(0.0 <= self.b1 < 1.0, f"b1={self.b1} must lie in [0, 1).")
         check(0.0 < self.b2 <= 1.0, f"b2={self.b2} must lie in (0, 1] (1 = sum).")
         check(self.block_size >= 1, f"block_size={self.block_size} must be >= 1.")
+        try:
+            re.compile(self.elementwise_params)
+        except re.error as e:
+            check(False, f"elementwise_params={self.elementwise_params!r} is no regex: {e}.")
         check(self.graft in GRAFTS, f"graft={self.graft!r} must be one of {GRAFTS}.")
         check(self.root_method in ROOT_METHODS, f"root_method must be one of {ROOT_METHODS}.")
         check(
@@ -196,8 +207,18 @@ class ShampooConfig:
             self.root_error_threshold,
         )
 
-    def plan(self, shape: Sequence[int]) -> BlockPlan:
+    def plan(self, shape: Sequence[int], path: tuple = ()) -> BlockPlan:
+        """The blocking of a parameter of ``shape`` at pytree ``path`` (``elementwise_params``)."""
+        if self.elementwise_params and re.search(
+            self.elementwise_params, "/".join(path_names(path))
+        ):
+            return BlockPlan.elementwise_plan(shape)
         return BlockPlan.create(tuple(shape), self.block_size, self.max_preconditioner_dim)
+
+    def plans(self, tree: Any) -> list[BlockPlan]:
+        """The plan of every leaf of ``tree`` (parameters or their gradients), flat."""
+        leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+        return [self.plan(leaf.shape, path) for path, leaf in leaves]
 
     def exponent(self, tensor: TensorState) -> int:
         """The root's p for a tensor: 2 x its preconditioned dimensions, or the override."""
@@ -209,8 +230,7 @@ def _is_tensor_state(x: Any) -> bool:
     return isinstance(x, TensorState)
 
 
-def _init_tensor(param: jax.Array, config: ShampooConfig) -> TensorState:
-    plan = config.plan(param.shape)
+def _init_tensor(param: jax.Array, plan: BlockPlan, config: ShampooConfig) -> TensorState:
     f32 = jnp.float32
     stats = tuple(jnp.zeros(s, f32) for s in plan.factor_shapes)
     roots = tuple(jnp.broadcast_to(jnp.eye(s[-1], dtype=f32), s) for s in plan.factor_shapes)
@@ -262,9 +282,8 @@ def _graft(direction: jax.Array, graft: jax.Array) -> jax.Array:
     return direction * jnp.where(norm > 0, _block_norms(graft) / jnp.where(norm > 0, norm, 1), 0)
 
 
-def _tensor_direction(g, tensor: TensorState, count, config: ShampooConfig):
+def _tensor_direction(g, tensor: TensorState, plan: BlockPlan, count, config: ShampooConfig):
     """One parameter's preconditioned (and grafted) direction and its new statistics."""
-    plan = config.plan(g.shape)
     p = config.exponent(tensor)
     graft_dir, graft_state = _graft_direction(g, tensor.graft, count, config)
     if plan.elementwise and not config.precondition_vectors:
@@ -310,11 +329,10 @@ def _rotate(blocks: jax.Array, bases: Sequence[jax.Array], dims: Sequence[int], 
     return blocks
 
 
-def _eigenbasis_direction(g, tensor: TensorState, count, config: ShampooConfig):
+def _eigenbasis_direction(g, tensor: TensorState, plan: BlockPlan, count, config: ShampooConfig):
     """SOAP (Vyas et al., 2024): Adam on the gradient rotated into the eigenbases of its
     statistics, rotated back; its new statistics and moments. Vectors and diagonal dimensions
     keep the identity basis (plain Adam there)."""
-    plan = config.plan(g.shape)
     blocks = g if plan.elementwise else plan.block(g)
     dims = plan.full_dims
     stats = tuple(
@@ -458,7 +476,9 @@ def scale_by_shampoo(config: ShampooConfig) -> optax.GradientTransformation:
     """Shampoo's direction with grafting, momentum and (unmasked) bookkeeping, no lr/decay."""
 
     def init_fn(params):
-        tensors = jax.tree.map(lambda p: _init_tensor(p, config), params)
+        treedef = jax.tree.structure(params)
+        leaves = zip(jax.tree.leaves(params), config.plans(params))
+        tensors = treedef.unflatten([_init_tensor(p, plan, config) for p, plan in leaves])
         zero = jnp.zeros((), jnp.int32)
         return ShampooState(zero, zero, zero, jnp.zeros((), jnp.float32), tensors)
 
@@ -470,7 +490,8 @@ def scale_by_shampoo(config: ShampooConfig) -> optax.GradientTransformation:
         tensors = treedef.flatten_up_to(state.tensors)
         direction_of = _eigenbasis_direction if config.eigenbasis else _tensor_direction
         results = [
-            direction_of(g, t, count, config) for g, t in zip(treedef.flatten_up_to(grads), tensors)
+            direction_of(g, t, plan, count, config)
+            for g, t, plan in zip(treedef.flatten_up_to(grads), tensors, config.plans(grads))
         ]
         new_tensors = []
         directions = []

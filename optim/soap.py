@@ -12,8 +12,9 @@ blocking and the asynchronous host machinery are Shampoo's (:mod:`optim.shampoo_
 * Adam on the rotated gradient ``Q_L^T G Q_R`` (first and second moments kept in the rotated
   basis, bias-corrected), its step ``Q_L (m / (sqrt(v) + eps)) Q_R^T`` rotated back; no grafting.
 
-Vectors, and dimensions longer than ``max_preconditioner_dim`` (BERT's 30,522-word embedding
-axis), keep the identity basis: plain Adam there. Before the first basis arrives SOAP is Adam.
+Vectors, dimensions longer than ``max_preconditioner_dim`` (BERT's 30,522-word embedding
+axis) and the parameters ``elementwise_params`` names keep the identity basis: plain Adam
+there. Before the first basis arrives SOAP is Adam.
 
     tx = optim.soap(3e-3, preconditioning_compute_steps=10, asynchronous=True)
 """
@@ -76,6 +77,7 @@ def soap(
 SHARED_FIELDS = (
     "block_size",
     "max_preconditioner_dim",
+    "elementwise_params",
     "start_preconditioning_step",
     "preconditioning_compute_steps",
     "asynchronous",

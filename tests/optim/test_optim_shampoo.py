@@ -320,3 +320,30 @@ def test_vectors_can_take_the_graft_direction_alone():
         np.testing.assert_allclose(updates["bias"], expected, rtol=1e-5)
     tensor = state[0].tensors
     assert tensor["bias"].diagonal_stats == () and len(tensor["kernel"].factor_stats) == 2
+
+
+def test_elementwise_params_are_preconditioned_as_vectors():
+    """A matrix that `elementwise_params` names moves as its flattened copy (a vector) does, with
+    no Kronecker factors; the others keep theirs. A bad regex is a clear error."""
+    tx = make_shampoo(elementwise_params="embed", start_preconditioning_step=1)
+    params = {
+        "embed": {"table": jnp.zeros((6, 4))},
+        "flat": jnp.zeros(24),
+        "dense": jnp.zeros((6, 4)),
+    }
+    state = tx.init(params)
+    update = jax.jit(tx.update)
+    for step in range(3):
+        table = jnp.asarray(RNG.normal(size=(6, 4)), jnp.float32)
+        grads = {"embed": {"table": table}, "flat": table.reshape(-1), "dense": table}
+        updates, state = update(grads, state, params)
+        np.testing.assert_allclose(
+            updates["embed"]["table"].reshape(-1), updates["flat"], rtol=1e-6
+        )
+        # Update 1 is the graft's everywhere; the roots from its statistics act from update 2.
+        preconditioned = not np.allclose(updates["dense"], updates["embed"]["table"], rtol=1e-3)
+        assert preconditioned == (step > 0), step
+    tensors = state[0].tensors
+    assert tensors["embed"]["table"].factor_stats == () and len(tensors["dense"].factor_stats) == 2
+    with pytest.raises(ValueError, match=r"elementwise_params='\(' is no regex"):
+        optim.shampoo(1e-3, elementwise_params="(")

@@ -147,3 +147,20 @@ def test_registered_and_validated():
         ShampooConfig(preconditioner="eigenbasis")
     with pytest.raises(ValueError, match="preconditioner"):
         ShampooConfig(preconditioner="svd")
+
+
+def test_elementwise_params_get_plain_adam():
+    """The parameters `elementwise_params` names move by optax's Adam at every update, through
+    basis changes; the others by SOAP (the numpy reference)."""
+    tx = make_soap(elementwise_params="^embed/")
+    params = {"embed": {"table": jnp.zeros((5, 4))}, "dense": jnp.zeros((5, 4))}
+    adam = optax.adam(0.1, b1=0.9, b2=0.99, eps=1e-8)
+    adam_state, state = adam.init(params["embed"]["table"]), tx.init(params)
+    update = jax.jit(tx.update)
+    expected = numpy_soap([g.astype(np.float64) for g in GRADS], 0.1, 0.9, 0.99, 0.9, 1e-8, 3, 2)
+    for i, g in enumerate(GRADS):
+        got, state = update({"embed": {"table": g}, "dense": g}, state, params)
+        state = optim.after_step(tx, state, i)
+        adam_update, adam_state = adam.update(jnp.asarray(g), adam_state)
+        np.testing.assert_allclose(got["embed"]["table"], adam_update, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(got["dense"], expected[i], rtol=1e-3, atol=1e-4)
