@@ -6,14 +6,15 @@ r"""`make demo`: what packing buys, and a BERT that learns, on 2 CPU cores in ab
    (`PREPARE`: paragraphs as documents, rows of 256 tokens, 8,192 WordPieces learned from the
    corpus; one masking, `DUPE_FACTOR`): padded rows are about 40% real tokens, NNLSHP packs
    about 2.4 sequences a row.
-2. Pre-training, the recipe with SOAP (`configs/cpu_pretrain_soap.py`: what gets furthest in these
-   minutes) packed and padded, each for the same wall-clock budget (`--minutes`), both evaluated
-   on the same padded held-out rows. A step sees
-   the same number of sequences either way (`divide_accumulation`), so packed takes about 2.4x
-   the steps in the same time. Printed and plotted (`workdir/demo/packed_vs_padded.png`): eval
-   masked-LM accuracy against training seconds (packed ahead) and against sequences seen (the
-   packing paper's claim: the curves coincide), the most-frequent-token baseline, and sequences
-   per second timed side by side after both runs (their steps alternating, median of rounds).
+2. Pre-training, the recipe with asynchronous Shampoo (`configs/cpu_pretrain_shampoo.py`: it
+   learns in fewer steps than first-order optimizers at little cost a step) packed and padded,
+   each for the same wall-clock budget (`--minutes`), both evaluated on the same padded held-out
+   rows. A step sees the same number of sequences either way (`divide_accumulation`), so packed
+   takes about 2.4x the steps in the same time. Printed and plotted
+   (`workdir/demo/packed_vs_padded.png`): eval masked-LM accuracy against training seconds
+   (packed ahead) and against sequences seen (the packing paper's claim: the curves coincide),
+   the most-frequent-token baseline, and sequences per second timed side by side after both runs
+   (their steps alternating, median of rounds).
 3. Fine-tuning on the bundled sentiment set twice with the same recipe and steps: from the packed
    pre-trained model and from random initialisation (what pre-training is worth), each example
    classified from the mean of its states (minutes of pre-training do not teach NSP, so the
@@ -37,12 +38,12 @@ from bert_flax.data.contract import SUMMARY_FILE, PreparedData
 from bert_flax.metrics import learning_curve, side_by_side
 from bert_flax.plots import plot_packed_vs_padded
 from bert_flax.train_setup import create_train_setup
-from configs import cpu_pretrain, cpu_pretrain_soap, finetune_sentiment
+from configs import cpu_pretrain, cpu_pretrain_shampoo, finetune_sentiment
 
 LAYOUTS = ("packed", "padded")
 FINETUNE_STARTS = ("pre-trained", "random")
-# What the demo pre-trains: the CPU recipe with SOAP (its docstring says why).
-RECIPE = cpu_pretrain_soap
+# What the demo pre-trains: the CPU recipe with Shampoo (its docstring says why).
+RECIPE = cpu_pretrain_shampoo
 # Minutes of pre-training read fewer sequences than one pass over the corpus: one masking of it
 # (the recipe's 5 serve its 15 minutes) prepares in half the time.
 DUPE_FACTOR = 1
