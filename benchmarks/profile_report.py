@@ -13,12 +13,13 @@ Each setting is one row of the sweep table (time share per class, % of the step)
 the plot. Ceilings (peak matmul FLOP/s per dtype, stream bytes/s) are measured once in this run.
 
 `--dropout` instead compares the ways of drawing dropout's random bits (`DROPOUT_VARIANTS`:
-train.prng_impl, model.attention_dropout_head_groups, no attention dropout) at each model and
-length (float32, packed, LAMB): the dropout class's share in each one's profile, and the step
-time of each against threefry's, timed side by side (`metrics.side_by_side`: the variants take
-turns, median of the rounds' ratios):
+train.prng_impl, model.attention_dropout_head_groups and model.attention_dropout_bits, no
+attention dropout) at each model and length (float32, packed, LAMB): the dropout class's share
+in each one's profile, and the step time of each against threefry's, timed side by side
+(`metrics.side_by_side`: the variants take turns, median of the rounds' ratios):
 
-  python benchmarks/profile_report.py --dropout --models=tiny,base     # ~10 min on 2 CPU cores"""
+  python benchmarks/profile_report.py --dropout --models=tiny,base     # ~15 min on 2 CPU cores
+  python benchmarks/profile_report.py --dropout --models=base --lengths=512"""
 
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ _WARMUP = flags.DEFINE_integer("warmup", 1, "Untraced steps per setting.")
 _OUT_DIR = flags.DEFINE_string("out_dir", "docs/images", "Where the plots and JSON lines go.")
 _DROPOUT = flags.DEFINE_boolean("dropout", False, "Compare DROPOUT_VARIANTS instead.")
 _ROUNDS = flags.DEFINE_integer("rounds", 8, "--dropout: side-by-side rounds (3 steps each).")
+_LENGTHS = flags.DEFINE_list("lengths", ["128", "512"], "--dropout: sequence lengths.")
 _LIMIT = flags.DEFINE_integer("limit", 0, "Profile only the first N settings (0: all).")
 
 # Rows per step: tiny at 128/512, base-shaped at 128/512 (small, to fit a CPU in minutes).
@@ -65,6 +67,8 @@ DROPOUT_VARIANTS = {
     "unsafe_rbg": {"train.prng_impl": "unsafe_rbg"},
     "one mask per row": {"model.attention_dropout_head_groups": "1"},
     "rbg + one mask": {"train.prng_impl": "rbg", "model.attention_dropout_head_groups": "1"},
+    "8-bit masks": {"model.attention_dropout_bits": "8"},
+    "rbg + 8-bit masks": {"train.prng_impl": "rbg", "model.attention_dropout_bits": "8"},
     "no attention dropout": {"model.attention_dropout_rate": "0.0"},
 }
 
@@ -166,8 +170,8 @@ def main_dropout() -> None:
               "|---|---|---|---|---|---|"]  # fmt: skip
     rows = []
     for model in _MODELS.value:
-        for seq_len in (128, 512):
-            rows += compare_dropout(model, seq_len)
+        for seq_len in _LENGTHS.value:
+            rows += compare_dropout(model, int(seq_len))
     print("\n".join(["", *header, *rows]))
     print(f"\n{_ROUNDS.value} rounds of 3 steps per variant; {time.perf_counter() - start:.0f} s; "
           f"rows per step {ROWS}", flush=True)  # fmt: skip

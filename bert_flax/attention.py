@@ -49,11 +49,14 @@ def xla_attention(
     deterministic: bool = True,
     bias: Array | None = None,
     dropout_head_groups: int = 0,
+    dropout_bits: int = 32,
 ) -> Array:
     """Dense-mask attention as two einsums; logits and softmax in float32. Works everywhere.
 
     `dropout_head_groups` g > 0 draws g attention-dropout masks per row, each shared by
     heads/g consecutive heads (0: one per head, as BERT), cutting the random bits g/heads-fold.
+    `dropout_bits` 8 draws each mask entry from one byte instead of a 32-bit word
+    (`dropout_keep_mask`).
     """
     scale = q.shape[-1] ** -0.5
     logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) * scale
@@ -64,20 +67,52 @@ def xla_attention(
     if not deterministic and dropout_rate > 0.0:
         if dropout_rng is None:
             raise ValueError("Attention dropout needs a dropout_rng when deterministic=False.")
-        keep = dropout_keep_mask(dropout_rng, 1.0 - dropout_rate, probs.shape, dropout_head_groups)
-        probs = jnp.where(keep, probs / (1.0 - dropout_rate), 0.0)
+        keep, keep_rate = dropout_keep_mask(
+            dropout_rng, 1.0 - dropout_rate, probs.shape, dropout_head_groups, dropout_bits
+        )
+        probs = jnp.where(keep, probs / keep_rate, 0.0)
     out = jnp.einsum("bhqk,bkhd->bqhd", probs.astype(v.dtype), v)
     return _zero_padding(out, segment_ids)
 
 
-def dropout_keep_mask(rng: Array, keep_rate: float, shape: tuple, head_groups: int) -> Array:
-    """A Bernoulli(keep_rate) mask of `shape` [batch, heads, q, k]; with `head_groups` g > 0
-    only [batch, g, q, k] draws, each broadcast over its group of heads/g heads."""
+def byte_keep_threshold(keep_rate: float) -> int:
+    """The keep rate as a count of byte values: an entry is kept where its random byte is below
+    it, so 8-bit masks keep `threshold / 256` (0.9 becomes 230 / 256 = 0.8984)."""
+    threshold = round(keep_rate * 256)
+    if not 0 < threshold < 256:
+        raise ValueError(
+            f"A dropout rate of {1 - keep_rate:g} keeps {threshold}/256 with 8-bit masks, which "
+            "they cannot draw (rates from 1/512 to 1 - 1/512 they can); use 32-bit masks "
+            "(attention_dropout_bits=32)."
+        )
+    return threshold
+
+
+def _bernoulli(rng: Array, keep_rate: float, shape: tuple, bits: int) -> tuple[Array, float]:
+    """A keep mask of `shape` and the rate it keeps; 8 bits: four entries per 32-bit word, each
+    from one of its bytes (as FlashAttention's dropout does), so a quarter of the draws."""
+    if bits == 32:
+        return jax.random.bernoulli(rng, keep_rate, shape), keep_rate
+    threshold = byte_keep_threshold(keep_rate)
+    *lead, last = shape
+    words = jax.random.bits(rng, (*lead, -(-last // 4)), jnp.uint32)
+    random_bytes = jax.lax.bitcast_convert_type(words, jnp.uint8).reshape(*lead, -1)[..., :last]
+    return random_bytes < threshold, threshold / 256
+
+
+def dropout_keep_mask(
+    rng: Array, keep_rate: float, shape: tuple, head_groups: int, bits: int = 32
+) -> tuple[Array, float]:
+    """A Bernoulli keep mask of `shape` [batch, heads, q, k] and its exact keep rate (the scale
+    that keeps the output unbiased). With `head_groups` g > 0 only [batch, g, q, k] draws, each
+    broadcast over its group of heads/g heads; `bits` 32 draws one 32-bit word per entry
+    (`jax.random.bernoulli`), 8 one byte, the keep rate rounded to a multiple of 1/256."""
     if not head_groups:
-        return jax.random.bernoulli(rng, keep_rate, shape)
+        return _bernoulli(rng, keep_rate, shape, bits)
     batch, heads, *rest = shape
-    keep = jax.random.bernoulli(rng, keep_rate, (batch, head_groups, 1, *rest))
-    return jnp.broadcast_to(keep, (batch, head_groups, heads // head_groups, *rest)).reshape(shape)
+    keep, keep_rate = _bernoulli(rng, keep_rate, (batch, head_groups, 1, *rest), bits)
+    keep = jnp.broadcast_to(keep, (batch, head_groups, heads // head_groups, *rest))
+    return keep.reshape(shape), keep_rate
 
 
 @functools.cache
@@ -169,9 +204,9 @@ def _splash_local(q: Array, k: Array, v: Array, segment_ids: Array, *, interpret
 @dataclasses.dataclass(frozen=True)
 class Backend:
     """An attention kernel `fn(q, k, v, segment_ids, *, dropout_rate, dropout_rng,
-    deterministic, bias, dropout_head_groups)`; `supports_dropout` and `supports_bias` say
-    whether it implements attention dropout (and its head groups) and an additive logit bias
-    (configs asking for one that it does not are rejected by `BertConfig`)."""
+    deterministic, bias, dropout_head_groups, dropout_bits)`; `supports_dropout` and
+    `supports_bias` say whether it implements attention dropout (and its variants) and an
+    additive logit bias (configs asking for one that it does not are rejected by `BertConfig`)."""
 
     fn: Callable[..., Array]
     supports_dropout: bool
@@ -210,14 +245,18 @@ def attention(
     deterministic: bool = True,
     bias: Array | None = None,
     dropout_head_groups: int = 0,
+    dropout_bits: int = 32,
 ) -> Array:
     """Dispatches to the backend named by `BertConfig.attention_impl` (a key of `BACKENDS`)."""
     if impl not in BACKENDS:
         raise ValueError(f"Unknown attention impl {impl!r}; use one of {sorted(BACKENDS)}.")
-    # Only pass `bias` and head groups when set: backends without them need not accept them.
+    # Only pass `bias` and the dropout variants when set: backends without them need not accept
+    # them.
     extra = {} if bias is None else {"bias": bias}
     if dropout_head_groups:
         extra["dropout_head_groups"] = dropout_head_groups
+    if dropout_bits != 32:
+        extra["dropout_bits"] = dropout_bits
     return BACKENDS[impl].fn(
         q,
         k,

@@ -15,6 +15,7 @@ from bert_flax.block_sparse.bert import BlockSparseConfig
 
 HIDDEN_ACTS = ("gelu", "gelu_tanh", "relu", "silu")
 REMAT_POLICIES = ("none", "full", "dots")
+ATTENTION_DROPOUT_BITS = (32, 8)
 
 # (num_layers, hidden_size, num_heads); intermediate_size is 4 * hidden_size. "tiny" .. "medium"
 # are the compact BERTs of Turc et al. (2019), "base" and "large" the original BERT shapes.
@@ -46,6 +47,9 @@ class BertConfig:
       attention_dropout_head_groups: 0 draws one attention-dropout mask per head (BERT); g > 0
         draws g per row, each shared by num_heads / g heads: g / num_heads of the random bits,
         the dominant dropout cost at length 512 (docs/profile.md, "Dropout's bits").
+      attention_dropout_bits: random bits per attention-dropout mask entry: 32 (BERT's
+        Bernoulli draw) or 8 (four entries per 32-bit word, as FlashAttention: a quarter of
+        the draws, the rate rounded to a multiple of 1/256, so 0.1 becomes 26/256 = 0.1016).
       hidden_act: "gelu" (exact, erf), "gelu_tanh" (the tanh approximation of the original
         Google BERT code), "relu" or "silu".
       layer_norm_eps: LayerNorm epsilon.
@@ -85,6 +89,7 @@ class BertConfig:
     hidden_dropout_rate: float = 0.1
     attention_dropout_rate: float = 0.1
     attention_dropout_head_groups: int = 0
+    attention_dropout_bits: int = 32
     hidden_act: str = "gelu"
     layer_norm_eps: float = 1e-12
     initializer_range: float = 0.02
@@ -110,6 +115,7 @@ class BertConfig:
             ("attention_impl", self.attention_impl, tuple(attention.BACKENDS)),
             ("hidden_act", self.hidden_act, HIDDEN_ACTS),
             ("remat_policy", self.remat_policy, REMAT_POLICIES),
+            ("attention_dropout_bits", self.attention_dropout_bits, ATTENTION_DROPOUT_BITS),
         ):
             if value not in allowed:
                 raise ValueError(f"{field}={value!r} is not one of {allowed}.")
@@ -128,6 +134,8 @@ class BertConfig:
                 f"attention_dropout_head_groups={groups} must be 0 (one mask per head) or divide "
                 f"num_heads={self.num_heads}."
             )
+        if self.attention_dropout_bits == 8 and self.attention_dropout_rate > 0:
+            attention.byte_keep_threshold(1.0 - self.attention_dropout_rate)  # raises if too fine
         self._check_relative_attention()
 
     def _check_relative_attention(self) -> None:

@@ -151,8 +151,9 @@ def test_dropout_masks_keep_their_rate_and_head_groups_share_masks(impl, groups)
     """Each head's mask keeps 90% (within 5 standard errors); heads of one group share a mask;
     masks of different groups agree as independent ones do (p^2 + (1-p)^2 = 0.82)."""
     shape = (2, 12, 64, 64)
-    keep = np.asarray(attention.dropout_keep_mask(jax.random.key(3, impl=impl), 0.9, shape, groups))
-    assert keep.shape == shape
+    keep, keep_rate = attention.dropout_keep_mask(jax.random.key(3, impl=impl), 0.9, shape, groups)
+    keep = np.asarray(keep)
+    assert keep.shape == shape and keep_rate == 0.9
     per_head = keep.reshape(2, 12, -1).mean(-1)
     np.testing.assert_allclose(per_head, 0.9, atol=5 * math.sqrt(0.09 / 64**2))
     heads = np.arange(12)
@@ -164,6 +165,57 @@ def test_dropout_masks_keep_their_rate_and_head_groups_share_masks(impl, groups)
                 assert agreement == 1.0, (a, b)
             else:
                 assert abs(agreement - 0.82) < 0.02, (a, b, agreement)
+
+
+@pytest.mark.parametrize("impl", ["threefry2x32", "rbg"])
+@pytest.mark.parametrize("length", [64, 63])
+def test_byte_masks_keep_the_rounded_rate_independently(impl, length):
+    """8-bit masks keep 230/256 of entries (not 0.9: the two are 4.7 standard errors apart
+    here); the four entries drawn from one 32-bit word are independent of one another (each
+    pair agrees as independent ones do); lengths need not be a multiple of 4."""
+    shape = (8, 12, 64, length)
+    rng = jax.random.key(5, impl=impl)
+    keep, keep_rate = attention.dropout_keep_mask(rng, 0.9, shape, 0, bits=8)
+    keep = np.asarray(keep)
+    assert keep.shape == shape and keep_rate == 230 / 256
+    stderr = math.sqrt(keep_rate * (1 - keep_rate) / keep.size)
+    assert abs(keep.mean() - keep_rate) < 3 * stderr
+    assert abs(keep.mean() - 0.9) > 3 * stderr
+    by_word = keep[..., : length // 4 * 4].reshape(-1, 4)
+    for a in range(4):
+        for b in range(a + 1, 4):
+            agreement = (by_word[:, a] == by_word[:, b]).mean()
+            assert abs(agreement - (keep_rate**2 + (1 - keep_rate) ** 2)) < 0.005, (a, b)
+
+
+def test_byte_masked_attention_is_unbiased():
+    """With uniform attention over ones every output is 1; 8-bit dropout keeps the mean at 1
+    (scaled by 256/230, its rounded keep rate: 1 / 0.9 would leave 0.9983, 9 standard errors
+    off over these 3.1M mask entries)."""
+    batch, length, heads = 64, 64, 12
+    q = k = jnp.zeros((batch, length, heads, 1))
+    v = jnp.ones((batch, length, heads, 1))
+    segments = jnp.ones((batch, length), jnp.int32)
+    out = attention.xla_attention(
+        q,
+        k,
+        v,
+        segments,
+        dropout_rate=0.1,
+        dropout_rng=jax.random.key(0),
+        deterministic=False,
+        dropout_bits=8,
+    )
+    stderr = math.sqrt((1 - 230 / 256) / (230 / 256) / (batch * heads * length**2))
+    assert abs(float(out.mean()) - 1.0) < 3 * stderr
+
+
+def test_attention_dropout_bits_are_checked():
+    with pytest.raises(ValueError, match="attention_dropout_bits=16 is not one of"):
+        BertConfig.preset("tiny", attention_dropout_bits=16)
+    with pytest.raises(ValueError, match=r"dropout rate of 0\.001 keeps 256/256"):
+        BertConfig.preset("tiny", attention_dropout_bits=8, attention_dropout_rate=0.001)
+    assert BertConfig.preset("tiny", attention_dropout_bits=8).attention_dropout_bits == 8
 
 
 def test_attention_dropout_head_groups_must_divide_the_heads():
