@@ -82,13 +82,15 @@ def byte_keep_threshold(keep_rate: float) -> int:
     if not 0 < threshold < 256:
         raise ValueError(
             f"A dropout rate of {1 - keep_rate:g} keeps {threshold}/256 with 8-bit masks, which "
-            "they cannot draw (rates from 1/512 to 1 - 1/512 they can); use 32-bit masks "
-            "(attention_dropout_bits=32)."
+            "they cannot draw (they can draw rates strictly between 1/512 and 1 - 1/512); use "
+            "32-bit masks (attention_dropout_bits=32)."
         )
     return threshold
 
 
-def _bernoulli(rng: Array, keep_rate: float, shape: tuple, bits: int) -> tuple[Array, float]:
+def _keep_mask_and_rate(
+    rng: Array, keep_rate: float, shape: tuple, bits: int
+) -> tuple[Array, float]:
     """A keep mask of `shape` and the rate it keeps; 8 bits: four entries per 32-bit word, each
     from one of its bytes (as FlashAttention's dropout does), so a quarter of the draws."""
     if bits == 32:
@@ -108,9 +110,9 @@ def dropout_keep_mask(
     broadcast over its group of heads/g heads; `bits` 32 draws one 32-bit word per entry
     (`jax.random.bernoulli`), 8 one byte, the keep rate rounded to a multiple of 1/256."""
     if not head_groups:
-        return _bernoulli(rng, keep_rate, shape, bits)
+        return _keep_mask_and_rate(rng, keep_rate, shape, bits)
     batch, heads, *rest = shape
-    keep, keep_rate = _bernoulli(rng, keep_rate, (batch, head_groups, 1, *rest), bits)
+    keep, keep_rate = _keep_mask_and_rate(rng, keep_rate, (batch, head_groups, 1, *rest), bits)
     keep = jnp.broadcast_to(keep, (batch, head_groups, heads // head_groups, *rest))
     return keep.reshape(shape), keep_rate
 

@@ -1,5 +1,6 @@
 r"""The CPU pre-training recipe (configs/cpu_pretrain.py) with SOAP: Adam in Shampoo's eigenbases,
-computed on the host, asynchronously. What `make demo` trains.
+computed on the host, asynchronously. The demo's recipe until 2026-12-04; `make demo` now trains
+configs/cpu_pretrain_shampoo.py (docs/training.md, "The demo", says why).
 
   python -m bert_flax.data.create_pretraining_data --input=sotu --output_dir=workdir/sotu_cpu \
       --document_mode=blank_line --max_seq_length=256 --train_vocab_size=8192 --dupe_factor=5

@@ -147,15 +147,19 @@ def test_dropout_stays_within_sequences(qkv_segments):
 
 @pytest.mark.parametrize("impl", ["threefry2x32", "rbg", "unsafe_rbg"])
 @pytest.mark.parametrize("groups", [0, 1, 3])
-def test_dropout_masks_keep_their_rate_and_head_groups_share_masks(impl, groups):
-    """Each head's mask keeps 90% (within 5 standard errors); heads of one group share a mask;
-    masks of different groups agree as independent ones do (p^2 + (1-p)^2 = 0.82)."""
+@pytest.mark.parametrize("bits", [32, 8])
+def test_dropout_masks_keep_their_rate_and_head_groups_share_masks(impl, groups, bits):
+    """Each head's mask keeps its rate (0.9, or 230/256 from bytes; within 5 standard errors);
+    heads of one group share a mask; masks of different groups agree as independent ones do
+    (p^2 + (1-p)^2)."""
     shape = (2, 12, 64, 64)
-    keep, keep_rate = attention.dropout_keep_mask(jax.random.key(3, impl=impl), 0.9, shape, groups)
+    rng = jax.random.key(3, impl=impl)
+    keep, keep_rate = attention.dropout_keep_mask(rng, 0.9, shape, groups, bits)
     keep = np.asarray(keep)
-    assert keep.shape == shape and keep_rate == 0.9
+    assert keep.shape == shape and keep_rate == (0.9 if bits == 32 else 230 / 256)
     per_head = keep.reshape(2, 12, -1).mean(-1)
-    np.testing.assert_allclose(per_head, 0.9, atol=5 * math.sqrt(0.09 / 64**2))
+    stderr = math.sqrt(keep_rate * (1 - keep_rate) / 64**2)
+    np.testing.assert_allclose(per_head, keep_rate, atol=5 * stderr)
     heads = np.arange(12)
     group = heads // (12 // groups) if groups else heads
     for a in range(12):
@@ -164,16 +168,16 @@ def test_dropout_masks_keep_their_rate_and_head_groups_share_masks(impl, groups)
             if group[a] == group[b]:
                 assert agreement == 1.0, (a, b)
             else:
-                assert abs(agreement - 0.82) < 0.02, (a, b, agreement)
+                assert abs(agreement - (keep_rate**2 + (1 - keep_rate) ** 2)) < 0.02, (a, b)
 
 
 @pytest.mark.parametrize("impl", ["threefry2x32", "rbg"])
 @pytest.mark.parametrize("length", [64, 63])
 def test_byte_masks_keep_the_rounded_rate_independently(impl, length):
-    """8-bit masks keep 230/256 of entries (not 0.9: the two are 4.7 standard errors apart
-    here); the four entries drawn from one 32-bit word are independent of one another (each
-    pair agrees as independent ones do); lengths need not be a multiple of 4."""
-    shape = (8, 12, 64, length)
+    """8-bit masks keep 230/256 of entries, not 0.9 (over these 1.5M entries the two are 6.5
+    standard errors apart); the four entries drawn from one 32-bit word are independent of one
+    another (each pair agrees as independent ones do); lengths need not be a multiple of 4."""
+    shape = (32, 12, 64, length)
     rng = jax.random.key(5, impl=impl)
     keep, keep_rate = attention.dropout_keep_mask(rng, 0.9, shape, 0, bits=8)
     keep = np.asarray(keep)
@@ -215,6 +219,8 @@ def test_attention_dropout_bits_are_checked():
         BertConfig.preset("tiny", attention_dropout_bits=16)
     with pytest.raises(ValueError, match=r"dropout rate of 0\.001 keeps 256/256"):
         BertConfig.preset("tiny", attention_dropout_bits=8, attention_dropout_rate=0.001)
+    with pytest.raises(ValueError, match=r"dropout rate of 0\.999 keeps 0/256"):
+        BertConfig.preset("tiny", attention_dropout_bits=8, attention_dropout_rate=0.999)
     assert BertConfig.preset("tiny", attention_dropout_bits=8).attention_dropout_bits == 8
 
 

@@ -101,3 +101,20 @@ def test_dropout_uses_the_dropout_rng(tiny_config, variables, packed, reference)
     np.testing.assert_array_equal(a.mlm_logits, b.mlm_logits)
     assert not np.allclose(a.mlm_logits, c.mlm_logits)
     assert not np.allclose(a.mlm_logits, reference.mlm_logits)
+
+
+def test_attention_dropout_bits_reach_the_attention(tiny_config, variables, packed):
+    """`attention_dropout_bits=8` changes the masks the model draws from the same key (only
+    attention dropout on), and they are repeatable."""
+
+    def run(bits: int):
+        config = tiny_config.replace(
+            hidden_dropout_rate=0.0, attention_dropout_rate=0.2, attention_dropout_bits=bits
+        )
+        model = BertForPreTraining(config)
+        rngs = {"dropout": jax.random.key(1)}
+        return model.apply(variables, packed, deterministic=False, rngs=rngs).mlm_logits
+
+    byte_masked = run(8)
+    np.testing.assert_array_equal(byte_masked, run(8))
+    assert not np.allclose(byte_masked, run(32))
