@@ -42,7 +42,7 @@ from configs import cpu_pretrain, cpu_pretrain_shampoo, finetune_sentiment
 
 LAYOUTS = ("packed", "padded")
 FINETUNE_STARTS = ("pre-trained", "random")
-# What the demo pre-trains: the CPU recipe with Shampoo (its docstring says why).
+# What the demo pre-trains: the CPU recipe with Shampoo (docs/training.md, "The demo", says why).
 RECIPE = cpu_pretrain_shampoo
 # Minutes of pre-training read fewer sequences than one pass over the corpus: one masking of it
 # (the recipe's 5 serve its 15 minutes) prepares in half the time.
