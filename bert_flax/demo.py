@@ -18,13 +18,17 @@ r"""`make demo`: what packing buys, and a BERT that learns, on 2 CPU cores in ab
 3. Fine-tuning on the bundled sentiment set twice with the same recipe and steps: from the packed
    pre-trained model and from random initialisation (what pre-training is worth), each example
    classified from the mean of its states (minutes of pre-training do not teach NSP, so the
-   [CLS] state does not summarise yet).
+   [CLS] state does not summarise yet), the pre-trained embedding tables scaled to a fresh
+   start's size (`classifier.rescale_embeddings`).
 
-Rerunning reuses the prepared data and resumes finished runs (delete the workdir to start over).
+SIGTERM saves the running run and stops the demo. Rerunning reuses the prepared data and the
+runs that ended on their own (a pre-training run cut by its clock is not given another budget);
+an interrupted run resumes (with a fresh clock). Delete the workdir to start over.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from types import ModuleType
@@ -98,8 +102,24 @@ def timing_steps(config: ml_collections.ConfigDict) -> int:
     return int(settings.get("preconditioning_compute_steps", 3))
 
 
+# Side-by-side timing rounds: 12 of 10 steps take about 40 s (medians of 6 rounds ranged over
+# 2.07-2.23x from one demo run to the next).
+SPEED_ROUNDS = 12
+
+
+def ended_run(run_dir: str) -> dict | None:
+    """The final metrics of the run in `run_dir` if it ended on its own (its steps or its clock
+    spent), else None (never started, or interrupted: training it again resumes it)."""
+    path = os.path.join(run_dir, "final_metrics.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        final = json.load(f)
+    return None if final["preempted"] else final
+
+
 def pretrain(
-    workdir: str, data_dir: str, minutes: float, speed_rounds: int = 6, **options: Any
+    workdir: str, data_dir: str, minutes: float, speed_rounds: int = SPEED_ROUNDS, **options: Any
 ) -> dict:
     """Both layouts for the same budget (`pretraining_config`'s `options`); then their train
     steps timed side by side for `speed_rounds` rounds of `timing_steps` steps (alternating, so
@@ -108,7 +128,9 @@ def pretrain(
     for layout in LAYOUTS:
         config = pretraining_config(data_dir, layout == "packed", minutes, **options)
         run_dir = os.path.join(workdir, layout)
-        runs[layout] = {"workdir": run_dir, "final": train.train_and_evaluate(config, run_dir)}
+        final = ended_run(run_dir) or train.train_and_evaluate(config, run_dir)
+        train.exit_if_preempted(final)  # SIGTERM stops the demo, not only the run it hit
+        runs[layout] = {"workdir": run_dir, "final": final}
         runs[layout]["curve"] = learning_curve(run_dir)
         setups[layout] = setup = create_train_setup(config)
         batches[layout] = setup.first_train_batches(3)
@@ -129,6 +151,9 @@ def finetuning_config(
     config.model.hidden_dropout_rate = config.model.attention_dropout_rate = 0.1
     # Minutes of pre-training do not teach NSP, so the [CLS] state does not summarise yet.
     config.classifier.pooling = "mean"
+    # The pre-trained tables grew 3-4x; at a fresh start's size they learn the reviews' words as
+    # fast as the random start's (a no-op for the random start itself).
+    config.classifier.rescale_embeddings = True
     config.data.vocab_file = os.path.join(data_dir, "vocab.txt")
     config.init_from = init_from
     config.train.epochs = epochs
@@ -139,13 +164,15 @@ def finetune_both(
     workdir: str, data_dir: str, pretrained: str, epochs: float, seed: int = 0
 ) -> dict[str, dict]:
     """Fine-tuning from `pretrained` and from random initialisation, same recipe and steps."""
-    return {
-        start: finetune.finetune(
-            finetuning_config(data_dir, pretrained if start == "pre-trained" else "", epochs, seed),
-            os.path.join(workdir, f"sentiment_{start.replace('-', '')}_seed{seed}"),
+    tuned = {}
+    for start in FINETUNE_STARTS:
+        config = finetuning_config(
+            data_dir, pretrained if start == "pre-trained" else "", epochs, seed
         )
-        for start in FINETUNE_STARTS
-    }
+        run_dir = os.path.join(workdir, f"sentiment_{start.replace('-', '')}_seed{seed}")
+        tuned[start] = finetune.finetune(config, run_dir)
+        train.exit_if_preempted(tuned[start])
+    return tuned
 
 
 def final_accuracy(run: dict) -> float:
@@ -229,7 +256,9 @@ def define_flags() -> None:
     flags.DEFINE_float("minutes", 3.0, "Wall-clock pre-training budget of each layout.")
     flags.DEFINE_integer("steps", None, "At most this many steps (default: the recipe's).")
     flags.DEFINE_integer("eval_every", 200, "Steps between evaluations (512 held-out rows).")
-    flags.DEFINE_integer("speed_rounds", 6, "Side-by-side timing rounds (timing_steps each).")
+    flags.DEFINE_integer(
+        "speed_rounds", SPEED_ROUNDS, "Side-by-side timing rounds (timing_steps each)."
+    )
     flags.DEFINE_integer(
         "min_rows_per_step",
         1,

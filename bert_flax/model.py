@@ -231,6 +231,29 @@ def pretrained_encoder(pretraining_params: Mapping, classifier_params: Mapping) 
     return {**classifier_params, "bert": pretraining_params["bert"], "head": head}
 
 
+EMBEDDING_TABLES = ("word_embeddings", "position_embeddings", "token_type_embeddings")
+
+
+def rescale_embeddings(params: Mapping, like: Mapping) -> dict:
+    """`params` with its embedding tables multiplied by one factor that gives its word table the
+    standard deviation of `like`'s (a fresh initialisation's).
+
+    The encoder computes the same function (LayerNorm follows the tables' sum), but Adam's
+    steps are about the same size whatever a weight's scale, so tables that pre-training grew
+    move less, relative to their size, than a fresh start's: rescaled, a pre-trained start's
+    embeddings learn the new task's words as fast as a random start's do.
+    """
+
+    def word_std(tree: Mapping) -> float:
+        return float(jnp.std(nn.unbox(tree["bert"]["embeddings"]["word_embeddings"])["embedding"]))
+
+    factor = word_std(like) / word_std(params)
+    embeddings = dict(params["bert"]["embeddings"])
+    for name in EMBEDDING_TABLES:
+        embeddings[name] = jax.tree.map(lambda table: table * factor, embeddings[name])
+    return {**params, "bert": {**params["bert"], "embeddings": embeddings}}
+
+
 class BertForPreTraining(nn.Module):
     """BERT with the masked-LM and next-sentence heads, for packed or padded batches."""
 

@@ -50,6 +50,11 @@ def get_config() -> ml_collections.ConfigDict:
     # of its states: better from a model pre-trained for minutes; docs/training.md,
     # "Fine-tuning and inference").
     config.classifier = ml_collections.ConfigDict({"pooling": "cls"})
+    # From a pre-training checkpoint (`init_from`): scale its embedding tables down to a fresh
+    # initialisation's size (`bert_flax.model.rescale_embeddings`: the same function, tables that
+    # Adam moves as fast, relative to their size, as a random start's; what it is worth from the
+    # demo's model: docs/training.md, "Fine-tuning and inference"). Off: BERT's recipe.
+    config.classifier.rescale_embeddings = False
 
     config.optimizer.name = "adamw"
     # The tiny BERT: 1e-3 reaches validation accuracy 0.786 in 2 epochs from the demo's model,

@@ -20,7 +20,11 @@ from bert_flax import losses
 from bert_flax.config import BertConfig
 from bert_flax.data import classification, contract, tokenization
 from bert_flax.data.rows import epoch_seed
-from bert_flax.model import BertForSequenceClassification, pretrained_encoder
+from bert_flax.model import (
+    BertForSequenceClassification,
+    pretrained_encoder,
+    rescale_embeddings,
+)
 from bert_flax.tasks.base import Batch, Task, model_config_from
 
 
@@ -186,7 +190,10 @@ class ClassificationTask(Task):
     def pretrained_params(self, pretraining_params: Any, params: Any) -> Any:
         if "head" in pretraining_params:  # already a classifier (another fine-tuning run)
             return pretraining_params
-        return pretrained_encoder(pretraining_params, params)
+        encoder = pretrained_encoder(pretraining_params, params)
+        if self.config.classifier.rescale_embeddings:
+            return rescale_embeddings(encoder, like=params)
+        return encoder
 
     def head_config(self) -> dict[str, Any]:
         return {

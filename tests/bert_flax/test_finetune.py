@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import types
 
+import flax.linen as nn
 import jax
+import ml_collections
 import numpy as np
 import pytest
 
@@ -16,13 +19,16 @@ from bert_flax.data import classification, tokenization
 from bert_flax.data.contract import RowShape
 from bert_flax.data.rows import build_rows
 from bert_flax.model import (
+    EMBEDDING_TABLES,
     BertForPreTraining,
     BertForSequenceClassification,
     BertModel,
     ClassificationOutput,
     mean_states,
     pretrained_encoder,
+    rescale_embeddings,
 )
+from bert_flax.tasks.classification import ClassificationTask
 
 MAX_LEN = 64
 CONFIG = BertConfig.preset(
@@ -183,6 +189,42 @@ def test_pretrained_encoder_and_pooler_carry_over(encoded, params):
     assert np.array_equal(
         merged["head"]["classifier"]["kernel"], params["head"]["classifier"]["kernel"]
     )
+
+
+def _embedding_table(params, name: str) -> np.ndarray:
+    return np.asarray(nn.unbox(params)["bert"]["embeddings"][name]["embedding"])
+
+
+def test_rescaled_embeddings_keep_the_function_at_a_fresh_scale(encoded, params):
+    """Tables grown 3x (as pre-training grows them) come back to the fresh word table's standard
+    deviation, all three by one factor, and the classifier's logits do not change (LayerNorm
+    follows the tables' sum); `classifier.rescale_embeddings` is what turns it on."""
+    grown = jax.tree.map(lambda x: x, nn.unbox(params))
+    for name in EMBEDDING_TABLES:
+        grown["bert"]["embeddings"][name] = {"embedding": 3.0 * _embedding_table(params, name)}
+    rescaled = rescale_embeddings(grown, like=params)
+    fresh_std = _embedding_table(params, "word_embeddings").std()
+    assert _embedding_table(grown, "word_embeddings").std() > 2 * fresh_std
+    assert _embedding_table(rescaled, "word_embeddings").std() == pytest.approx(fresh_std, 1e-5)
+    for name in EMBEDDING_TABLES:
+        np.testing.assert_allclose(
+            _embedding_table(rescaled, name), _embedding_table(grown, name) / 3.0, rtol=1e-5
+        )
+    model = BertForSequenceClassification(CONFIG, num_labels=3, pooling="mean")
+    rows = build_rows(encoded, [[i] for i in range(4)], RowShape(MAX_LEN, 1))
+    logits = [
+        model.apply({"params": p}, rows, deterministic=True).logits for p in (grown, rescaled)
+    ]
+    np.testing.assert_allclose(logits[0], logits[1], rtol=1e-4, atol=1e-5)
+
+    def task(rescale: bool):
+        classifier = ml_collections.ConfigDict({"rescale_embeddings": rescale})
+        return types.SimpleNamespace(config=ml_collections.ConfigDict({"classifier": classifier}))
+
+    pre = {"bert": grown["bert"], "nsp_head": {"pooler": grown["head"]["pooler"]}}
+    for rescale, std in ((True, fresh_std), (False, 3 * fresh_std)):
+        merged = ClassificationTask.pretrained_params(task(rescale), pre, params)
+        assert _embedding_table(merged, "word_embeddings").std() == pytest.approx(std, 1e-5)
 
 
 def test_write_predictions_in_input_order(tmp_path):
