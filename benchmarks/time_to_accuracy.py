@@ -152,12 +152,8 @@ def run(args, data_dir: str, row: str, learning_rate: float, seed: int) -> dict:
     """One training run of ``row`` (resumed or reused when its workdir has one)."""
     config = row_config(args, data_dir, row, learning_rate, seed)
     workdir = os.path.join(args.workdir, row, f"lr{learning_rate:.2e}_seed{seed}")
-    done = os.path.join(workdir, "final_metrics.json")
-    if os.path.exists(done):  # finished: a rerun would train on past its target
-        with open(done) as f:
-            final = json.load(f)
-    else:
-        final = train.train_and_evaluate(config, workdir)
+    # Finished: a rerun would train on past its target.
+    final = train.ended_run(workdir) or train.train_and_evaluate(config, workdir)
     curve = learning_curve(workdir, METRIC)
     return {
         "to_target": time_to_target(curve, args.target),

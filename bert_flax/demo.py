@@ -28,7 +28,6 @@ an interrupted run resumes (with a fresh clock). Delete the workdir to start ove
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from types import ModuleType
@@ -107,17 +106,6 @@ def timing_steps(config: ml_collections.ConfigDict) -> int:
 SPEED_ROUNDS = 12
 
 
-def ended_run(run_dir: str) -> dict | None:
-    """The final metrics of the run in `run_dir` if it ended on its own (its steps or its clock
-    spent), else None (never started, or interrupted: training it again resumes it)."""
-    path = os.path.join(run_dir, "final_metrics.json")
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        final = json.load(f)
-    return None if final["preempted"] else final
-
-
 def pretrain(
     workdir: str, data_dir: str, minutes: float, speed_rounds: int = SPEED_ROUNDS, **options: Any
 ) -> dict:
@@ -128,7 +116,7 @@ def pretrain(
     for layout in LAYOUTS:
         config = pretraining_config(data_dir, layout == "packed", minutes, **options)
         run_dir = os.path.join(workdir, layout)
-        final = ended_run(run_dir) or train.train_and_evaluate(config, run_dir)
+        final = train.ended_run(run_dir) or train.train_and_evaluate(config, run_dir)
         train.exit_if_preempted(final)  # SIGTERM stops the demo, not only the run it hit
         runs[layout] = {"workdir": run_dir, "final": final}
         runs[layout]["curve"] = learning_curve(run_dir)

@@ -2,7 +2,7 @@ r"""Packed fine-tuning and packed inference: sequence classification (or regress
 sentences or sentence pairs, several examples per row.
 
   python -m bert_flax.finetune --config=configs/finetune_sentiment.py --workdir=workdir/sst \
-      [--config.init_from=workdir/demo/packed]     # a pre-training run, HF or bert_flax dir
+      [--config.init_from=workdir/pretrain]        # a pre-training run, HF or bert_flax dir
   python -m bert_flax.finetune --workdir=workdir/sst --predict=reviews.csv \
       --output=predictions.jsonl                  # packed inference with the best parameters
 

@@ -285,12 +285,27 @@ def evaluation_set(config: ml_collections.ConfigDict, setup: TrainSetup) -> tupl
     return eval_set, name, baseline
 
 
+FINAL_METRICS = "final_metrics.json"
+
+
 def write_final(final: dict[str, Any], workdir: str, plotting: Task | None) -> None:
     """`final_metrics.json`, and the task's plots when `plotting` is given."""
-    with open(os.path.join(workdir, "final_metrics.json"), "w") as f:
+    with open(os.path.join(workdir, FINAL_METRICS), "w") as f:
         json.dump(final, f, indent=2, default=float)
     if plotting is not None:
         plotting.plot(workdir)
+
+
+def ended_run(workdir: str) -> dict[str, Any] | None:
+    """The final metrics of the run in `workdir` if it ended on its own (its steps, its clock or
+    its eval target), else None (never started, or interrupted: training it again resumes it).
+    For drivers that must not train a finished run further: a rerun would give it a new clock."""
+    path = os.path.join(workdir, FINAL_METRICS)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        final = json.load(f)
+    return None if final["preempted"] else final
 
 
 def write_run_config(

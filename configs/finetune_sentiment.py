@@ -1,7 +1,8 @@
 r"""Packed fine-tuning of the tiny BERT on the bundled Rotten Tomatoes sentiment set.
 
   python -m bert_flax.finetune --config=configs/finetune_sentiment.py --workdir=workdir/sentiment \
-      --config.init_from=workdir/demo/packed         # the demo's pre-trained model (optional)
+      --config.init_from=workdir/pretrain   # optional: a run of the same config.model (tiny)
+  # the demo's model (its recipe's model and vocabulary): bert_flax.demo.finetuning_config
   # your own data: CSV/TSV/JSONL with text[, text_b], label
   python -m bert_flax.finetune --config=configs/finetune_sentiment.py --workdir=workdir/mine \
       --config.data.train_file=train.csv --config.data.validation_file=dev.csv

@@ -3,6 +3,7 @@ metrics; and SIGTERM turns into a save request."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -134,3 +135,14 @@ def test_evaluation_stops_when_preempted(make_config):
     )
     assert not complete and part["eval_batches"] == 2
     assert part["masked_tokens"] < full["masked_tokens"]
+
+
+def test_ended_run_is_only_a_run_that_ended_on_its_own(tmp_path):
+    """A run that spent its steps or its clock is reused as it is (rerunning `make demo` must not
+    give pre-training another budget); an interrupted one, or none, is trained (resumed)."""
+    assert train.ended_run(str(tmp_path)) is None
+    final = {"step": 1291, "preempted": False, "eval": {"masked_lm_accuracy": 0.29}}
+    (tmp_path / train.FINAL_METRICS).write_text(json.dumps(final))
+    assert train.ended_run(str(tmp_path)) == final
+    (tmp_path / train.FINAL_METRICS).write_text(json.dumps({**final, "preempted": True}))
+    assert train.ended_run(str(tmp_path)) is None
