@@ -239,8 +239,16 @@ def resolved_config_section(model_config: BertConfig, preset: str) -> ml_collect
     return section
 
 
-def from_config_section(section: ml_collections.ConfigDict, **fields: Any) -> BertConfig:
-    """The BertConfig a `config.model` section describes; `fields` (e.g. dtype) win."""
+# `config.model.preset` naming no size: the model of the checkpoint `config.init_from` (its
+# architecture and vocabulary size; the fields config.model sets still win).
+INIT_FROM_PRESET = "init_from"
+
+
+def from_config_section(
+    section: ml_collections.ConfigDict, init_from: BertConfig | None = None, **fields: Any
+) -> BertConfig:
+    """The BertConfig a `config.model` section describes; `fields` (e.g. dtype) win.
+    `init_from`: the config of `config.init_from`'s model, what `INIT_FROM_PRESET` stands for."""
     values = section.to_dict()
     preset, sparse = values.pop("preset"), values.pop("block_sparse", None)
     known = {f.name for f in dataclasses.fields(BertConfig)} - set(TRAINING_OWNED_FIELDS)
@@ -250,4 +258,11 @@ def from_config_section(section: ml_collections.ConfigDict, **fields: Any) -> Be
     values = {k: v for k, v in values.items() if v is not None}
     if sparse and sparse.pop("enabled"):
         values["block_sparse"] = sparse
-    return BertConfig.preset(preset, **values, **fields)
+    if preset != INIT_FROM_PRESET:
+        return BertConfig.preset(preset, **values, **fields)
+    if init_from is None:
+        raise ValueError(
+            f"config.model.preset={INIT_FROM_PRESET!r} takes the model config.init_from holds: "
+            f"set config.init_from to a checkpoint, or name a preset ({', '.join(_PRESETS)})."
+        )
+    return init_from.replace(**values, **fields)

@@ -351,10 +351,15 @@ def _read_torch(path: str) -> dict[str, Any]:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
+def read_hf_config(directory: str, **config_overrides: Any) -> BertConfig:
+    """The BertConfig of a HF BertForPreTraining directory (its config.json)."""
+    with open(os.path.join(directory, "config.json")) as f:
+        return config_from_hf(json.load(f), **config_overrides)
+
+
 def load_hf_checkpoint(directory: str, **config_overrides: Any) -> tuple[BertConfig, Params]:
     """Reads a HF BertForPreTraining directory -> (BertConfig, params)."""
-    with open(os.path.join(directory, "config.json")) as f:
-        config = config_from_hf(json.load(f), **config_overrides)
+    config = read_hf_config(directory, **config_overrides)
     return config, from_hf_state_dict(_read_hf_weights(directory), config)
 
 
@@ -418,18 +423,25 @@ def _tf_checkpoint_prefix(path: str) -> str:
     return path
 
 
+def read_tf_config(
+    path: str, config_path: str | None = None, **config_overrides: Any
+) -> BertConfig:
+    """The BertConfig of a Google BERT checkpoint (directory or prefix): `config_path`, default
+    the bert_config.json beside it."""
+    if config_path is None:
+        config_path = os.path.join(os.path.dirname(_tf_checkpoint_prefix(path)), "bert_config.json")
+    with open(config_path) as f:
+        return config_from_tf(json.load(f), **config_overrides)
+
+
 def load_tf_checkpoint(
     path: str, config_path: str | None = None, **config_overrides: Any
 ) -> tuple[BertConfig, Params]:
     """Reads a Google BERT checkpoint (directory or prefix) and its bert_config.json."""
     import tensorflow as tf
 
-    prefix = _tf_checkpoint_prefix(path)
-    if config_path is None:
-        config_path = os.path.join(os.path.dirname(prefix), "bert_config.json")
-    with open(config_path) as f:
-        config = config_from_tf(json.load(f), **config_overrides)
-    reader = tf.train.load_checkpoint(prefix)
+    config = read_tf_config(path, config_path, **config_overrides)
+    reader = tf.train.load_checkpoint(_tf_checkpoint_prefix(path))
     names = reader.get_variable_to_shape_map()
     variables = {name: reader.get_tensor(name) for name in names}
     return config, from_tf_variables(variables, config)

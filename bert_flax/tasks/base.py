@@ -11,8 +11,8 @@ import flax.linen as nn
 import ml_collections
 import numpy as np
 
-from bert_flax import losses
-from bert_flax.config import BertConfig, from_config_section
+from bert_flax import losses, parameters
+from bert_flax.config import INIT_FROM_PRESET, BertConfig, from_config_section
 
 Batch = dict[str, np.ndarray]
 
@@ -94,17 +94,26 @@ def model_config_from(
     data_vocab_size: int | None = None,
     data_source: str | None = None,
 ) -> BertConfig:
-    """The preset with the fields `config.model` sets, the compute dtype, and (unless set) the
-    vocabulary size of the data (`data_source`); checked against the data and the row length."""
+    """The preset (or `config.init_from`'s model: `INIT_FROM_PRESET`) with the fields
+    `config.model` sets, the compute dtype, and (unless set, or the checkpoint's) the vocabulary
+    size of the data (`data_source`); checked against the data and the row length."""
+    init_from = None
+    if config.model.preset == INIT_FROM_PRESET and config.get("init_from"):
+        init_from = parameters.pretrained_config(config.init_from)
     fields = {"dtype": config.train.dtype}
-    if data_vocab_size is not None and config.model.get("vocab_size") is None:
+    if data_vocab_size is not None and config.model.get("vocab_size") is None and not init_from:
         fields["vocab_size"] = data_vocab_size
-    model_config = from_config_section(config.model, **fields)
+    model_config = from_config_section(config.model, init_from, **fields)
     if data_vocab_size is not None and model_config.vocab_size < data_vocab_size:
+        fix = (
+            "Use the vocabulary it was pre-trained with"
+            if init_from
+            else "Leave config.model.vocab_size unset or raise it"
+        )
         raise ValueError(
             f"The model's vocab_size={model_config.vocab_size} is smaller than the "
             f"vocabulary of {data_source} ({data_vocab_size} ids): out-of-range ids "
-            "would embed as NaN. Leave config.model.vocab_size unset or raise it."
+            f"would embed as NaN. {fix}."
         )
     if max_seq_length > model_config.max_position_embeddings:
         raise ValueError(

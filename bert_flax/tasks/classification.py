@@ -16,7 +16,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from bert_flax import losses
+from bert_flax import losses, parameters
 from bert_flax.config import BertConfig
 from bert_flax.data import classification, contract, tokenization
 from bert_flax.data.rows import epoch_seed
@@ -62,7 +62,7 @@ class ClassificationTask(Task):
         super().__init__(config)
         data = config.data
         self.labelled = labelled_data(config)
-        self.vocab = tokenization.load_vocab(data.vocab_file or None)
+        self.vocab = tokenization.load_vocab(data.vocab_file or self._pretrained_vocab_file())
         self.encoded = {
             name: classification.encode_split(self.vocab, split, data.max_seq_length)
             for name, split in self.labelled.splits.items()
@@ -82,6 +82,14 @@ class ClassificationTask(Task):
         else:
             self.eval_metric, self.eval_metric_mode = "accuracy", "max"
         self.train_metrics_shown = ("classification_loss", self.eval_metric)
+
+    def _pretrained_vocab_file(self) -> str | None:
+        """`config.init_from`'s vocabulary, where it says (None: bert-base-uncased's)."""
+        init_from = self.config.get("init_from")
+        vocab_file = parameters.pretrained_vocab_file(init_from) if init_from else None
+        if vocab_file:
+            logging.info("Tokenizing with %s, the vocabulary of %s", vocab_file, init_from)
+        return vocab_file
 
     @property
     def depth(self) -> int:
@@ -200,6 +208,7 @@ class ClassificationTask(Task):
             "num_labels": self.labelled.num_labels,
             "label_names": self.labelled.label_names,
             "pooling": self.config.classifier.pooling,
+            "vocab_file": self.vocab.path,  # as resolved (config.data.vocab_file may be "")
         }
 
     def plot(self, workdir: str) -> list[str]:

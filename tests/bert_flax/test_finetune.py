@@ -13,8 +13,8 @@ import ml_collections
 import numpy as np
 import pytest
 
-from bert_flax import finetune, losses
-from bert_flax.config import BertConfig
+from bert_flax import finetune, losses, parameters
+from bert_flax.config import INIT_FROM_PRESET, BertConfig
 from bert_flax.data import classification, tokenization
 from bert_flax.data.contract import RowShape
 from bert_flax.data.rows import build_rows
@@ -225,6 +225,64 @@ def test_rescaled_embeddings_keep_the_function_at_a_fresh_scale(encoded, params)
     for rescale, std in ((True, fresh_std), (False, 3 * fresh_std)):
         merged = ClassificationTask.pretrained_params(task(rescale), pre, params)
         assert _embedding_table(merged, "word_embeddings").std() == pytest.approx(std, 1e-5)
+
+
+def test_init_from_preset_fine_tunes_the_checkpoints_model_in_its_vocabulary(tmp_path):
+    """`config.model.preset="init_from"`: the model of `config.init_from` (here pre-LN, with a
+    relative-position bias and a 1,000-word vocabulary of its own, as the demo pre-trains), the
+    fields the fine-tuning config sets winning (dropout 0.1), tokenized with the vocabulary
+    beside the weights (recorded for inference); the pre-trained parameters fit it. Without
+    init_from: a clear error."""
+    from configs import finetune_sentiment
+
+    with open(tokenization.load_vocab().path) as f:
+        words = f.read().splitlines()[:1000]  # [PAD] .. [MASK] and the first words
+    pretrained = CONFIG.replace(
+        pre_layer_norm=True,
+        relative_attention_buckets=8,
+        vocab_size=len(words),
+        max_position_embeddings=128,
+        hidden_dropout_rate=0.0,
+        attention_dropout_rate=0.0,
+    )
+    source = tmp_path / "pretrained"
+    pre_params = BertForPreTraining(pretrained).init(
+        jax.random.key(0), _pretraining_rows(pretrained), deterministic=True
+    )["params"]
+    parameters.save_params(nn.unbox(pre_params), pretrained, str(source))
+    (source / "vocab.txt").write_text("\n".join(words) + "\n")
+
+    config = finetune_sentiment.get_config()
+    config.model.preset = INIT_FROM_PRESET
+    config.init_from = str(source)
+    task = ClassificationTask(config)
+    assert task.vocab.size == len(words)
+    assert task.head_config()["vocab_file"] == str(source / "vocab.txt")  # what --predict reads
+    model_config = task.model_config()
+    assert model_config == pretrained.replace(hidden_dropout_rate=0.1, attention_dropout_rate=0.1)
+    params = nn.unbox(
+        task.model(model_config).init(
+            jax.random.key(1), task.synthetic_batch(2, seed=0), deterministic=True
+        )["params"]
+    )
+    merged = task.pretrained_params(nn.unbox(pre_params), params)
+    parameters.check_params_fit(merged, parameters.flat_shapes(params), str(source))
+
+    config.init_from = ""
+    with pytest.raises(ValueError, match=r"set config\.init_from to a checkpoint"):
+        ClassificationTask(config).model_config()
+
+
+def _pretraining_rows(config: BertConfig) -> dict[str, np.ndarray]:
+    """One packed row of two short sequences, as BertForPreTraining reads it."""
+    return {
+        "input_ids": np.array([[2, 7, 3, 2, 9, 3, 0, 0]], np.int32),
+        "token_type_ids": np.zeros((1, 8), np.int32),
+        "segment_ids": np.array([[1, 1, 1, 2, 2, 2, 0, 0]], np.int32),
+        "positions": np.array([[0, 1, 2, 0, 1, 2, 0, 0]], np.int32),
+        "masked_lm_positions": np.array([[1, 4]], np.int32),
+        "cls_positions": np.array([[0, 3]], np.int32),
+    }
 
 
 def test_write_predictions_in_input_order(tmp_path):

@@ -14,7 +14,8 @@ import pytest
 
 from bert_flax import checkpointing, parameters
 from bert_flax.config import BertConfig
-from bert_flax.convert import expected_shapes
+from bert_flax.convert import config_to_hf, expected_shapes
+from bert_flax.data.contract import SUMMARY_FILE
 
 CONFIG = BertConfig.preset(
     "tiny",
@@ -94,6 +95,39 @@ def test_a_bert_flax_directory_round_trips_and_names_a_misfit(tmp_path):
         ValueError, match=r"intermediate.*has shape \(16, 32\), the model \(16, 48\)"
     ):
         parameters.load_params(str(tmp_path / "misfit"))
+
+
+def test_a_checkpoints_config_and_vocabulary_are_read_without_its_weights(tmp_path):
+    """Every kind's BertConfig from its config file alone (the weight files are empty: reading
+    them would fail); the vocabulary a run was trained with is its prepared data's, a directory's
+    the vocab.txt beside its weights, else none."""
+    config = CONFIG.replace(pre_layer_norm=True, relative_attention_buckets=8)
+    run, data = tmp_path / "run", tmp_path / "data"
+    (run / "checkpoints").mkdir(parents=True)
+    data.mkdir()
+    (run / parameters.CONFIG_FILE).write_text(json.dumps(config.to_dict()))
+    (run / "config.json").write_text(json.dumps({"data": {"data_dir": str(data)}}))
+    (data / SUMMARY_FILE).write_text(json.dumps({"vocab": {"path": "/corpus/vocab.txt"}}))
+    assert parameters.pretrained_config(str(run)) == config
+    assert parameters.pretrained_vocab_file(str(run)) == "/corpus/vocab.txt"
+
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "config.json").write_text(json.dumps(config_to_hf(CONFIG)))
+    (hf / "model.safetensors").write_text("")
+    assert parameters.pretrained_config(str(hf)) == CONFIG
+    assert parameters.pretrained_vocab_file(str(hf)) is None
+    (hf / "vocab.txt").write_text("[PAD]\n")
+    assert parameters.pretrained_vocab_file(str(hf)) == str(hf / "vocab.txt")
+
+    tf = tmp_path / "tf"
+    tf.mkdir()
+    (tf / "bert_model.ckpt.index").write_text("")
+    google = {k: v for k, v in config_to_hf(CONFIG).items() if k != "architectures"}
+    (tf / "bert_config.json").write_text(json.dumps(google))
+    assert parameters.pretrained_config(str(tf)).num_layers == CONFIG.num_layers
+    with pytest.raises(FileNotFoundError, match="is none of"):
+        parameters.pretrained_config(str(data))
 
 
 @pytest.mark.parametrize(

@@ -336,13 +336,10 @@ def test_init_from_a_checkpoint_that_does_not_fit_names_the_parameter(prepared, 
     assert "has shape (32, 64), the model (32, 96)" in done.stderr
 
 
-# The fine-tuning journey's tiny BERT (the bundled sentiment set is tokenized at 128 tokens).
+# The fine-tuning journey: a few steps (its tiny BERT is the checkpoint's: preset=init_from).
 TINY_FINETUNE = [
     "--config=configs/finetune_sentiment.py",
-    "--config.model.num_layers=1",
-    "--config.model.hidden_size=32",
-    "--config.model.num_heads=2",
-    "--config.model.intermediate_size=64",
+    "--config.model.preset=init_from",
     "--config.train.epochs=0.03",
     "--config.log.every_steps=2",
     "--config.log.plots=False",
@@ -351,15 +348,20 @@ TINY_FINETUNE = [
 
 @pytest.mark.slow(seconds=40)
 def test_finetune_from_hugging_face_then_predict_a_file(tmp_path):
-    """Fine-tune the bundled sentiment set from a Hugging Face checkpoint (random weights), keep
-    the best parameters, predict the test split and then a user's file, in input order."""
+    """Fine-tune the bundled sentiment set from a Hugging Face checkpoint (random weights) as
+    its config.json describes it, keep the best parameters, predict the test split and then a
+    user's file, in input order."""
     import transformers
 
     from bert_flax.data import classification
 
     hf_dir = tmp_path / "hf"
     hf_config = transformers.BertConfig(
-        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        hidden_dropout_prob=0.0,
     )
     transformers.BertForPreTraining(hf_config).save_pretrained(str(hf_dir))
     workdir = tmp_path / "sentiment"
@@ -375,6 +377,9 @@ def test_finetune_from_hugging_face_then_predict_a_file(tmp_path):
     assert "always predicting 'fresh'" in done.stdout
     best = json.loads((workdir / "best" / "best.json").read_text())
     assert best["metric"] == "accuracy" and best["label_names"] == ["rotten", "fresh"]
+    model = json.loads((workdir / "best" / "bert_config.json").read_text())
+    assert (model["num_layers"], model["hidden_size"], model["intermediate_size"]) == (1, 32, 64)
+    assert model["hidden_dropout_rate"] == 0.1  # the fine-tuning config's, set over the model's
     test_ids = classification.rotten_tomatoes().splits["test"].ids.tolist()
     lines = (workdir / "predictions_test.jsonl").read_text().splitlines()
     assert [json.loads(line)["id"] for line in lines] == test_ids
