@@ -28,7 +28,7 @@ from absl import logging
 
 from bert_flax import checkpointing, convert
 from bert_flax.config import BertConfig
-from bert_flax.data.contract import SUMMARY_FILE
+from bert_flax.data.contract import SUMMARY_FILE, PreparedData
 
 Params = dict[str, Any]
 
@@ -204,10 +204,8 @@ def pretrained_vocab_file(path: str) -> str | None:
     if checkpoint_kind(path) == "workdir" and os.path.isfile(run_config):
         with open(run_config) as f:
             data_dir = json.load(f).get("data", {}).get("data_dir") or ""
-        summary = os.path.join(data_dir, SUMMARY_FILE)
-        if data_dir and os.path.isfile(summary):
-            with open(summary) as f:
-                vocab = json.load(f)["vocab"].get("path")  # synthetic data has none
+        if data_dir and os.path.isfile(os.path.join(data_dir, SUMMARY_FILE)):
+            vocab = PreparedData.load(data_dir).vocab_file
             if vocab:
                 return vocab
     folder = path if os.path.isdir(path) else os.path.dirname(path)

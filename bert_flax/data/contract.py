@@ -122,6 +122,11 @@ class PreparedData:
             return cls(data_dir, json.load(f))
 
     @property
+    def vocab_file(self) -> str | None:
+        """The vocab.txt the data was tokenized with (None for synthetic data, which has none)."""
+        return self.summary["vocab"].get("path")
+
+    @property
     def max_seq_length(self) -> int:
         return int(self.summary["options"]["max_seq_length"])
 
