@@ -102,6 +102,10 @@ class ShampooConfig:
         size; ``graft_b2``/``graft_epsilon`` are its parameters (SOAP: Adam's b2 and eps).
       start_preconditioning_step: updates before this one use the grafted direction alone.
       preconditioning_compute_steps: N, the roots are recomputed every N updates.
+      statistics_compute_steps: the Kronecker-factor statistics (``G G^T`` per block and
+        dimension: the step's largest matrix products after the model's) are accumulated on
+        every this-many-th update only, the updates where roots are due among them (so it must
+        divide N); ``b2`` applies per accumulation. 1 (default): every update.
       asynchronous: compute the roots on host threads via ``optim.after_step`` instead of in the
         graph. ``max_staleness`` (0..N, default N): steps a root job may stay in flight before
         ``after_step`` waits for it (0 = wait at once, the synchronous trajectory);
@@ -130,6 +134,7 @@ class ShampooConfig:
     graft_epsilon: float = 1e-8
     start_preconditioning_step: int = 1
     preconditioning_compute_steps: int = 10
+    statistics_compute_steps: int = 1
     asynchronous: bool = False
     max_staleness: int | None = None
     swap_when_done: bool = True
@@ -168,6 +173,13 @@ class ShampooConfig:
             self.preconditioning_compute_steps >= 1, "preconditioning_compute_steps must be >= 1."
         )
         check(
+            self.statistics_compute_steps >= 1
+            and self.preconditioning_compute_steps % self.statistics_compute_steps == 0,
+            f"statistics_compute_steps={self.statistics_compute_steps} must divide "
+            f"preconditioning_compute_steps={self.preconditioning_compute_steps}, so that every "
+            "root refresh sees the statistics of its own update.",
+        )
+        check(
             self.host_root_dtype in ("float32", "float64"),
             "host_root_dtype must be 'float32' or 'float64' (float64 needs asynchronous=True).",
         )
@@ -192,6 +204,11 @@ class ShampooConfig:
         """Whether the statistics after update ``count`` are due for new roots (int or array)."""
         start, every = self.start_preconditioning_step, self.preconditioning_compute_steps
         return (count >= start) & ((count - start) % every == 0)
+
+    def statistics_due(self, count):
+        """Whether update ``count`` (numbered from 1, as in ``refresh_due``) accumulates the
+        factor statistics: in step with the roots' refreshes, due on S + multiples of N."""
+        return (count - self.start_preconditioning_step) % self.statistics_compute_steps == 0
 
     @property
     def eigenbasis(self) -> bool:
@@ -251,6 +268,22 @@ def _accumulate(old: jax.Array, new: jax.Array, b2: float) -> jax.Array:
     return old + new if b2 == 1.0 else b2 * old + (1.0 - b2) * new
 
 
+def _factor_statistics(blocks, tensor: TensorState, plan: BlockPlan, count, config):
+    """The tensor's Kronecker-factor statistics after the update that follows ``count`` updates:
+    accumulated when it is due (``config.statistics_due``), else as they were."""
+
+    def accumulate():
+        return tuple(
+            _accumulate(stat, factor_statistic(blocks, dim), config.b2)
+            for stat, dim in zip(tensor.factor_stats, plan.full_dims)
+        )
+
+    if config.statistics_compute_steps == 1 or not tensor.factor_stats:
+        return accumulate()
+    update = count + 1  # (count: the updates before this one)
+    return jax.lax.cond(config.statistics_due(update), accumulate, lambda: tensor.factor_stats)
+
+
 def _diagonal_root(stat: jax.Array, p: int, ridge_epsilon: float, axes) -> jax.Array:
     """``(d + ridge_epsilon * max d)^(-1/p)``, zero where there is no statistic."""
     ridged = stat + ridge_epsilon * jnp.max(stat, axis=axes, keepdims=True)
@@ -297,10 +330,11 @@ def _tensor_direction(g, tensor: TensorState, plan: BlockPlan, count, config: Sh
         stats, diagonal = (), (stat,)
     else:
         blocks = plan.block(g)
-        stats, diagonal = [], []
+        # (The roots in use come from earlier statistics: this update's feed later roots.)
+        stats = _factor_statistics(blocks, tensor, plan, count, config)
+        diagonal = []
         shampoo_blocks = blocks
-        full_stats, full_roots = iter(tensor.factor_stats), iter(tensor.factor_roots)
-        diag_stats = iter(tensor.diagonal_stats)
+        full_roots, diag_stats = iter(tensor.factor_roots), iter(tensor.diagonal_stats)
         for dim, is_diagonal in enumerate(plan.diagonal_dims):
             if is_diagonal:
                 stat = _accumulate(next(diag_stats), diagonal_statistic(blocks, dim), config.b2)
@@ -308,16 +342,14 @@ def _tensor_direction(g, tensor: TensorState, plan: BlockPlan, count, config: Sh
                 shampoo_blocks = apply_diagonal(shampoo_blocks, root, dim)
                 diagonal.append(stat)
             else:
-                stat = _accumulate(next(full_stats), factor_statistic(blocks, dim), config.b2)
                 shampoo_blocks = apply_factor(shampoo_blocks, next(full_roots), dim)
-                stats.append(stat)
         graft_blocks = plan.block(graft_dir)
     if config.graft != "none":
         shampoo_blocks = _graft(shampoo_blocks, graft_blocks)
     shampoo_dir = shampoo_blocks[0] if plan.elementwise else plan.unblock(shampoo_blocks)
     direction = jnp.where(count >= config.start_preconditioning_step, shampoo_dir, graft_dir)
     new_tensor = tensor._replace(
-        factor_stats=tuple(stats), diagonal_stats=tuple(diagonal), graft=graft_state
+        factor_stats=stats, diagonal_stats=tuple(diagonal), graft=graft_state
     )
     return direction, new_tensor
 
@@ -335,10 +367,7 @@ def _eigenbasis_direction(g, tensor: TensorState, plan: BlockPlan, count, config
     keep the identity basis (plain Adam there)."""
     blocks = g if plan.elementwise else plan.block(g)
     dims = plan.full_dims
-    stats = tuple(
-        _accumulate(stat, factor_statistic(blocks, dim), config.b2)
-        for stat, dim in zip(tensor.factor_stats, dims)
-    )
+    stats = _factor_statistics(blocks, tensor, plan, count, config)
     rotated = _rotate(blocks, tensor.factor_roots, dims, into=True)
     t = (count + 1).astype(jnp.float32)
     second = _accumulate(tensor.graft, jnp.square(rotated), config.graft_b2)

@@ -80,6 +80,7 @@ SHARED_FIELDS = (
     "elementwise_params",
     "start_preconditioning_step",
     "preconditioning_compute_steps",
+    "statistics_compute_steps",
     "asynchronous",
     "max_staleness",
     "swap_when_done",

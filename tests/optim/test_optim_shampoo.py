@@ -55,8 +55,10 @@ def assert_trees_close(a, b, rtol=1e-6, atol=1e-7):
     jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=rtol, atol=atol), a, b)
 
 
-def numpy_shampoo(g_seq, lr, b2, eps):
-    """Shampoo on one matrix: no grafting, no momentum, S = N = 1 (roots used one step later)."""
+def numpy_shampoo(g_seq, lr, b2, eps, every=1, statistics_every=1):
+    """Shampoo on one matrix: no grafting, no momentum, S = 1; the statistics accumulated on
+    updates 1, 1 + statistics_every, ..., roots from those after updates 1, 1 + every, ...
+    (used from the next update on)."""
 
     def root(stat):
         w, q = np.linalg.eigh(stat)
@@ -66,12 +68,31 @@ def numpy_shampoo(g_seq, lr, b2, eps):
     left, right = np.zeros((g_seq[0].shape[0],) * 2), np.zeros((g_seq[0].shape[1],) * 2)
     left_root, right_root = np.eye(len(left)), np.eye(len(right))
     updates = []
-    for g in g_seq:
-        left = b2 * left + (1 - b2) * g @ g.T
-        right = b2 * right + (1 - b2) * g.T @ g
+    for t, g in enumerate(g_seq, start=1):
+        if (t - 1) % statistics_every == 0:
+            left = b2 * left + (1 - b2) * g @ g.T
+            right = b2 * right + (1 - b2) * g.T @ g
         updates.append(-lr * left_root @ g @ right_root)
-        left_root, right_root = root(left), root(right)
+        if (t - 1) % every == 0:
+            left_root, right_root = root(left), root(right)
     return updates
+
+
+def assert_matches_numpy_shampoo(grads, numpy_kw, rtol, atol, **shampoo_kw):
+    """Updates from zero params vs `numpy_shampoo` at its lr, b2, eps (0.1, 0.9, 1e-4).
+
+    `atol` is a fraction of the update's largest entry: float32 roots leave errors of that order
+    on its small entries (seen: 1.4e-4 with eigh on entries up to 1.9), while a wrong root is off
+    by O(1).
+    """
+    expected = numpy_shampoo([g.astype(np.float64) for g in grads], 0.1, 0.9, 1e-4, **numpy_kw)
+    tx = optim.shampoo(0.1, b1=0.0, b2=0.9, ridge_epsilon=1e-4, graft="none", **shampoo_kw)
+    params = jnp.zeros(grads[0].shape)
+    state = tx.init(params)
+    update = jax.jit(tx.update)
+    for g, want in zip(grads, expected):
+        got, state = update(jnp.asarray(g), state, params)
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol * np.abs(want).max())
 
 
 @pytest.mark.parametrize(
@@ -79,27 +100,27 @@ def numpy_shampoo(g_seq, lr, b2, eps):
 )
 def test_matches_numpy_reference(root_method, rtol, atol):
     # (float32 eigh resolves the ridge-sized eigenvalues of these rank-6 statistics less well.)
-    # `atol` is a fraction of the update's largest entry: float32 roots leave errors of that
-    # order on its small entries (seen: 1.4e-4 with eigh on entries up to 1.9), while a wrong
-    # root is off by O(1).
     grads = [RNG.normal(size=(12, 6)).astype(np.float32) for _ in range(4)]
-    expected = numpy_shampoo([g.astype(np.float64) for g in grads], 0.1, 0.9, 1e-4)
-    tx = optim.shampoo(
-        0.1,
-        b1=0.0,
-        b2=0.9,
-        ridge_epsilon=1e-4,
-        graft="none",
-        start_preconditioning_step=1,
-        preconditioning_compute_steps=1,
-        root_method=root_method,
+    assert_matches_numpy_shampoo(
+        grads, {}, rtol, atol, preconditioning_compute_steps=1, root_method=root_method
     )
-    params = jnp.zeros((12, 6))
-    state = tx.init(params)
-    update = jax.jit(tx.update)
-    for g, want in zip(grads, expected):
-        got, state = update(jnp.asarray(g), state, params)
-        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol * np.abs(want).max())
+
+
+def test_statistics_every_k_updates_match_numpy_reference():
+    # Statistics on updates 1, 3, 5, 7; roots from those after updates 1 and 5.
+    grads = [RNG.normal(size=(12, 6)).astype(np.float32) for _ in range(8)]
+    as_float64 = [g.astype(np.float64) for g in grads]
+    sparse = numpy_shampoo(as_float64, 0.1, 0.9, 1e-4, every=4, statistics_every=2)
+    dense = numpy_shampoo(as_float64, 0.1, 0.9, 1e-4, every=4)
+    assert not np.allclose(sparse[-1], dense[-1], rtol=0.05)  # the test can tell
+    assert_matches_numpy_shampoo(
+        grads,
+        {"every": 4, "statistics_every": 2},
+        2e-3,
+        1e-4,
+        preconditioning_compute_steps=4,
+        statistics_compute_steps=2,
+    )
 
 
 def test_grafting_sets_each_blocks_step_size():
@@ -285,6 +306,8 @@ def test_bad_hyperparameters_are_rejected_clearly():
         optim.shampoo(1e-3, asynchronous=True, max_staleness=20)
     with pytest.raises(ValueError, match=r"float64. needs asynchronous=True"):
         optim.shampoo(1e-3, host_root_dtype="float64")
+    with pytest.raises(ValueError, match="statistics_compute_steps=3 must divide"):
+        optim.shampoo(1e-3, preconditioning_compute_steps=10, statistics_compute_steps=3)
     tx = make_shampoo(asynchronous=True)
     with pytest.raises(ValueError, match="exactly one ShampooState"):
         optim.after_step(tx, (), 0)
