@@ -17,8 +17,9 @@ reaches the target soonest in seconds (or, when none does, ends highest) is then
 other seeds. Runs are interleaved (for each grid point and seed, every row in turn), so a change
 in the machine's load falls on all rows alike; run it on an idle machine all the same, and alone.
 
-SOAP's staleness study: the rows `packed+soap-sync` (eigenbases in the graph, never stale) and
-`packed+soap-every100` (on the host every 100 steps, not 10), named in --rows.
+Studies, run when named in --rows: SOAP's staleness, `packed+soap-sync` (eigenbases in the graph,
+never stale) and `packed+soap-every100` (on the host every 100 steps, not 10); and Shampoo's
+statistics on every fifth update only, `packed+shampoo-stats5` (`statistics_compute_steps=5`).
 
 Per row: the median over seeds of training seconds (steps only, not evaluation), steps and
 sequences to the target. With --json the last line is a JSON object: target, baseline,
@@ -54,17 +55,23 @@ ROWS: dict[str, tuple[bool, str, dict]] = {
     "packed+shampoo": (True, "shampoo", {"asynchronous": True}),
     "packed+soap": (True, "soap", {"asynchronous": True}),
 }
-# SOAP's staleness study (not run by default: name them in --rows): the eigenbases computed in
+# Studies (not run by default: name them in --rows). SOAP's staleness: the eigenbases computed in
 # the graph every 10 steps (no staleness), and on the host every 100 steps instead of 10.
-STALENESS_ROWS: dict[str, tuple[bool, str, dict]] = {
+# Shampoo's statistics accumulated on every fifth update only.
+STUDY_ROWS: dict[str, tuple[bool, str, dict]] = {
     "packed+soap-sync": (True, "soap", {"asynchronous": False}),
     "packed+soap-every100": (
         True,
         "soap",
         {"asynchronous": True, "preconditioning_compute_steps": 100},
     ),
+    "packed+shampoo-stats5": (
+        True,
+        "shampoo",
+        {"asynchronous": True, "statistics_compute_steps": 5},
+    ),
 }
-ALL_ROWS = {**ROWS, **STALENESS_ROWS}
+ALL_ROWS = {**ROWS, **STUDY_ROWS}
 # The race among packed rows: the best second-order optimizer against the best first-order one.
 STEP_TIME_REFERENCE = "packed+lamb"  # what the packed rows' step times are divided by
 FIRST_ORDER_ROWS = (STEP_TIME_REFERENCE, "packed+adamw", "packed+muon")
