@@ -2,7 +2,8 @@
 
 Per parameter (see :mod:`optim.shampoo_blocks` for the blocking), the gradient ``G`` of each
 block updates one statistic per dimension, ``L_i <- b2 L_i + (1 - b2) G_(i) G_(i)^T``
-(``b2 = 1`` sums), and the Shampoo direction is ``G x_1 L_1^(-1/p) ... x_k L_k^(-1/p)`` with
+(``b2 = 1`` sums; on every ``statistics_compute_steps``-th update only when that is above
+1), and the Shampoo direction is ``G x_1 L_1^(-1/p) ... x_k L_k^(-1/p)`` with
 ``p = 2k`` (``exponent_override`` to change it). The inverse roots are recomputed every
 ``preconditioning_compute_steps`` (N) steps, starting at ``start_preconditioning_step`` (S):
 the roots computed from the statistics after update number ``c`` (c = S, S + N, S + 2N, ...) are
@@ -207,7 +208,8 @@ class ShampooConfig:
 
     def statistics_due(self, count):
         """Whether update ``count`` (numbered from 1, as in ``refresh_due``) accumulates the
-        factor statistics: in step with the roots' refreshes, due on S + multiples of N."""
+        factor statistics: on S + multiples of ``statistics_compute_steps``, which include the
+        refreshes' S + multiples of N."""
         return (count - self.start_preconditioning_step) % self.statistics_compute_steps == 0
 
     @property
