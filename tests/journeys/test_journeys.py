@@ -129,6 +129,7 @@ def prepared(tmp_path_factory) -> dict[int, str]:
                 "--config.optimizer.shampoo.block_size=32",
                 "--config.optimizer.shampoo.start_preconditioning_step=1",
                 "--config.optimizer.shampoo.preconditioning_compute_steps=2",
+                "--config.optimizer.shampoo.statistics_compute_steps=2",
             ],
         ),
         (
