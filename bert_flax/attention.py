@@ -23,6 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental.pallas.ops.tpu import splash_attention as splash
 
+from bert_flax import sharding
+
 Array = jax.Array
 
 # Finite, so masked logits never produce inf - inf in the softmax.
@@ -131,9 +133,10 @@ def jax_nn_attention(
     reference "xla" implementation of the same API elsewhere.
     """
     if implementation is None:
-        implementation = "cudnn" if jax.default_backend() == "gpu" else "xla"
+        platform = sharding.target_platform()
+        implementation = "cudnn" if platform == "gpu" else "xla"
         if implementation == "xla":
-            _log_once(f"attention_impl='cudnn' on {jax.default_backend()}: using its XLA version.")
+            _log_once(f"attention_impl='cudnn' on {platform}: using its XLA version.")
     out = jax.nn.dot_product_attention(
         q, k, v, mask=segment_mask(segment_ids), implementation=implementation
     )
@@ -221,9 +224,10 @@ def _cudnn(q: Array, k: Array, v: Array, segment_ids: Array, **_) -> Array:
 
 
 def _splash(q: Array, k: Array, v: Array, segment_ids: Array, **_) -> Array:
-    interpret = jax.default_backend() != "tpu"
+    platform = sharding.target_platform()
+    interpret = platform != "tpu"
     if interpret:
-        _log_once(f"attention_impl='splash' on {jax.default_backend()}: Pallas interpret mode.")
+        _log_once(f"attention_impl='splash' on {platform}: Pallas interpret mode.")
     return splash_attention(q, k, v, segment_ids, interpret=interpret)
 
 

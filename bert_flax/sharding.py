@@ -166,6 +166,16 @@ def partitioning(mesh: Mesh, rules: Rules):
         yield
 
 
+def target_platform() -> str:
+    """The platform ("cpu", "gpu", "tpu") of the devices the program being traced is for: the
+    mesh's inside `partitioning` (compile-only TPU devices on a CPU host: "tpu"), else the
+    default backend's. Kernels pick their lowering by it, not by the host they trace on."""
+    mesh = jax.sharding.get_abstract_mesh()
+    device = None if mesh.empty else mesh.abstract_device
+    platform = jax.default_backend() if device is None else device.platform
+    return "gpu" if platform in ("cuda", "rocm") else platform
+
+
 def jit_partitioned(fn: Callable, mesh: Mesh, rules: Rules, **jit_kwargs: Any) -> Callable:
     """`jax.jit(fn, **jit_kwargs)` with `fn` traced inside `partitioning(mesh, rules)`."""
 

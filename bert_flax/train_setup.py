@@ -145,6 +145,49 @@ def create_train_setup(
     Raises:
       ValueError/FileNotFoundError: on configs that cannot run (message says what to change).
     """
+    program = create_train_program(
+        config, mesh, task=task, packing_factor_override=packing_factor_override
+    )
+    # The state, initialised directly sharded (no device ever holds a full unsharded copy).
+    state = jax.jit(program.init_state, out_shardings=program.state_shardings)(
+        jax.random.key(config.seed)
+    )
+    fields = {f.name: getattr(program, f.name) for f in dataclasses.fields(TrainProgram)}
+    del fields["init_state"], fields["abstract_state"]
+    return TrainSetup(**fields, state=state)
+
+
+@dataclasses.dataclass
+class TrainProgram:
+    """Everything a run compiles, without any array: what `create_train_setup` materialises,
+    and what `bert_flax.compile` compiles for devices it does not have. `abstract_state` holds
+    `jax.ShapeDtypeStruct`s carrying `state_shardings`; `init_state(rng)` builds the state."""
+
+    config: ml_collections.ConfigDict
+    task: Task
+    mesh: Mesh
+    rules: list
+    adjustment: PackingAdjustment
+    model_config: BertConfig
+    model: nn.Module
+    tx: optax.GradientTransformation
+    learning_rate: optax.Schedule
+    init_state: Callable[[jax.Array], TrainState]
+    abstract_state: TrainState
+    state_shardings: TrainState
+    train_step: Callable[[TrainState, Any, jax.Array], tuple[TrainState, dict]]
+    eval_step: Callable[[Any, Any], dict]
+
+
+def create_train_program(
+    config: ml_collections.ConfigDict,
+    mesh: Mesh | None = None,
+    *,
+    task: Task | None = None,
+    packing_factor_override: float | None = None,
+) -> TrainProgram:
+    """`create_train_setup` up to the state: the recipe of a run (arguments as there), traced
+    only, so `mesh` may hold compile-only devices (`bert_flax.targets`)."""
     validate_config(config)
     # The task's data: row shape, vocabulary and packing factor.
     task = PreTrainingTask(config) if task is None else task
@@ -167,16 +210,21 @@ def create_train_setup(
     # Optimizer.
     tx, schedule = create_optimizer(config, adjustment)
 
-    # State, initialised directly sharded.
-    state, state_shardings = create_sharded_state(
-        model, task.synthetic_batch(1, seed=0), tx, mesh, rules, jax.random.key(config.seed)
+    # State: traced from an example of one row per data shard (kernels that run per shard in
+    # `shard_map`, such as splash attention, need every shard to hold a row).
+    example = task.synthetic_batch(sharding.data_parallel_size(mesh), seed=0)
+    init_state, state_shardings = sharded_state_init(
+        model, example, tx, mesh, rules, jax.random.key(config.seed)
+    )
+    abstract_state = sharding.abstract_arrays(
+        jax.eval_shape(init_state, jax.random.key(config.seed)), state_shardings
     )
 
     # Steps: the pure functions of `train_step`, bound and jitted with shardings.
     jitted_train_step, jitted_eval_step = jit_steps(
         model, tx, schedule, task.objective, adjustment.accumulation, mesh, rules, state_shardings
     )
-    return TrainSetup(
+    return TrainProgram(
         config=config,
         task=task,
         mesh=mesh,
@@ -186,7 +234,8 @@ def create_train_setup(
         model=model,
         tx=tx,
         learning_rate=schedule,
-        state=state,
+        init_state=init_state,
+        abstract_state=abstract_state,
         state_shardings=state_shardings,
         train_step=jitted_train_step,
         eval_step=jitted_eval_step,
@@ -363,19 +412,19 @@ def create_optimizer(
 # -- State ---------------------------------------------------------------------------------------
 
 
-def create_sharded_state(
+def sharded_state_init(
     model: nn.Module,
     example: dict[str, Any],
     tx: optax.GradientTransformation,
     mesh: Mesh,
     rules: sharding.Rules,
     rng: jax.Array,
-) -> tuple[TrainState, TrainState]:
-    """A TrainState initialised directly sharded, and its tree of shardings.
+) -> tuple[Callable[[jax.Array], TrainState], TrainState]:
+    """`init_state(rng)`, a TrainState's initialisation, and the tree of its shardings.
 
     The initialisation is traced with `jax.eval_shape` (no memory) to derive every leaf's
-    sharding, then run under `jax.jit(..., out_shardings=...)`, so no device ever holds a full
-    unsharded copy.
+    sharding; run it under `jax.jit(init_state, out_shardings=...)` so that no device ever
+    holds a full unsharded copy.
     """
     example = jax.tree_util.tree_map(jnp.asarray, example)
 
@@ -389,5 +438,4 @@ def create_sharded_state(
 
     with sharding.partitioning(mesh, rules):
         boxed = jax.eval_shape(init_params, rng)
-    shardings = sharding.state_shardings(jax.eval_shape(init_state, rng), boxed, mesh, rules)
-    return jax.jit(init_state, out_shardings=shardings)(rng), shardings
+    return init_state, sharding.state_shardings(jax.eval_shape(init_state, rng), boxed, mesh, rules)

@@ -15,6 +15,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from bert_flax import sharding
 from bert_flax.block_sparse import cpu, pallas, xla
 from bert_flax.block_sparse.layout import BlockSparseLayout
 
@@ -32,7 +33,7 @@ def resolve_impl(impl: str | None, block_size: int, dtype=jnp.float32) -> str:
         raise ValueError(f"Unknown block-sparse impl {impl!r}; choose one of {IMPLS}.")
     if impl != "auto":
         return impl
-    if jax.default_backend() in ("gpu", "cuda", "rocm", "tpu"):
+    if sharding.target_platform() in ("gpu", "tpu"):
         return "pallas" if block_size >= PALLAS_MIN_BLOCK else "xla"
     return "cpu" if cpu.supports(block_size, dtype) and cpu.available() else "xla"
 

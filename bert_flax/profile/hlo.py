@@ -53,6 +53,8 @@ COLLECTIVE_OPCODES = frozenset(
 # Ops that read only part of their first operand / write only part of their result.
 _PARTIAL_READ_OPCODES = frozenset({"gather", "dynamic-slice", "slice"})
 _IN_PLACE_OPCODES = frozenset({"dynamic-update-slice", "scatter"})
+# Asynchronous copies between memories (TPU): each reads and writes the array it moves.
+_ASYNC_MOVES = frozenset({"copy-start", "slice-start"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -343,6 +345,19 @@ def _parse_frame_tables(text: str) -> dict[int, tuple[Frame, int]]:
     return frames
 
 
+def _instruction_lines(text: str) -> list[str]:
+    """The module's lines with each instruction on one: a Mosaic kernel's backend_config holds
+    line breaks, and its continuation lines (one may start with "}}") belong to it."""
+    lines: list[str] = []
+    for line in text.splitlines():
+        continues = lines and lines[-1].startswith("  ") and line.strip() != "}"
+        if continues and line and not line.startswith(" "):
+            lines[-1] += "\n" + line
+        else:
+            lines.append(line)
+    return lines
+
+
 def parse_module(text: str) -> HloModule:
     """Parse the text of one optimized HLO module (`compiled.as_text()`)."""
     m = re.search(r"^HloModule ([^\s,]+)", text, re.M)
@@ -351,7 +366,7 @@ def parse_module(text: str) -> HloModule:
     computations: dict[str, HloComputation] = {}
     entry = None
     current: HloComputation | None = None
-    for line in text.splitlines():
+    for line in _instruction_lines(text):
         if current is None:
             header = re.match(r"^(ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$", line)
             if header and not line.startswith(" "):
@@ -396,7 +411,7 @@ def _instruction_flops(module: HloModule, inst: HloInstruction) -> tuple[float, 
         labels = inst.attr("dim_labels") or ""
         kernel = labels.split("_")[1].split("->")[0] if "_" in labels else ""
         out_features = rhs.dims[kernel.index("o")] if "o" in kernel else 1
-        return 2.0 * out * rhs.size / max(out_features, 1), 0.0
+        return 2.0 * out * rhs.size / max(out_features, 1) * _window_taps(module, inst), 0.0
     if op in TRANSCENDENTAL_OPCODES:
         return 0.0, float(out)
     if op in ELEMENTWISE_OPCODES:
@@ -409,6 +424,40 @@ def _instruction_flops(module: HloModule, inst: HloInstruction) -> tuple[float, 
         updates = module.instructions[inst.operands[-1]].shape
         return float(updates.size), 0.0
     return 0.0, 0.0
+
+
+def _window_taps(module: HloModule, inst: HloInstruction) -> float:
+    """The share of a convolution's (output position, kernel tap) pairs that read a real input
+    element, not padding or a hole of `lhs_dilate`. TPU programs write batched matrix products
+    as convolutions whose dilated windows mostly hit holes (`size=2x12 lhs_dilate=2x12`)."""
+    window = (inst.attr("window") or "").strip("{}")
+    fields = dict(f.split("=", 1) for f in window.split() if "=" in f)
+    if "size" not in fields:
+        return 1.0
+    sizes = [int(k) for k in fields["size"].split("x")]
+    ones = ["1"] * len(sizes)
+
+    def per_dim(key: str, default: list[str]) -> list[str]:
+        return fields[key].split("x") if key in fields else default
+
+    strides, lhs_dilation = per_dim("stride", ones), per_dim("lhs_dilate", ones)
+    rhs_dilation = per_dim("rhs_dilate", ones)
+    pads = per_dim("pad", ["0_0"] * len(sizes))
+    lhs_labels, rest = (inst.attr("dim_labels") or "_->").split("_", 1)
+    out_labels = rest.split("->")[1]
+    lhs = module.instructions[inst.operands[0]].shape
+    share = 1.0
+    for d, size in enumerate(sizes):
+        length = lhs.dims[lhs_labels.index(str(d))]
+        outputs = inst.shape.dims[out_labels.index(str(d))]
+        stride, dilate, rhs_dilate = int(strides[d]), int(lhs_dilation[d]), int(rhs_dilation[d])
+        low = int(pads[d].split("_")[0])
+        positions = (
+            o * stride + t * rhs_dilate - low for o in range(outputs) for t in range(size)
+        )
+        real = sum(1 for p in positions if p >= 0 and p % dilate == 0 and p // dilate < length)
+        share *= real / (outputs * size)
+    return share
 
 
 def _operand_read_bytes(module: HloModule, inst: HloInstruction, index: int) -> float:
@@ -477,8 +526,11 @@ def op_cost(module: HloModule, inst: HloInstruction) -> OpCost:
         cost.transcendentals += trans
         if inner.opcode in ("dot", "convolution"):
             cost.matmul_flops += flops
-    if inst.opcode in ("while", "conditional", "call"):
-        return OpCost()  # their bodies are counted as separate executed ops
+    if inst.opcode in ("while", "conditional", "call") or inst.opcode.endswith("-done"):
+        return OpCost()  # bodies are counted as separate executed ops; async pairs at -start
+    if inst.opcode in _ASYNC_MOVES:  # (source, destination, context): moves its destination
+        moved = min((a.bytes for a in inst.shape.arrays() if a.dims), default=0.0)
+        return dataclasses.replace(cost, bytes=2 * moved)
     seen = set()
     for index, name in enumerate(inst.operands):
         if name in seen:

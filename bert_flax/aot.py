@@ -1,0 +1,363 @@
+"""A run's train and eval steps compiled ahead of time for an accelerator this host lacks.
+
+`compile_for(config, target)` builds exactly what `create_train_setup` builds (the config's
+rules, optimizer, attention back-end, packed row shapes, micro-batching) over compile-only devices
+of a `targets.Target`, from abstract shapes only (`jax.ShapeDtypeStruct`s carrying shardings: no
+parameter, no batch, no device memory), compiles both steps, and reads what XLA says of the
+program: memory per device, FLOPs, the collectives it holds; `Report` sets them against the
+chip's figures. Every time in it is a prediction from the roofline, not a measurement:
+
+    report = compile_for(configs.bert_base.get_config("phase2"), targets.target("v5e-8"))
+    print(report.fits, report.roofline_step_s)
+
+`largest_batch` bisects over compiles for the most rows per step that fit.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import math
+import time
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+from jax.experimental.compilation_cache import compilation_cache
+
+from bert_flax import sharding, targets, train_setup
+from bert_flax.profile import classify, hlo
+
+# Executed ops whose bytes cross the interconnect; `-done` halves of async pairs move nothing.
+_COLLECTIVE_KINDS = (
+    "all-reduce",
+    "all-gather",
+    "reduce-scatter",
+    "all-to-all",
+    "collective-permute",
+    "ragged-all-to-all",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Memory:
+    """Bytes per device of one compiled step (`compiled.memory_analysis()`)."""
+
+    arguments: int
+    outputs: int
+    aliased: int  # outputs written in place of donated arguments (the train state)
+    temporaries: int
+    code: int
+
+    @property
+    def total(self) -> int:
+        return self.arguments + self.outputs - self.aliased + self.temporaries + self.code
+
+    @classmethod
+    def of(cls, compiled: Any) -> Memory:
+        m = compiled.memory_analysis()
+        return cls(
+            m.argument_size_in_bytes,
+            m.output_size_in_bytes,
+            m.alias_size_in_bytes,
+            m.temp_size_in_bytes,
+            m.generated_code_size_in_bytes,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Collective:
+    kind: str
+    count: int  # executions per step (loop bodies times their trip counts)
+    bytes: float  # per device per step: the larger of operand and result, summed over executions
+
+
+@dataclasses.dataclass(frozen=True)
+class OpClassCost:
+    """Roofline of one op class (`profile.classify`) per device per step."""
+
+    flops: float
+    bytes: float
+    seconds: float  # sum over its ops of max(FLOPs / peak, bytes / HBM bandwidth)
+
+
+@dataclasses.dataclass
+class Report:
+    """What one compile says of a config on a target. Per device unless the name says step."""
+
+    target: str
+    devices: int
+    mesh: dict[str, int]
+    model: dict[str, Any]
+    rows_per_step: int
+    accumulation: int
+    packing_factor: float
+    compile_s: dict[str, float]
+    train_memory: Memory
+    eval_memory: Memory
+    hbm_bytes: float
+    param_bytes: int
+    optimizer_bytes: int
+    xla_flops: float  # XLA's cost analysis of the train step (None on CUDA: HLO count instead)
+    hlo_flops: float  # counted from the compiled program's shapes (`profile.hlo`)
+    model_flops_per_step: float  # 6 x parameters x tokens + attention, all devices
+    collectives: list[Collective]
+    classes: dict[str, OpClassCost]
+    link_bytes_per_s: float
+    peak_flops: float
+
+    @property
+    def fits(self) -> bool:
+        return max(self.train_memory.total, self.eval_memory.total) <= self.hbm_bytes
+
+    @property
+    def collective_bytes(self) -> float:
+        return sum(c.bytes for c in self.collectives)
+
+    @property
+    def roofline_step_s(self) -> float:
+        """Predicted seconds per step: every op at its roofline bound, collectives at the link's
+        bandwidth, nothing overlapped (an upper bound of the roofline's own kind)."""
+        compute = sum(c.seconds for c in self.classes.values())
+        return compute + self.collective_bytes / self.link_bytes_per_s
+
+    @property
+    def sequences_per_s(self) -> float:
+        return self.rows_per_step * self.packing_factor / self.roofline_step_s
+
+    @property
+    def model_flops_utilisation(self) -> float:
+        return self.model_flops_per_step / (
+            self.roofline_step_s * self.peak_flops * self.devices
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        for name in ("train_memory", "eval_memory"):
+            out[name]["total"] = getattr(self, name).total
+        derived = ("fits", "collective_bytes", "roofline_step_s", "sequences_per_s")
+        out.update({name: getattr(self, name) for name in derived})
+        out["model_flops_utilisation"] = self.model_flops_utilisation
+        out["predicted"] = ["roofline_step_s", "sequences_per_s", "model_flops_utilisation"]
+        return out
+
+
+def abstract_batch(task: Any, rows: int, mesh: jax.sharding.Mesh) -> dict[str, Any]:
+    """Shapes and dtypes of a global batch of `rows`, sharded as the loop shards batches."""
+    example = task.synthetic_batch(1, seed=0)
+    batch_sharding = sharding.batch_sharding(mesh)
+    return {
+        name: jax.ShapeDtypeStruct((rows, *np.shape(v)[1:]), np.asarray(v).dtype, sharding=batch_sharding)
+        for name, v in example.items()
+    }
+
+
+def _bytes_per_device(tree: Any) -> int:
+    """Bytes one device holds of the abstract arrays in `tree` (their shard shapes)."""
+    total = 0
+    for leaf in jax.tree_util.tree_leaves(tree):
+        shard = leaf.sharding.shard_shape(leaf.shape)
+        total += math.prod(shard) * np.dtype(leaf.dtype).itemsize
+    return total
+
+
+def collectives(module: hlo.HloModule) -> list[Collective]:
+    """The collectives the compiled program executes per step, by kind."""
+    count: dict[str, int] = collections.Counter()
+    moved: dict[str, float] = collections.Counter()
+    for op in module.executed_ops():
+        outer = op.instruction
+        # TPU writes a reduce-scatter as a fusion calling "all-reduce-scatter": one collective.
+        scatter = any(c.startswith("all-reduce-scatter") for c in outer.called)
+        for inst in [outer] if scatter else module.fused_instructions(outer):
+            kind = "reduce-scatter" if scatter else inst.opcode.removesuffix("-start")
+            if kind not in _COLLECTIVE_KINDS:
+                continue
+            operands = [module.instructions[o].shape for o in inst.operands]
+            largest = max(a.bytes for s in (inst.shape, *operands) for a in s.arrays())
+            count[kind] += op.count or 1
+            moved[kind] += (op.count or 1) * largest
+    return [Collective(k, count[k], moved[k]) for k in sorted(count)]
+
+
+def roofline_by_class(module: hlo.HloModule, chip: targets.Chip, vocab_size: int):
+    """`OpClassCost` per op class: each executed op at max(FLOPs / peak, bytes / bandwidth)."""
+    executed = module.executed_ops()
+    classes = classify.Classifier(module, vocab_size=vocab_size).classify(executed)
+    totals: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0.0])
+    for op in executed:
+        inst = op.instruction
+        if inst.opcode.removesuffix("-start").removesuffix("-done") in _COLLECTIVE_KINDS:
+            continue  # timed at the interconnect's bandwidth (`Report.roofline_step_s`)
+        cost = hlo.op_cost(module, inst)
+        times = op.count or 1
+        seconds = max(cost.flops / chip.peak_flops, cost.bytes / chip.hbm_bytes_per_s)
+        entry = totals[classes[inst.name].op_class]
+        entry[0] += cost.flops * times
+        entry[1] += cost.bytes * times
+        entry[2] += seconds * times
+    return {name: OpClassCost(*totals[name]) for name in classify.CLASSES if name in totals}
+
+
+def model_flops_per_step(params: Any, model_config: Any, rows: int, row_shape: Any) -> float:
+    """Training FLOPs of a step by the usual count (Kaplan et al., 2020): 6 x parameters x
+    tokens for the weights a token multiplies (all but the embedding tables), the masked-LM
+    decoder (the word table, transposed) on the row's prediction slots only, and attention's
+    scores and weighted sum at 12 x layers x hidden x length a token (every position of a row,
+    packed or padded, as the kernels compute them)."""
+    tables = {"word_embeddings", "position_embeddings", "token_type_embeddings"}
+    weights = sum(
+        int(np.prod(leaf.shape))
+        for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]
+        if not tables & {getattr(k, "key", None) for k in path}
+    )
+    length, cfg = row_shape.max_seq_length, model_config
+    per_token = 6 * weights + 12 * cfg.num_layers * cfg.hidden_size * length
+    decoder = 6 * cfg.vocab_size * cfg.hidden_size * row_shape.max_predictions_per_pack
+    return float(rows * (per_token * length + decoder))
+
+
+def _xla_flops(compiled: Any) -> float | None:
+    cost = compiled.cost_analysis()
+    if isinstance(cost, (list, tuple)):
+        cost = cost[0] if cost else None
+    return None if not cost or "flops" not in cost else float(cost["flops"])
+
+
+@contextlib.contextmanager
+def _no_persistent_cache():
+    """Compile-only executables cannot be read back from jax's persistent compilation cache
+    (each try warns), so programs compiled here are kept out of it."""
+    enabled = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)
+    compilation_cache.reset_cache()  # the cache decides once whether it is on; ask it again
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_compilation_cache", enabled)
+        compilation_cache.reset_cache()
+
+
+@dataclasses.dataclass
+class Compiled:
+    """The compiled steps of a config on a target and the program they came from."""
+
+    program: train_setup.TrainProgram
+    train: Any
+    eval: Any
+    seconds: dict[str, float]
+
+
+def compile_steps(
+    config: ml_collections.ConfigDict,
+    devices: list[jax.Device],
+    packing_factor: float | None = None,
+) -> Compiled:
+    """Compiles the train and eval steps of `config` for `devices` (compile-only is enough)."""
+    mesh = sharding.create_mesh(config.mesh.shape, config.mesh.axes, devices)
+    started = time.perf_counter()
+    program = train_setup.create_train_program(
+        config, mesh, packing_factor_override=packing_factor
+    )
+    key = jax.ShapeDtypeStruct((), jax.random.key(0).dtype, sharding=sharding.replicated(mesh))
+    batch = abstract_batch(program.task, program.adjustment.batch_size, mesh)
+    eval_batch = abstract_batch(program.task, config.eval.batch_size, mesh)
+    with _no_persistent_cache():
+        traced = time.perf_counter()
+        train = program.train_step.lower(program.abstract_state, batch, key).compile()
+        compiled = time.perf_counter()
+        evaluate = program.eval_step.lower(program.abstract_state.params, eval_batch).compile()
+    seconds = {
+        "trace": traced - started,
+        "train": compiled - traced,
+        "eval": time.perf_counter() - compiled,
+    }
+    return Compiled(program, train, evaluate, seconds)
+
+
+def report(compiled: Compiled, target: targets.Target) -> Report:
+    """Reads the compiled steps against `target`'s chip (see `Report`)."""
+    program, chip = compiled.program, target.chip
+    module = hlo.parse_module(compiled.train.as_text())
+    classes = roofline_by_class(module, chip, program.model_config.vocab_size)
+    state = program.abstract_state
+    num_params = sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(state.params))
+    rows, length = program.adjustment.batch_size, program.task.row_shape.max_seq_length
+    cfg = program.model_config
+    return Report(
+        target=target.name,
+        devices=program.mesh.size,
+        mesh=dict(program.mesh.shape),
+        model={
+            "layers": cfg.num_layers,
+            "hidden": cfg.hidden_size,
+            "parameters": num_params,
+            "length": length,
+            "attention": cfg.attention_impl,
+            "optimizer": program.config.optimizer.name,
+            "dtype": str(cfg.dtype),
+            "packed": bool(program.config.data.packed),
+        },
+        rows_per_step=rows,
+        accumulation=program.adjustment.accumulation,
+        packing_factor=program.adjustment.packing_factor,
+        compile_s=compiled.seconds,
+        train_memory=Memory.of(compiled.train),
+        eval_memory=Memory.of(compiled.eval),
+        hbm_bytes=chip.hbm_bytes,
+        param_bytes=_bytes_per_device(state.params),
+        optimizer_bytes=_bytes_per_device(state.opt_state),
+        xla_flops=_xla_flops(compiled.train),
+        hlo_flops=sum(c.flops for c in classes.values()),
+        model_flops_per_step=model_flops_per_step(state.params, cfg, rows, program.task.row_shape),
+        collectives=collectives(module),
+        classes=classes,
+        link_bytes_per_s=chip.link_bytes_per_s,
+        peak_flops=chip.peak_flops,
+    )
+
+
+def compile_for(
+    config: ml_collections.ConfigDict,
+    target: targets.Target,
+    packing_factor: float | None = None,
+    devices: list[jax.Device] | None = None,
+) -> Report:
+    """`report(compile_steps(...))` on compile-only devices of `target`."""
+    devices = targets.compile_only_devices(target) if devices is None else devices
+    return report(compile_steps(config, devices, packing_factor), target)
+
+
+def largest_batch(
+    config: ml_collections.ConfigDict,
+    target: targets.Target,
+    packing_factor: float | None = None,
+    *,
+    limit: int = 1 << 16,
+) -> tuple[int, Report | None]:
+    """The most rows per step (a multiple of the data shards, no accumulation) whose train and
+    eval steps fit the chip's HBM, by bisection over compiles, and the report at it (0, None:
+    not even one row a shard fits). The config's packing adjustment is turned off so that the
+    rows are the ones compiled."""
+    devices = targets.compile_only_devices(target)
+    config = ml_collections.ConfigDict(config.to_dict())
+    config.train.packing_hparams, config.train.accumulation = "none", 1
+    shards = sharding.data_parallel_size(
+        sharding.create_mesh(config.mesh.shape, config.mesh.axes, devices)
+    )
+    reports: dict[int, Report] = {}
+
+    def fits(units: int) -> bool:
+        config.train.batch_size = config.eval.batch_size = units * shards
+        reports[units] = compile_for(config, target, packing_factor, devices)
+        return reports[units].fits
+
+    low, high = 0, 1  # fits(low) (or low == 0); find the first high that does not fit
+    while high * shards <= limit and fits(high):
+        low, high = high, high * 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return low * shards, reports.get(low)
