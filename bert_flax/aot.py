@@ -96,7 +96,7 @@ class Report:
     packing_factor: float
     compile_s: dict[str, float]
     train_memory: Memory
-    eval_memory: Memory
+    eval_memory: Memory | None  # None: the eval step was not compiled
     hbm_bytes: float
     param_bytes: int
     optimizer_bytes: int
@@ -110,7 +110,8 @@ class Report:
 
     @property
     def fits(self) -> bool:
-        return max(self.train_memory.total, self.eval_memory.total) <= self.hbm_bytes
+        steps = [m for m in (self.train_memory, self.eval_memory) if m is not None]
+        return max(m.total for m in steps) <= self.hbm_bytes
 
     @property
     def collective_bytes(self) -> float:
@@ -129,14 +130,13 @@ class Report:
 
     @property
     def model_flops_utilisation(self) -> float:
-        return self.model_flops_per_step / (
-            self.roofline_step_s * self.peak_flops * self.devices
-        )
+        return self.model_flops_per_step / (self.roofline_step_s * self.peak_flops * self.devices)
 
     def as_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         for name in ("train_memory", "eval_memory"):
-            out[name]["total"] = getattr(self, name).total
+            if out[name] is not None:
+                out[name]["total"] = getattr(self, name).total
         derived = ("fits", "collective_bytes", "roofline_step_s", "sequences_per_s")
         out.update({name: getattr(self, name) for name in derived})
         out["model_flops_utilisation"] = self.model_flops_utilisation
@@ -149,7 +149,9 @@ def abstract_batch(task: Any, rows: int, mesh: jax.sharding.Mesh) -> dict[str, A
     example = task.synthetic_batch(1, seed=0)
     batch_sharding = sharding.batch_sharding(mesh)
     return {
-        name: jax.ShapeDtypeStruct((rows, *np.shape(v)[1:]), np.asarray(v).dtype, sharding=batch_sharding)
+        name: jax.ShapeDtypeStruct(
+            (rows, *np.shape(v)[1:]), np.asarray(v).dtype, sharding=batch_sharding
+        )
         for name, v in example.items()
     }
 
@@ -201,6 +203,10 @@ def roofline_by_class(module: hlo.HloModule, chip: targets.Chip, vocab_size: int
     return {name: OpClassCost(*totals[name]) for name in classify.CLASSES if name in totals}
 
 
+def parameter_count(params: Any) -> int:
+    return sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(params))
+
+
 def model_flops_per_step(params: Any, model_config: Any, rows: int, row_shape: Any) -> float:
     """Training FLOPs of a step by the usual count (Kaplan et al., 2020): 6 x parameters x
     tokens for the weights a token multiplies (all but the embedding tables), the masked-LM
@@ -246,7 +252,7 @@ class Compiled:
 
     program: train_setup.TrainProgram
     train: Any
-    eval: Any
+    eval: Any  # None when not asked for
     seconds: dict[str, float]
 
 
@@ -254,13 +260,14 @@ def compile_steps(
     config: ml_collections.ConfigDict,
     devices: list[jax.Device],
     packing_factor: float | None = None,
+    *,
+    evaluate: bool = True,
 ) -> Compiled:
-    """Compiles the train and eval steps of `config` for `devices` (compile-only is enough)."""
+    """Compiles the train step of `config` (and its eval step, if `evaluate`) for `devices`
+    (compile-only ones are enough)."""
     mesh = sharding.create_mesh(config.mesh.shape, config.mesh.axes, devices)
     started = time.perf_counter()
-    program = train_setup.create_train_program(
-        config, mesh, packing_factor_override=packing_factor
-    )
+    program = train_setup.create_train_program(config, mesh, packing_factor_override=packing_factor)
     key = jax.ShapeDtypeStruct((), jax.random.key(0).dtype, sharding=sharding.replicated(mesh))
     batch = abstract_batch(program.task, program.adjustment.batch_size, mesh)
     eval_batch = abstract_batch(program.task, config.eval.batch_size, mesh)
@@ -268,13 +275,14 @@ def compile_steps(
         traced = time.perf_counter()
         train = program.train_step.lower(program.abstract_state, batch, key).compile()
         compiled = time.perf_counter()
-        evaluate = program.eval_step.lower(program.abstract_state.params, eval_batch).compile()
+        params = program.abstract_state.params
+        eval_step = program.eval_step.lower(params, eval_batch).compile() if evaluate else None
     seconds = {
         "trace": traced - started,
         "train": compiled - traced,
         "eval": time.perf_counter() - compiled,
     }
-    return Compiled(program, train, evaluate, seconds)
+    return Compiled(program, train, eval_step, seconds)
 
 
 def report(compiled: Compiled, target: targets.Target) -> Report:
@@ -283,7 +291,7 @@ def report(compiled: Compiled, target: targets.Target) -> Report:
     module = hlo.parse_module(compiled.train.as_text())
     classes = roofline_by_class(module, chip, program.model_config.vocab_size)
     state = program.abstract_state
-    num_params = sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(state.params))
+    num_params = parameter_count(state.params)
     rows, length = program.adjustment.batch_size, program.task.row_shape.max_seq_length
     cfg = program.model_config
     return Report(
@@ -305,7 +313,7 @@ def report(compiled: Compiled, target: targets.Target) -> Report:
         packing_factor=program.adjustment.packing_factor,
         compile_s=compiled.seconds,
         train_memory=Memory.of(compiled.train),
-        eval_memory=Memory.of(compiled.eval),
+        eval_memory=None if compiled.eval is None else Memory.of(compiled.eval),
         hbm_bytes=chip.hbm_bytes,
         param_bytes=_bytes_per_device(state.params),
         optimizer_bytes=_bytes_per_device(state.opt_state),

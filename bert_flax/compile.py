@@ -20,10 +20,10 @@ import json
 import sys
 
 import ml_collections
-import packing
 from absl import app, flags
 from ml_collections import config_flags
 
+import packing
 from bert_flax import aot, cli, overrides, targets
 
 config_flags.DEFINE_config_file("config", None, "Config file (e.g. configs/bert_base.py:phase2).")
@@ -67,7 +67,8 @@ def format_report(r: aot.Report, largest: int | None = None) -> str:
     """The report as a person reads it (every time a roofline prediction)."""
     m = r.model
     t, e = r.train_memory, r.eval_memory
-    verdict = "fits" if r.fits else f"does NOT fit (by {(t.total - r.hbm_bytes) / GIB:.2f} GiB)"
+    over = max(t.total, e.total) - r.hbm_bytes
+    verdict = "fits" if r.fits else f"does NOT fit (by {over / GIB:.2f} GiB)"
     lines = [
         f"{m['layers']}-layer, hidden {m['hidden']}, {m['parameters'] / 1e6:.1f}M parameters, "
         f"length {m['length']}, {'packed' if m['packed'] else 'padded'} "
@@ -98,9 +99,7 @@ def format_report(r: aot.Report, largest: int | None = None) -> str:
         lines.append(
             f"  {name:<18} {c.seconds * 1e3:9.3f} ms  {_num(c.flops)} FLOPs  {_num(c.bytes)} B"
         )
-    lines.append(
-        f"  {'collectives':<18} {r.collective_bytes / r.link_bytes_per_s * 1e3:9.3f} ms"
-    )
+    lines.append(f"  {'collectives':<18} {r.collective_bytes / r.link_bytes_per_s * 1e3:9.3f} ms")
     lines.append(
         f"step {r.roofline_step_s * 1e3:.2f} ms -> {r.sequences_per_s:,.0f} sequences/s, "
         f"model FLOPs utilisation {r.model_flops_utilisation:.0%} (prediction)"

@@ -452,9 +452,7 @@ def _window_taps(module: HloModule, inst: HloInstruction) -> float:
         outputs = inst.shape.dims[out_labels.index(str(d))]
         stride, dilate, rhs_dilate = int(strides[d]), int(lhs_dilation[d]), int(rhs_dilation[d])
         low = int(pads[d].split("_")[0])
-        positions = (
-            o * stride + t * rhs_dilate - low for o in range(outputs) for t in range(size)
-        )
+        positions = (o * stride + t * rhs_dilate - low for o in range(outputs) for t in range(size))
         real = sum(1 for p in positions if p >= 0 and p % dilate == 0 and p // dilate < length)
         share *= real / (outputs * size)
     return share

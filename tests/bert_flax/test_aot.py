@@ -125,7 +125,7 @@ def test_bert_base_shapes_fit_and_count_the_model_flops():
     config = tiny_config(preset="base", num_layers=2, attention_impl="splash")
     config.model.attention_dropout_rate = 0.0
     config.train.dtype = "bfloat16"
-    steps, report = compiled(config)
+    _, report = compiled(config)
     params = report.model["parameters"]
     assert 35e6 < params < 45e6  # two of BERT-base's layers (7.1M each) and its embeddings
     # Data parallel: each device holds all float32 parameters and two Adam moments of them.

@@ -24,6 +24,10 @@ CALLED = [
     "bert_flax.profile.report.format_table",
     "bert_flax.profile.configured.profile_config",
     "bert_flax.finetune.finetune",
+    "bert_flax.aot.compile_for",
+    "bert_flax.targets.target",
+    "bert_flax.compile.format_report",
+    "configs.bert_base.get_config",
 ]
 CONFIG_FIELDS = [
     "data.data_dir",

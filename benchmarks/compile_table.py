@@ -1,0 +1,194 @@
+r"""The table a researcher reads before booking TPUs: BERT-base and BERT-large, packed and padded,
+compiled for TPU slices on this (CPU) host. Every time and rate in it is a roofline prediction.
+
+    python benchmarks/compile_table.py             # writes benchmarks/results/compile_table.json
+    python benchmarks/compile_table.py --markdown  # the table docs/compile.md shows
+
+A full BERT-large step takes minutes to compile on 2 cores, so each cell compiles the real step
+(`bert_flax.aot.compile_steps`: the config's rules, optimizer, attention, row shapes) at 1 and 2
+layers and at 2 and 4 rows per device, and every figure (HBM per device, FLOPs, collective bytes,
+roofline seconds) is fitted exactly as a + b L + c R + d L R over layers L and rows R, then read
+at the model's depth (a transformer's layers are identical, so each figure is affine in L, and
+affine in R at a fixed L). `--check` compiles BERT-base at full depth at the 512 packed cell's
+rows and prints the fit's error on it. Rows: the recipe's 256 sequences a step (packed: 256 / p
+rows, p from `packing.synthetic.corpus_like_histogram`, the figures of a real Wikipedia
+histogram), or the most that fit, whichever is fewer; one micro-batch (no accumulation).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+from bert_flax import aot, sharding, targets, train_setup
+from bert_flax.compile import packing_factor
+from configs import bert_base, bert_large
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "compile_table.json")
+MODELS = {"base": bert_base, "large": bert_large}
+RECIPE_SEQUENCES = 256  # BERT's sequences a step (Devlin et al., 2019)
+# (model, length, target) cells; every one packed and padded.
+CELLS = [
+    ("base", 128, "v5e-8"),
+    ("base", 512, "v5e-8"),
+    ("large", 512, "v5e-8"),
+    ("base", 512, "v5p-8"),
+    ("large", 512, "v5p-8"),
+    ("base", 512, "v6e-8"),
+    ("large", 512, "v6e-8"),
+]
+FITTED = ("memory", "xla_flops", "collective_bytes", "compute_s", "collective_s")
+PER_DEVICE_ROWS = (2, 4)
+LAYERS = (1, 2)
+
+
+def cell_config(model: str, length: int, packed: bool, layers: int, rows: int):
+    config = MODELS[model].get_config("phase1" if length == 128 else "phase2")
+    config.data.synthetic = True
+    config.data.packed = packed
+    config.model.num_layers = layers
+    config.train.packing_hparams, config.train.accumulation = "none", 1
+    config.train.batch_size = config.eval.batch_size = rows
+    return config
+
+
+def figures(report: aot.Report) -> dict[str, float]:
+    compute = sum(c.seconds for c in report.classes.values())
+    return {
+        "memory": report.train_memory.total,
+        "xla_flops": report.xla_flops,
+        "collective_bytes": report.collective_bytes,
+        "compute_s": compute,
+        "collective_s": report.collective_bytes / report.link_bytes_per_s,
+    }
+
+
+def fit(points: dict[tuple[int, int], dict[str, float]]) -> dict[str, np.ndarray]:
+    """Per figure, (a, b, c, d) of a + b L + c R + d L R through the four (L, R) points."""
+    keys = sorted(points)
+    design = np.array([[1, layers, rows, layers * rows] for layers, rows in keys], float)
+    return {
+        name: np.linalg.solve(design, np.array([points[k][name] for k in keys], float))
+        for name in FITTED
+    }
+
+
+def at(coefficients: dict[str, np.ndarray], layers: int, rows: float) -> dict[str, float]:
+    return {k: float(c @ [1, layers, rows, layers * rows]) for k, c in coefficients.items()}
+
+
+@dataclasses.dataclass
+class Cell:
+    model: str
+    length: int
+    target: str
+    packed: bool
+    packing_factor: float
+    layers: int
+    parameters: int
+    recipe_rows: int
+    largest_rows: int
+    rows: int
+    fits_recipe: bool
+    figures: dict[str, float]
+    model_flops_per_step: float
+    compile_s: float
+
+    @property
+    def step_s(self) -> float:
+        return self.figures["compute_s"] + self.figures["collective_s"]
+
+    @property
+    def sequences_per_s(self) -> float:
+        return self.rows * self.packing_factor / self.step_s
+
+
+def measure_cell(model: str, length: int, target_name: str, packed: bool) -> Cell:
+    target = targets.target(target_name)
+    devices = targets.compile_only_devices(target)
+    started = time.perf_counter()
+    points = {}
+    factor = packing_factor(cell_config(model, length, packed, 1, 8), "corpus_like")
+    for layers in LAYERS:
+        for per_device in PER_DEVICE_ROWS:
+            rows = per_device * len(devices)
+            config = cell_config(model, length, packed, layers, rows)
+            steps = aot.compile_steps(config, devices, factor, evaluate=False)
+            report = aot.report(steps, target)
+            points[layers, rows] = figures(report)
+            print(f"  {model} {length} {target_name} packed={packed} L={layers} rows={rows}: "
+                  f"{steps.seconds['train']:.0f} s", file=sys.stderr, flush=True)  # fmt: skip
+    coefficients = fit(points)
+    full = cell_config(model, length, packed, MODELS[model].get_config().model.num_layers, 8)
+    mesh = sharding.create_mesh(full.mesh.shape, full.mesh.axes, devices)
+    program = train_setup.create_train_program(full, mesh, packing_factor_override=factor)
+    depth, params = program.model_config.num_layers, program.abstract_state.params
+    # Memory at the full depth: fixed + per_row x rows; the most rows that fit, per data shard.
+    fixed, per_row = (coefficients["memory"] @ v for v in ([1, depth, 0, 0], [0, 0, 1, depth]))
+    shards = len(devices)
+    largest = max(0, math.floor((target.chip.hbm_bytes - fixed) / per_row / shards) * shards)
+    recipe = shards * math.ceil(RECIPE_SEQUENCES / factor / shards)
+    rows = min(recipe, largest)
+    flops = aot.model_flops_per_step(params, program.model_config, rows, program.task.row_shape)
+    return Cell(
+        model, length, target_name, packed, factor, depth, aot.parameter_count(params), recipe,
+        largest, rows,
+        recipe <= largest, at(coefficients, depth, rows), flops,
+        time.perf_counter() - started,
+    )  # fmt: skip
+
+
+def markdown(cells: list[dict]) -> str:
+    """The table as docs/compile.md shows it (from the JSON, so the docs cannot drift)."""
+    head = (
+        "| model | length | slice | rows | fits 256 seq. | largest batch (rows) | HBM / device "
+        "(GiB) | TFLOPs / step | collectives (MiB / device) | step (ms) | sequences / s | "
+        "MFU |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+    )
+    lines = [head]
+    for c in cells:
+        f = c["figures"]
+        layout = f"packed ({c['packing_factor']:.2f})" if c["packed"] else "padded"
+        devices = targets.target(c["target"]).chips
+        peak = targets.target(c["target"]).chip.peak_flops * devices
+        mfu = c["model_flops_per_step"] / (c["step_s"] * peak) if c["rows"] else 0.0
+        lines.append(
+            f"| BERT-{c['model']} {layout} | {c['length']} | {c['target']} | {c['rows']} | "
+            f"{'yes' if c['fits_recipe'] else 'no'} | {c['largest_rows']} | "
+            f"{f['memory'] / 2**30:.1f} | {f['xla_flops'] * devices / 1e12:.1f} | "
+            f"{f['collective_bytes'] / 2**20:.0f} | {c['step_s'] * 1e3:.0f} | "
+            f"{c['sequences_per_s']:,.0f} | {mfu:.0%} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--markdown", action="store_true", help="Print the table from the JSON.")
+    parser.add_argument("--out", default=RESULTS)
+    args = parser.parse_args()
+    if args.markdown:
+        with open(args.out, encoding="utf-8") as f:
+            print(markdown(json.load(f)["cells"]))
+        return
+    cells = []
+    for model, length, target in CELLS:
+        for packed in (True, False):
+            cell = measure_cell(model, length, target, packed)
+            cells.append(dataclasses.asdict(cell) | {
+                "step_s": cell.step_s, "sequences_per_s": cell.sequences_per_s})  # fmt: skip
+            os.makedirs(os.path.dirname(args.out), exist_ok=True)
+            with open(args.out, "w", encoding="utf-8") as f:
+                json.dump({"method": __doc__.split("\n\n")[2], "cells": cells}, f, indent=1)
+    print(markdown(cells))
+
+
+if __name__ == "__main__":
+    main()
