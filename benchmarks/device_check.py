@@ -11,6 +11,9 @@
 3. utilisation: the BERT-base train step (forward + backward, packed rows of 512, bfloat16):
    FLOP/s from XLA's cost analysis over the measured time, against a bfloat16 matmul's rate.
 4. profile: the step profiler on configs/tiny.py (synthetic batches): class shares.
+5. prediction: the run's train step (BERT-base phase 2 at 4 layers, packed, bfloat16) timed,
+   beside `bert_flax.compile`'s roofline prediction for the same program on this chip (what the
+   compile command predicts for a target without one: docs/compile.md).
 
 Every check is independent: a failure prints {"check": ..., "ok": false, "error": ...} and the
 next one runs. On a CPU the same checks run at small shapes (a dry run of the script).
@@ -156,11 +159,44 @@ def check_profile() -> dict:
     return {"ok": bool(shares), "step_ms": result.step_ms, "class_shares": shares}
 
 
+def check_prediction() -> dict:
+    from bert_flax import aot, targets, train_setup
+    from configs import bert_base, tiny
+
+    kind = jax.devices()[0].device_kind
+    chips = [t for t in targets.TARGETS.values() if t.chip.name in (kind, kind.split(" 80GB")[0])]
+    target = chips[0] if chips else targets.TARGETS["h200"]  # CPU dry run: H200's figures
+    config = tiny.get_config() if SMALL else bert_base.get_config("phase2")
+    config.data.synthetic = True
+    if not SMALL:
+        config.model.num_layers, config.train.packing_hparams = 4, "none"
+        config.train.batch_size = config.eval.batch_size = 32 * jax.device_count()
+    predicted = aot.report(aot.compile_steps(config, jax.devices(), evaluate=False), target)
+    setup = train_setup.create_train_setup(config)
+    state, batch = setup.state, setup.make_batch()
+    times = []
+    for step in range(REPEATS + 1):
+        start = time.perf_counter()
+        state, metrics = setup.train_step(state, batch, setup.step_key(step))
+        jax.block_until_ready(metrics)
+        times.append(time.perf_counter() - start)
+    measured = statistics.median(times[1:])
+    return {
+        "ok": True,
+        "target": target.name if chips else f"none for {kind!r} (dry run with h200's figures)",
+        "model": f"{predicted.model['layers']} layers, {predicted.rows_per_step} rows",
+        "measured_step_ms": 1e3 * measured,
+        "predicted_step_ms": 1e3 * predicted.roofline_step_s,
+        "measured_over_predicted": measured / predicted.roofline_step_s,
+    }
+
+
 CHECKS = {
     "attention": check_attention,
     "block_sparse": check_block_sparse,
     "utilisation": check_utilisation,
     "profile": check_profile,
+    "prediction": check_prediction,
 }
 
 
