@@ -59,3 +59,14 @@ def test_compile_user_errors(flag, phrase):
     assert done.returncode == cli.USER_ERROR_EXIT_STATUS, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
     assert phrase in done.stderr.strip().splitlines()[-1]
+
+
+def test_a_cpu_run_never_sees_libtpu():
+    """libtpu sits outside site-packages (make venv): jax on a CPU does not probe for a TPU."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_PLATFORMS", "TPU_"))}
+    done = subprocess.run(
+        [sys.executable, "-c", "import jax; print(jax.devices())"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0 and "CpuDevice" in done.stdout, done.stderr[-2000:]
+    assert "libtpu" not in done.stderr and "TPU" not in done.stderr, done.stderr[-2000:]
