@@ -4,28 +4,33 @@ Forward, input gradient and weight gradient all cost O(nnz * block_size^2 * rows
 never stored, never multiplied and get no gradient. Three implementations sit behind the function:
 "cpu" (a C++ kernel through XLA's FFI, built on first use: the default on CPU for float32 where it
 builds), "xla" (batched matmuls over gathered blocks, any backend and dtype; the CPU fallback) and
-"pallas" (a Pallas kernel, compiled through Triton on GPU and Mosaic on TPU, the default there; on
-CPU it can only run in interpret mode, for tests).
+"pallas" (Pallas kernels: `pallas.py` through Triton on GPU, `pallas_tpu.py` through Mosaic on
+TPU for blocks of 128; the default there; on CPU they run only in interpret mode, for tests).
+Under a mesh of several devices the Pallas kernels run per batch shard in `jax.shard_map` (a
+kernel cannot be partitioned by XLA), the blocks replicated.
 """
 
 from __future__ import annotations
 
 import functools
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec
 
 from bert_flax import sharding
-from bert_flax.block_sparse import cpu, pallas, xla
+from bert_flax.block_sparse import cpu, pallas, pallas_tpu, xla
 from bert_flax.block_sparse.layout import BlockSparseLayout
 
-IMPLS = ("auto", "cpu", "xla", "pallas", "pallas_interpret")
+IMPLS = ("auto", "cpu", "xla", "pallas", "pallas_interpret", "pallas_tpu_interpret")
 # Triton's dot needs tiles of at least 16; smaller blocks stay on the XLA path under "auto".
 PALLAS_MIN_BLOCK = 16
 
 
 def resolve_impl(impl: str | None, block_size: int, dtype=jnp.float32) -> str:
-    """'auto'/None -> 'pallas' on GPU and TPU (blocks >= PALLAS_MIN_BLOCK); on CPU 'cpu' for
+    """'auto'/None -> 'pallas' on GPU (blocks >= PALLAS_MIN_BLOCK) and TPU (blocks of 128), on the
+    platform the program is for (`sharding.target_platform`); on CPU 'cpu' for
     float32 and the kernel's block sizes where the kernel builds (`cpu.available()`); else
     'xla'."""
     impl = impl or "auto"
@@ -33,7 +38,10 @@ def resolve_impl(impl: str | None, block_size: int, dtype=jnp.float32) -> str:
         raise ValueError(f"Unknown block-sparse impl {impl!r}; choose one of {IMPLS}.")
     if impl != "auto":
         return impl
-    if sharding.target_platform() in ("gpu", "tpu"):
+    platform = sharding.target_platform()
+    if platform == "tpu":
+        return "pallas" if block_size == pallas_tpu.BLOCK else "xla"
+    if platform == "gpu":
         return "pallas" if block_size >= PALLAS_MIN_BLOCK else "xla"
     return "cpu" if cpu.supports(block_size, dtype) and cpu.available() else "xla"
 
@@ -48,7 +56,8 @@ def block_sparse_matmul(
       blocks: [nnz, block_size, block_size] nonzero blocks in the layout's canonical order
         (block n is W[rows[n]*bs:(rows[n]+1)*bs, cols[n]*bs:(cols[n]+1)*bs]).
       layout: the static block structure (hashable; part of the compiled program).
-      impl: "auto" (default), "cpu", "xla", "pallas" or "pallas_interpret" (CPU tests).
+      impl: "auto" (default), "cpu", "xla", "pallas", or on CPU for tests "pallas_interpret"
+        (the GPU kernels) and "pallas_tpu_interpret" (the TPU kernels).
 
     The output dtype is that of `x` (accumulation in float32); `blocks` are cast to it.
     """
@@ -57,11 +66,29 @@ def block_sparse_matmul(
             f"x has {x.shape[-1]} features, the layout expects in_features={layout.in_features}."
         )
     layout.check_blocks_shape(blocks.shape)
-    lead = x.shape[:-1]
     impl = resolve_impl(impl, layout.block_size, x.dtype)
     blocks = blocks.astype(x.dtype)
-    y = _matmul(x.reshape(-1, layout.in_features), blocks, layout, impl)
-    return y.reshape(*lead, layout.out_features)
+
+    def rows_matmul(x: jax.Array, blocks: jax.Array) -> jax.Array:
+        y = _matmul(x.reshape(-1, layout.in_features), blocks, layout, impl)
+        return y.reshape(*x.shape[:-1], layout.out_features)
+
+    if impl.startswith("pallas"):
+        return _per_batch_shard(rows_matmul, x, blocks)
+    return rows_matmul(x, blocks)
+
+
+def _per_batch_shard(fn, x: jax.Array, blocks: jax.Array) -> jax.Array:
+    """`fn(x, blocks)` on each batch shard of a multi-device mesh (the leading dim of `x` split
+    as the rules split activation batches), the blocks replicated; plain `fn` elsewhere."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or mesh.size == 1:
+        return fn(x, blocks)
+    batch = nn.logical_to_mesh_axes((sharding.BATCH,))[0]
+    spec = PartitionSpec(batch, *([None] * (x.ndim - 1)))
+    return jax.shard_map(
+        fn, mesh=mesh, in_specs=(spec, PartitionSpec()), out_specs=spec, check_vma=False
+    )(x, blocks)
 
 
 def _forward_impl(x2, blocks, layout, impl):
@@ -69,7 +96,15 @@ def _forward_impl(x2, blocks, layout, impl):
         return cpu.forward(x2, blocks, layout)
     if impl == "xla":
         return xla.forward(x2, blocks, layout, x2.dtype)
-    return pallas.forward(x2, blocks, layout, interpret=impl == "pallas_interpret")
+    return _pallas_module(impl).forward(x2, blocks, layout, interpret=impl != "pallas")
+
+
+def _pallas_module(impl: str):
+    """The Pallas kernels `impl` names: Mosaic's for TPU, Triton's otherwise."""
+    tpu = impl == "pallas_tpu_interpret" or (
+        impl == "pallas" and sharding.target_platform() == "tpu"
+    )
+    return pallas_tpu if tpu else pallas
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
@@ -88,7 +123,7 @@ def _matmul_bwd(layout, impl, residuals, g):
         return cpu.backward(x2, blocks, g, layout)
     if impl == "xla":
         return xla.backward(x2, blocks, g, layout)
-    return pallas.backward(x2, blocks, g, layout, interpret=impl == "pallas_interpret")
+    return _pallas_module(impl).backward(x2, blocks, g, layout, interpret=impl != "pallas")
 
 
 _matmul.defvjp(_matmul_fwd, _matmul_bwd)

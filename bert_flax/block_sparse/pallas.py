@@ -1,4 +1,4 @@
-"""The Pallas implementation (GPU via Triton, TPU via Mosaic; CPU only with interpret=True).
+"""The Pallas kernels for GPU (Triton); CPU only with interpret=True. TPU: `pallas_tpu`.
 
 Three kernels, each looping over the nonzero blocks only:
 
@@ -13,7 +13,7 @@ in float32.
 
 Status: verified against the XLA path in interpret mode on CPU (tests). On GPU, Triton needs
 block sizes of at least 16 for its dot; `block_sparse_matmul` keeps the XLA path for smaller
-blocks. The TPU lowering (whole activation rows per tile in VMEM) has not been run here.
+blocks. Mosaic cannot tile these kernels' whole-row blocks, hence `pallas_tpu`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from bert_flax.block_sparse.plan import GroupedPlan, grouped_plan
 ROW_TILE = 128
 
 
-def _column_lists(plan: GroupedPlan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def column_lists(plan: GroupedPlan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(src [cols, K], blk [cols, K], count [cols]) in natural column order (one-chunk plan)."""
     (chunk,) = plan.chunks
     order = np.argsort(chunk.cols)
@@ -55,10 +55,10 @@ def _grouped_kernel(src_ref, blk_ref, count_ref, a_ref, w_ref, o_ref, *, bs):
 
 def _grouped_product(a2, w_blocks, plan: GroupedPlan, bs: int, out_features: int, interpret):
     """out[:, col] = sum over col's blocks of a2[:, src] @ w_blocks[blk], a2 [rows, k_features]."""
-    src, blk, count = (jnp.asarray(v) for v in _column_lists(plan))
+    src, blk, count = (jnp.asarray(v) for v in column_lists(plan))
     rows = a2.shape[0]
     tile = _row_tile(rows)
-    a2 = _pad_rows(a2, tile)
+    a2 = pad_rows(a2, tile)
     full = lambda arr: pl.BlockSpec(arr.shape, lambda t, j, nd=arr.ndim: (0,) * nd)
     out = pl.pallas_call(
         functools.partial(_grouped_kernel, bs=bs),
@@ -97,7 +97,7 @@ def _row_tile(rows: int) -> int:
     return min(ROW_TILE, 1 << max(0, (rows - 1).bit_length()))
 
 
-def _pad_rows(a: jax.Array, tile: int) -> jax.Array:
+def pad_rows(a: jax.Array, tile: int) -> jax.Array:
     extra = -a.shape[0] % tile
     return jnp.pad(a, ((0, extra), (0, 0))) if extra else a
 
@@ -115,7 +115,7 @@ def backward(x2, blocks, g2, layout: BlockSparseLayout, *, interpret: bool = Fal
         g2, jnp.swapaxes(blocks, 1, 2), plan_in, bs, layout.in_features, interpret
     )
     tile = _row_tile(x2.shape[0])
-    xp, gp = _pad_rows(x2, tile), _pad_rows(g2, tile)
+    xp, gp = pad_rows(x2, tile), pad_rows(g2, tile)
     rows, cols = jnp.asarray(layout.rows), jnp.asarray(layout.cols)
     full = lambda arr: pl.BlockSpec(arr.shape, lambda n, nd=arr.ndim: (0,) * nd)
     dblocks = pl.pallas_call(

@@ -86,6 +86,20 @@ def test_attention_backends_compile_for_tpu_on_a_data_mesh(impl):
     assert report.fits and report.roofline_step_s > 0
 
 
+@pytest.mark.slow(seconds=30)
+def test_block_sparse_ffn_compiles_its_mosaic_kernels():
+    config = tiny_config(hidden_size=256, intermediate_size=1024)
+    dense_steps, dense = compiled(config)
+    config.model.block_sparse.update(enabled=True, block_size=128, density=0.5)
+    steps, report = compiled(config)
+    # Forward, input gradient and weight gradient of both FFN layers, per batch shard.
+    assert "tpu_custom_call" in custom_calls(steps.train)
+    assert "tpu_custom_call" in custom_calls(steps.eval)
+    assert "tpu_custom_call" not in custom_calls(dense_steps.train)
+    ffn = 2 * 2 * 256 * 1024 * 4  # two layers of two float32 FFN kernels
+    assert report.param_bytes == pytest.approx(dense.param_bytes - ffn / 2, rel=0.01)
+
+
 @pytest.mark.slow(seconds=40)
 def test_fsdp_gathers_parameters_and_scatters_gradients():
     _, data = compiled_tiny((4, 1, 1))

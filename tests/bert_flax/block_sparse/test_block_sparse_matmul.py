@@ -140,3 +140,47 @@ def test_pallas_interpret_matches_xla(block_size):
     pallas_out = _check(layout, rows=(5,), impl="pallas_interpret")
     for a, b in zip(xla_out, pallas_out):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_tpu_kernels_interpreted_match_dense():
+    """The Mosaic kernels (blocks of 128): columns of 1 and 3 blocks, rows that are not a tile."""
+    layout = random_layout(512, 384, 128, 0.4, seed=4)
+    assert len(set(layout.mask.sum(axis=0))) > 1  # columns of different counts
+    _check(layout, rows=(3, 13), impl="pallas_tpu_interpret")
+
+
+def test_tpu_kernels_reject_other_block_sizes():
+    layout = random_layout(256, 256, 32, 0.5)
+    with pytest.raises(ValueError, match="blocks of 128"):
+        block_sparse_matmul(jnp.ones((8, 256)), jnp.ones(layout.blocks_shape), layout,
+                            impl="pallas_tpu_interpret")  # fmt: skip
+
+
+SHARDED_GRADIENTS = """
+import jax, jax.numpy as jnp, numpy as np
+from bert_flax import sharding
+from bert_flax.block_sparse import block_sparse_matmul, random_layout
+
+layout = random_layout(256, 384, 128, 0.5, seed=0)
+rng = np.random.default_rng(0)
+x = jnp.asarray(rng.standard_normal((8, 5, 256)), jnp.float32)
+blocks = jnp.asarray(rng.standard_normal(layout.blocks_shape), jnp.float32)
+def loss(x, b, impl):
+    return (block_sparse_matmul(x, b, layout, impl=impl) ** 2).sum()
+expected = jax.grad(loss, argnums=(0, 1))(x, blocks, "xla")
+mesh = sharding.create_mesh((4, 1, 1))
+rules = sharding.rules_for_mesh(mesh)
+step = sharding.jit_partitioned(jax.grad(lambda x, b: loss(x, b, "{impl}"), argnums=(0, 1)),
+                                mesh, rules)
+got = step(jax.device_put(x, sharding.batch_sharding(mesh)), blocks)
+for e, g in zip(expected, got):
+    np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-3)
+print("OK")
+"""
+
+
+@pytest.mark.slow(seconds=25)
+@pytest.mark.parametrize("impl", ["pallas_tpu_interpret", "pallas_interpret"])
+def test_pallas_kernels_on_a_data_mesh_sum_the_block_gradients(run_on_devices, impl):
+    """Per batch shard in shard_map: each shard's weight gradient is summed over the shards."""
+    run_on_devices(SHARDED_GRADIENTS.replace("{impl}", impl), devices=4)
