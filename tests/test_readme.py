@@ -57,6 +57,14 @@ TESTED_BY = {
         f"{SMOKE}::test_profile_report",
         '"benchmarks/profile_report.py"',
     ),
+    "-m bert_flax.compile": (
+        "tests/bert_flax/test_compile.py::test_compile_command_reports_fit_flops_collectives_and_a_roofline",
+        "compile_command(",
+    ),
+    "benchmarks/compile_table.py": (
+        "tests/benchmarks/test_compile_table.py::test_the_docs_table_is_the_benchmarks_json",
+        '"benchmarks/compile_table.py"',
+    ),
     "benchmarks/block_sparse_bench.py": (
         f"{SMOKE}::test_block_sparse_bench",
         '"benchmarks/block_sparse_bench.py"',
