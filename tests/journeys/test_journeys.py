@@ -445,3 +445,43 @@ def test_make_demo_in_miniature(tmp_path, recipe_data):
     assert race["target"] == 0.99
     assert set(race["seconds_to_target"]) == {"padded+lamb", "packed+lamb"}
     assert race["step_time_over_packed_lamb"]["packed+lamb"][0] == 1.0  # the packed rows timed
+
+
+MESH_VARIANTS = {
+    "xla, data": ("(4,1,1)", []),
+    "xla, fsdp": ("(1,4,1)", []),
+    "splash, data": ("(4,1,1)", ["--config.model.attention_impl=splash"]),
+    "cudnn, data and fsdp": ("(2,2,1)", ["--config.model.attention_impl=cudnn"]),
+    **{
+        f"block-sparse {impl}, data": (
+            "(4,1,1)",
+            [
+                "--config.model.block_sparse.enabled=True",
+                "--config.model.block_sparse.block_size=16",
+                "--config.model.block_sparse.density=0.5",
+                f"--config.model.block_sparse.impl={impl}",
+            ],
+        )
+        for impl in ("cpu", "xla")
+    },
+}
+
+
+@pytest.mark.slow(seconds=60)
+@pytest.mark.parametrize("variant", sorted(MESH_VARIANTS))
+def test_every_backend_trains_resumes_and_evaluates_on_four_devices(prepared, tmp_path, variant):
+    """Each attention back-end and block-sparse kernel on a 4-device mesh (simulated CPUs):
+    2 steps, saved, resumed for 2 more, evaluated; the same as 4 steps on one device."""
+    mesh, flags = MESH_VARIANTS[variant]
+    common = [*flags, "--config.checkpoint.every_steps=2", "--config.eval.every_steps=1000"]
+    one, _ = train(tmp_path / "one", prepared[128], *common, "--config.train.steps=4", length=128)
+    four = {"env": {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}}
+    sharded = [*common, f"--config.mesh.shape={mesh}"]
+    first, _ = train(tmp_path / "four", prepared[128], *sharded, "--config.train.steps=2",
+                     length=128, **four)  # fmt: skip
+    resumed, log = train(tmp_path / "four", prepared[128], *sharded, "--config.train.steps=4",
+                         length=128, **four)  # fmt: skip
+    assert first["step"] == 2 and "Restored checkpoint of step 2" in log
+    assert resumed["step"] == 4 and resumed["steps_this_run"] == 2
+    for name, value in one["eval"].items():
+        assert resumed["eval"][name] == pytest.approx(value, rel=1e-4, abs=1e-5), name
