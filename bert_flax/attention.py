@@ -152,12 +152,7 @@ def splash_attention(
     it is the block size. Under a mesh (`jax.set_mesh`) with flax logical-axis rules, the kernel
     runs per shard in `jax.shard_map`, batch and heads split as the rules say.
     """
-    _, length, _, _ = q.shape
-    if length % 128:
-        raise ValueError(
-            f"splash attention needs the row length to be a multiple of 128, got {length}; "
-            "pad the rows or use attention_impl='xla'."
-        )
+    _check_splash_length(q.shape[1])
     local = functools.partial(_splash_local, interpret=interpret)
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty or mesh.size == 1:
@@ -175,6 +170,30 @@ def splash_attention(
         out_specs=qkv_spec,
         check_vma=False,
     )(q, k, v, segment_ids)
+
+
+def _check_splash_length(length: int) -> None:
+    if length % 128:
+        raise ValueError(
+            f"splash attention needs the row length to be a multiple of 128, got {length}; "
+            "set config.data.max_seq_length to one or use attention_impl='xla'."
+        )
+
+
+def check_backend(impl: str, num_heads: int, length: int, mesh_shape: dict[str, int]) -> None:
+    """Fails at configuration time, naming the fix, where back-end `impl` cannot run rows of
+    `length` with `num_heads` heads on a mesh of `mesh_shape` (rather than in a `shard_map`
+    trace at the first step)."""
+    if impl != "splash":
+        return
+    _check_splash_length(length)
+    model = mesh_shape.get("model", 1)
+    if num_heads % model:
+        raise ValueError(
+            f"attention_impl='splash' runs per shard with the heads split over the mesh's "
+            f"'model' axis: num_heads={num_heads} is not divisible by its {model} devices; "
+            "choose a model axis size that divides the heads, or attention_impl='xla'."
+        )
 
 
 def _splash_local(q: Array, k: Array, v: Array, segment_ids: Array, *, interpret: bool) -> Array:

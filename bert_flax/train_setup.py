@@ -28,7 +28,7 @@ from jax.sharding import Mesh
 
 import optim
 import packing
-from bert_flax import sharding, train_step
+from bert_flax import attention, sharding, train_step
 from bert_flax.config import BertConfig
 from bert_flax.losses import Objective
 from bert_flax.tasks import PreTrainingTask, Task
@@ -203,9 +203,15 @@ def create_train_program(
     sharding.check_batch_fits(mesh, adjustment.batch_size, adjustment.accumulation, "train")
     sharding.check_batch_fits(mesh, config.eval.batch_size, 1, "eval")
 
-    # Model.
+    # Model, and whether its kernels can run on this mesh.
     model_config = task.model_config()
     model = task.model(model_config)
+    attention.check_backend(
+        model_config.attention_impl,
+        model_config.num_heads,
+        config.data.max_seq_length,
+        dict(mesh.shape),
+    )
 
     # Optimizer.
     tx, schedule = create_optimizer(config, adjustment)

@@ -8,7 +8,7 @@ import pytest
 from jax.sharding import AbstractMesh
 
 import packing
-from bert_flax import sharding
+from bert_flax import attention, sharding
 from bert_flax.train_setup import adjust_for_packing, create_train_setup, learning_rate_schedule
 
 
@@ -24,6 +24,19 @@ def test_batch_not_divisible_by_data_axes():
     with pytest.raises(ValueError, match="not divisible by accumulation 5"):
         sharding.check_batch_fits(abstract_mesh(), 12, 5)
     assert sharding.check_batch_fits(abstract_mesh(data=4, model=2), 16, 2) == 8
+
+
+@pytest.mark.parametrize(
+    ("heads", "length", "mesh", "message"),
+    [
+        (2, 128, {"data": 1, "model": 4}, r"num_heads=2 is not divisible by its 4 devices"),
+        (4, 64, {"data": 4, "model": 1}, r"multiple of 128, got 64.*max_seq_length"),
+    ],
+)
+def test_splash_that_cannot_run_on_the_mesh_fails_at_configuration(heads, length, mesh, message):
+    with pytest.raises(ValueError, match=message):
+        attention.check_backend("splash", heads, length, mesh)
+    attention.check_backend("xla", heads, length, mesh)  # the dense back-end runs anywhere
 
 
 def test_mesh_larger_than_devices(make_config):
