@@ -50,17 +50,18 @@ MLM_NORMALIZATIONS = ("per_sequence", "per_token")
 
 
 def cross_entropy_and_hits(logits: Array, labels: Array) -> tuple[Array, Array]:
-    """Softmax cross-entropy of integer `labels` and whether each is the top logit, in float32.
+    """Softmax cross-entropy of integer `labels` and whether each is the prediction, in float32.
 
-    One max over the classes serves both the stable log-sum-exp and the accuracy (the label's
-    logit equals the max), instead of a separate argmax pass over a [.., 30,522] vocabulary; a
-    label tied for the max counts as a hit (argmax would pick the first of the tied classes).
+    The prediction is `argmax`: the first of classes tied for the largest logit, as every
+    framework scores it, so constant (collapsed) logits are right only for class 0, never for
+    every label.
     """
     logits = logits.astype(jnp.float32)
     shifted = logits - jax.lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True))
     label_shifted = jnp.take_along_axis(shifted, labels[..., None], axis=-1)[..., 0]
     log_normalizer = jnp.log(jnp.sum(jnp.exp(shifted), axis=-1))
-    return log_normalizer - label_shifted, (label_shifted >= 0).astype(jnp.float32)
+    hits = jnp.argmax(logits, axis=-1) == labels
+    return log_normalizer - label_shifted, hits.astype(jnp.float32)
 
 
 def per_sequence_terms(output: PreTrainingOutput, batch: Mapping[str, Array]) -> dict[str, Array]:

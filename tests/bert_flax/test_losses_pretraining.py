@@ -123,7 +123,12 @@ def test_cross_entropy_and_hits_match_optax_and_argmax():
     reference = jax.grad(lambda x: optax.softmax_cross_entropy_with_integer_labels(x, labels).sum())
     ours = jax.grad(lambda x: losses.cross_entropy_and_hits(x, labels)[0].sum())
     np.testing.assert_allclose(ours(logits), reference(logits), atol=1e-6)
-    tied = jnp.array([[1.0, 3.0, 3.0]])  # a label tied for the max counts as a hit
-    assert losses.cross_entropy_and_hits(tied, jnp.array([2]))[1][0] == 1.0
+    # Ties go to the first class, as argmax: collapsed (constant) logits are not 100% accurate.
+    tied = jnp.array([[1.0, 3.0, 3.0]])
+    assert losses.cross_entropy_and_hits(tied, jnp.array([2]))[1][0] == 0.0
+    assert losses.cross_entropy_and_hits(tied, jnp.array([1]))[1][0] == 1.0
+    constant = jnp.zeros((4, 97))
+    hits = losses.cross_entropy_and_hits(constant, jnp.array([0, 5, 50, 96]))[1]
+    np.testing.assert_array_equal(hits, [1.0, 0.0, 0.0, 0.0])
     bf16 = losses.cross_entropy_and_hits(logits.astype(jnp.bfloat16), labels)[0]
     assert bf16.dtype == jnp.float32
