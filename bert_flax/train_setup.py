@@ -54,9 +54,10 @@ class PackingAdjustment:
 
 
 @dataclasses.dataclass
-class TrainSetup:
-    """What `create_train_setup` builds. `batch_size`/`accumulation` are after packing
-    adjustments (`adjustment`); `train_step` is jitted with shardings and donates its state."""
+class TrainProgram:
+    """Everything a run compiles, without any array: what `create_train_setup` materialises,
+    and what `bert_flax.compile` compiles for devices it does not have. `abstract_state` holds
+    `jax.ShapeDtypeStruct`s carrying `state_shardings`; `init_state(rng)` builds the state."""
 
     config: ml_collections.ConfigDict
     task: Task
@@ -67,10 +68,20 @@ class TrainSetup:
     model: nn.Module
     tx: optax.GradientTransformation
     learning_rate: optax.Schedule
-    state: TrainState
+    init_state: Callable[[jax.Array], TrainState]
+    abstract_state: TrainState
     state_shardings: TrainState
     train_step: Callable[[TrainState, Any, jax.Array], tuple[TrainState, dict]]
     eval_step: Callable[[Any, Any], dict]
+
+
+@dataclasses.dataclass
+class TrainSetup(TrainProgram):
+    """What `create_train_setup` builds: the program and its state. `batch_size`/`accumulation`
+    are after packing adjustments (`adjustment`); `train_step` is jitted with shardings and
+    donates its state."""
+
+    state: TrainState
 
     @property
     def batch_size(self) -> int:
@@ -153,30 +164,7 @@ def create_train_setup(
         jax.random.key(config.seed)
     )
     fields = {f.name: getattr(program, f.name) for f in dataclasses.fields(TrainProgram)}
-    del fields["init_state"], fields["abstract_state"]
     return TrainSetup(**fields, state=state)
-
-
-@dataclasses.dataclass
-class TrainProgram:
-    """Everything a run compiles, without any array: what `create_train_setup` materialises,
-    and what `bert_flax.compile` compiles for devices it does not have. `abstract_state` holds
-    `jax.ShapeDtypeStruct`s carrying `state_shardings`; `init_state(rng)` builds the state."""
-
-    config: ml_collections.ConfigDict
-    task: Task
-    mesh: Mesh
-    rules: list
-    adjustment: PackingAdjustment
-    model_config: BertConfig
-    model: nn.Module
-    tx: optax.GradientTransformation
-    learning_rate: optax.Schedule
-    init_state: Callable[[jax.Array], TrainState]
-    abstract_state: TrainState
-    state_shardings: TrainState
-    train_step: Callable[[TrainState, Any, jax.Array], tuple[TrainState, dict]]
-    eval_step: Callable[[Any, Any], dict]
 
 
 def create_train_program(
