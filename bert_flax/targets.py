@@ -108,7 +108,7 @@ def _use_libtpu() -> None:
     if os.environ.get("TPU_LIBRARY_PATH") or importlib.util.find_spec("libtpu"):
         return
     if not _VENDORED_LIBTPU.is_file():
-        raise RuntimeError(
+        raise FileNotFoundError(
             "Compiling for TPU needs libtpu: `make venv` installs it, or pip install "
             '"jax[tpu]" (on a CPU machine that makes jax probe for a TPU at start-up), or set '
             "TPU_LIBRARY_PATH to a libtpu.so."
@@ -172,7 +172,7 @@ def compile_only_devices(t: Target) -> list[jax.Device]:
                 platform=t.platform, target_config=_cuda_target_config(t.chip), topology=t.topology
             )
         except (NotImplementedError, RuntimeError) as error:
-            raise RuntimeError(
+            raise ValueError(
                 f"Compiling for {t.name} needs jax's CUDA plugin: pip install --no-deps "
                 f'"jax-cuda12-plugin=={jax.__version__}" "jax-cuda12-pjrt=={jax.__version__}" '
                 f"(no CUDA libraries needed). ({error})"
