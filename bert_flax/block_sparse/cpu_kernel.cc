@@ -12,9 +12,11 @@
 // XLA's intra-op thread pool plus the calling thread.
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <mutex>
 
 #include "xla/ffi/api/ffi.h"
@@ -23,25 +25,33 @@ namespace ffi = xla::ffi;
 
 namespace {
 
-// Runs body(begin, end) over `parts` even slices of [0, n): slice 0 on the calling thread, the
-// others on the pool; returns when all are done.
+// Runs body(begin, end) over `parts` even slices of [0, n) on the pool and the calling thread;
+// returns when all are done. Every thread claims unclaimed slices until none are left, so the
+// caller never waits on a slice that no thread has started: when the pool's threads are all busy
+// (several devices' kernels at once on a simulated mesh, or a caller that is a pool thread), it
+// runs every slice itself. A task the pool starts late finds nothing to claim and never touches
+// `body`; the shared state outlives this call for it.
 template <typename Body>
 void ParallelFor(ffi::ThreadPool& pool, int64_t n, Body body) {
   const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(pool.num_threads(), n));
-  auto slice = [&](int64_t p) { body(n * p / parts, n * (p + 1) / parts); };
-  std::mutex mu;
-  std::condition_variable done;
-  int64_t pending = parts - 1;
-  for (int64_t p = 1; p < parts; ++p) {
-    pool.Schedule([&, p] {
-      slice(p);
-      std::lock_guard<std::mutex> lock(mu);
-      if (--pending == 0) done.notify_one();
-    });
-  }
-  slice(0);
-  std::unique_lock<std::mutex> lock(mu);
-  done.wait(lock, [&] { return pending == 0; });
+  struct State {
+    std::atomic<int64_t> next{0};
+    int64_t finished = 0;
+    std::mutex mu;
+    std::condition_variable done;
+  };
+  auto state = std::make_shared<State>();
+  auto claim = [state, parts, n, &body] {
+    for (int64_t p; (p = state->next.fetch_add(1)) < parts;) {
+      body(n * p / parts, n * (p + 1) / parts);
+      std::lock_guard<std::mutex> lock(state->mu);
+      if (++state->finished == parts) state->done.notify_all();
+    }
+  };
+  for (int64_t p = 1; p < parts; ++p) pool.Schedule(decltype(claim)(claim));  // a copy each
+  claim();
+  std::unique_lock<std::mutex> lock(state->mu);
+  state->done.wait(lock, [&] { return state->finished == parts; });
 }
 
 // A row of B floats is B / kWidth<B> vectors (GCC vector extensions: the compiler picks the
