@@ -28,7 +28,6 @@ import time
 import numpy as np
 
 from bert_flax import aot, sharding, targets, train_setup
-from bert_flax.compile import packing_factor
 from configs import bert_base, bert_large
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "compile_table.json")
@@ -115,7 +114,7 @@ def measure_cell(model: str, length: int, target_name: str, packed: bool) -> Cel
     devices = targets.compile_only_devices(target)
     started = time.perf_counter()
     points = {}
-    factor = packing_factor(cell_config(model, length, packed, 1, 8), "corpus_like")
+    factor = aot.packing_factor(cell_config(model, length, packed, 1, 8), "corpus_like")
     for layers in LAYERS:
         for per_device in PER_DEVICE_ROWS:
             rows = per_device * len(devices)
@@ -174,6 +173,10 @@ def markdown(cells: list[dict]) -> str:
     lines = [head]
     for c in cells:
         f = c["figures"]
+        if not c["rows"]:  # the fit's memory per row was not positive: no batch to read at
+            lines.append(f"| BERT-{c['model']} {'packed' if c['packed'] else 'padded'} | "
+                         f"{c['length']} | {c['target']} |" + " fit failed |" * 9)  # fmt: skip
+            continue
         layout = f"packed ({c['packing_factor']:.2f})" if c["packed"] else "padded"
         devices = targets.target(c["target"]).chips
         peak = targets.target(c["target"]).chip.peak_flops * devices
@@ -186,6 +189,21 @@ def markdown(cells: list[dict]) -> str:
             f"{c['sequences_per_s']:,.0f} | {mfu:.0%} |"
         )
     return "\n".join(lines)
+
+
+def check_lines(check: dict) -> str:
+    """The `--check` compile against the fit, as docs/compile.md shows it."""
+    model, length, target, _, rows = check["cell"]
+    errors = ", ".join(f"{k} {v:+.0%}" for k, v in check["fit_error"].items())
+    c = check["compiled"]
+    step = c["compute_s"] + c["collective_s"]
+    return (
+        f"Check, BERT-{model} packed at {length} on {target}, {rows} rows, the whole model "
+        f"compiled ({check['compile_s']:.0f} s): HBM {c['memory'] / 2**30:.2f} GiB per device, "
+        f"{c['xla_flops'] * targets.target(target).chips / 1e12:.1f} TFLOPs a step, "
+        f"collectives {c['collective_bytes'] / 2**20:.0f} MiB, step {step * 1e3:.0f} ms "
+        f"(prediction). The fit's error there: {errors}."
+    )
 
 
 def main() -> None:
@@ -205,7 +223,10 @@ def main() -> None:
         return
     if args.markdown:
         with open(args.out, encoding="utf-8") as f:
-            print(markdown(json.load(f)["cells"]))
+            results = json.load(f)
+        print(markdown(results["cells"]))
+        if "check" in results:
+            print("\n" + check_lines(results["check"]))
         return
     cells = []
     for model, length, target in CELLS:

@@ -27,8 +27,11 @@ import ml_collections
 import numpy as np
 from jax.experimental.compilation_cache import compilation_cache
 
+import packing
 from bert_flax import sharding, targets, train_setup
 from bert_flax.profile import classify, hlo
+
+GIB = 2**30
 
 # Executed ops whose bytes cross the interconnect; `-done` halves of async pairs move nothing.
 _COLLECTIVE_KINDS = (
@@ -369,3 +372,72 @@ def largest_batch(
         middle = (low + high) // 2
         low, high = (middle, high) if fits(middle) else (low, middle)
     return low * shards, reports.get(low)
+
+
+def packing_factor(config: ml_collections.ConfigDict, spec: str) -> float | None:
+    """The `--packing_factor` flag's value for `config` (None: the task's own)."""
+    if not spec:
+        return None
+    if not config.data.packed:
+        return 1.0
+    if spec == "corpus_like":
+        length = config.data.max_seq_length
+        hist = packing.synthetic.corpus_like_histogram(1_000_000, length)
+        depth = config.data.max_sequences_per_pack
+        return packing.pack_histogram(hist, length, "nnlshp", depth).metrics().packing_factor
+    try:
+        return float(spec)
+    except ValueError:
+        raise ValueError(
+            f"--packing_factor={spec!r}: give a number >= 1, 'corpus_like' or nothing."
+        ) from None
+
+
+def format_report(r: Report, largest: int | None = None) -> str:
+    """The report as a person reads it (every time a roofline prediction)."""
+    m = r.model
+    t, e = r.train_memory, r.eval_memory
+    over = max(t.total, e.total) - r.hbm_bytes
+    verdict = "fits" if r.fits else f"does NOT fit (by {over / GIB:.2f} GiB)"
+    lines = [
+        f"{m['layers']}-layer, hidden {m['hidden']}, {m['parameters'] / 1e6:.1f}M parameters, "
+        f"length {m['length']}, {'packed' if m['packed'] else 'padded'} "
+        f"(factor {r.packing_factor:.3f}), {m['optimizer']}, attention={m['attention']}, "
+        f"{m['dtype']}",
+        f"on {r.target}: {r.devices} devices, mesh {r.mesh}; {r.rows_per_step} rows a step in "
+        f"{r.accumulation} micro-batch(es)",
+        f"compile: train {r.compile_s['train']:.1f} s, eval {r.compile_s['eval']:.1f} s "
+        f"(tracing {r.compile_s['trace']:.1f} s)",
+        "",
+        f"HBM per device ({r.hbm_bytes / GIB:.1f} GiB): train step {t.total / GIB:.2f} GiB "
+        f"(arguments {t.arguments / GIB:.2f}, outputs {t.outputs / GIB:.2f}, in place "
+        f"{t.aliased / GIB:.2f}, temporaries {t.temporaries / GIB:.2f}, code "
+        f"{t.code / GIB:.3f}); eval step {e.total / GIB:.2f} GiB: {verdict}",
+        f"  parameters {r.param_bytes / GIB:.3f} GiB, optimizer state "
+        f"{r.optimizer_bytes / GIB:.3f} GiB per device",
+        f"FLOPs per device per step: XLA {_num(r.xla_flops)}, counted {_num(r.hlo_flops)}; "
+        f"model FLOPs per step (all devices) {_num(r.model_flops_per_step)}",
+        "collectives per device per step: "
+        + (
+            ", ".join(f"{c.kind} x{c.count} ({c.bytes / 2**20:.1f} MiB)" for c in r.collectives)
+            or "none"
+        ),
+        "",
+        "predicted (roofline, per device):",
+    ]
+    for name, c in sorted(r.classes.items(), key=lambda kv: -kv[1].seconds):
+        lines.append(
+            f"  {name:<18} {c.seconds * 1e3:9.3f} ms  {_num(c.flops)} FLOPs  {_num(c.bytes)} B"
+        )
+    lines.append(f"  {'collectives':<18} {r.collective_bytes / r.link_bytes_per_s * 1e3:9.3f} ms")
+    lines.append(
+        f"step {r.roofline_step_s * 1e3:.2f} ms -> {r.sequences_per_s:,.0f} sequences/s, "
+        f"model FLOPs utilisation {r.model_flops_utilisation:.0%} (prediction)"
+    )
+    if largest is not None:
+        lines.append(f"largest batch that fits: {largest} rows a step")
+    return "\n".join(lines)
+
+
+def _num(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3g}"

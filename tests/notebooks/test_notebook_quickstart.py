@@ -26,7 +26,7 @@ CALLED = [
     "bert_flax.finetune.finetune",
     "bert_flax.aot.compile_for",
     "bert_flax.targets.target",
-    "bert_flax.compile.format_report",
+    "bert_flax.aot.format_report",
     "configs.bert_base.get_config",
 ]
 CONFIG_FIELDS = [
