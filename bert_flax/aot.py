@@ -31,7 +31,7 @@ import packing
 from bert_flax import sharding, targets, train_setup
 from bert_flax.profile import classify, hlo
 
-GIB = 2**30
+GIB = targets.GIB
 
 # Executed ops whose bytes cross the interconnect; `-done` halves of async pairs move nothing.
 _COLLECTIVE_KINDS = (
@@ -397,7 +397,8 @@ def format_report(r: Report, largest: int | None = None) -> str:
     """The report as a person reads it (every time a roofline prediction)."""
     m = r.model
     t, e = r.train_memory, r.eval_memory
-    over = max(t.total, e.total) - r.hbm_bytes
+    over = max(t.total, e.total if e else 0) - r.hbm_bytes
+    evaluation = f"eval step {e.total / GIB:.2f} GiB" if e else "eval step not compiled"
     verdict = "fits" if r.fits else f"does NOT fit (by {over / GIB:.2f} GiB)"
     lines = [
         f"{m['layers']}-layer, hidden {m['hidden']}, {m['parameters'] / 1e6:.1f}M parameters, "
@@ -412,7 +413,7 @@ def format_report(r: Report, largest: int | None = None) -> str:
         f"HBM per device ({r.hbm_bytes / GIB:.1f} GiB): train step {t.total / GIB:.2f} GiB "
         f"(arguments {t.arguments / GIB:.2f}, outputs {t.outputs / GIB:.2f}, in place "
         f"{t.aliased / GIB:.2f}, temporaries {t.temporaries / GIB:.2f}, code "
-        f"{t.code / GIB:.3f}); eval step {e.total / GIB:.2f} GiB: {verdict}",
+        f"{t.code / GIB:.3f}); {evaluation}: {verdict}",
         f"  parameters {r.param_bytes / GIB:.3f} GiB, optimizer state "
         f"{r.optimizer_bytes / GIB:.3f} GiB per device",
         f"FLOPs per device per step: XLA {_num(r.xla_flops)}, counted {_num(r.hlo_flops)}; "
