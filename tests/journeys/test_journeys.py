@@ -463,7 +463,13 @@ MESH_VARIANTS = {
         [*SPARSE_FFN, "--config.model.block_sparse.impl=cpu"],
     ),
     "block-sparse xla, data": ("(4,1,1)", [*SPARSE_FFN, "--config.model.block_sparse.impl=xla"]),
+    "block-sparse pallas (interpreted), data": (
+        "(4,1,1)",
+        [*SPARSE_FFN, "--config.model.block_sparse.impl=pallas_interpret"],
+    ),
 }
+# The TPU kernels take blocks of 128, wider than this model: tests/bert_flax/block_sparse runs
+# them interpreted on four devices.
 
 
 @pytest.mark.slow(seconds=60)
