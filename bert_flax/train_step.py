@@ -63,8 +63,8 @@ def train_step(
 ) -> tuple[TrainState, Metrics]:
     """One optimizer step on `batch` (all its micro-batches); `rng` drives dropout.
 
-    A step whose loss or gradient is not finite is not applied: parameters and optimizer state
-    stay as they were, the step counter advances (the batch is consumed) and
+    A step whose loss, gradient or new parameters are not finite is not applied: parameters and
+    optimizer state stay as they were, the step counter advances (the batch is consumed) and
     `nonfinite_streak` counts it (the training loop stops after too many in a row)."""
     if accumulation == 1:
         grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
@@ -82,18 +82,23 @@ def train_step(
     grad_norm = optax.tree.norm(grads)
     finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)  # any NaN/inf gradient makes the norm so
 
-    def apply(state: TrainState) -> TrainState:
+    def skip(state: TrainState) -> tuple[TrainState, jax.Array]:
+        return state.replace(nonfinite_streak=state.nonfinite_streak + 1), jnp.bool_(False)
+
+    def apply(state: TrainState) -> tuple[TrainState, jax.Array]:
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        return state.replace(params=params, opt_state=opt_state, nonfinite_streak=jnp.int32(0))
-
-    def skip(state: TrainState) -> TrainState:
-        return state.replace(nonfinite_streak=state.nonfinite_streak + 1)
+        # A finite gradient can still give a non-finite update (a trust ratio, a matrix root,
+        # an overflow at a huge learning rate): the new parameters must be finite too.
+        applied = jnp.isfinite(optax.tree.norm(params))
+        new = state.replace(params=params, opt_state=opt_state, nonfinite_streak=jnp.int32(0))
+        return jax.lax.cond(applied, lambda: (new, applied), lambda: skip(state))
 
     # A branch rather than a select of new and old values: a select keeps the old optimizer
     # moments alive next to the new ones, so XLA copies them each step (the donated buffers are
     # updated in place): 1.20x on a 7-row fine-tuning step on CPU, measured side by side.
-    new_state = jax.lax.cond(finite, apply, skip, state).replace(step=state.step + 1)
+    new_state, finite = jax.lax.cond(finite, apply, skip, state)
+    new_state = new_state.replace(step=state.step + 1)
     metrics = {
         "loss": loss,
         "grad_norm": grad_norm,

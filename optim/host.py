@@ -46,7 +46,7 @@ def after_step(tx: Any, opt_state: Any, step: int) -> Any:
     """Run ``tx``'s host work after optimizer update number ``step``; returns the new opt_state.
 
     A no-op (returns ``opt_state`` itself) for optimizers without host work. ``step`` only needs
-    to increase by one per optimizer update; a jump (e.g. after restoring a checkpoint) makes the
+    to increase by one per loop step (a step skipped as not finite included); a jump (e.g. after restoring a checkpoint) makes the
     host drop its in-flight work and resynchronise with the state.
     """
     host = getattr(tx, "host", None)

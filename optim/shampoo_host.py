@@ -17,7 +17,9 @@ The first call also has the worker compile the host solver (on zeros of the stat
 while the first steps run, so the first root job does not pay for compilation.
 
 Between jobs ``after_step`` touches no device array: it mirrors the update count from ``step``
-(which must grow by one per update). On its first call, and whenever ``step`` does not follow the
+(which grows by one per loop step). A step the loop skipped (not finite) leaves the count
+behind the mirror, so wherever the mirror says work is due the host first reads the count from
+the state: refreshes stay on the cadence in optimizer updates, whatever was skipped. On its first call, and whenever ``step`` does not follow the
 previous one (a restored checkpoint), it drops any in-flight job, reads the count from the state
 and, if roots were due but missing (a job dropped by the checkpoint), submits one at once: an
 in-flight job is not part of a checkpoint; it is recomputed from the restored statistics.
@@ -126,17 +128,17 @@ class ShampooHost:
         if resync:
             self._resync(state, step)
         self._last_step = step
-        count = step + self._count_offset
-        submit = self._catch_up or self.config.refresh_due(count)
-        swap = self._job is not None and (
-            (self.config.swap_when_done and self._job.future.done())
-            or count - self._job.submitted_at >= self.config.staleness_bound
-            or submit  # a new job is due: the one in flight goes in first
-        )
-        if not (swap or submit):
+        if not any(self._due(step + self._count_offset)):
             return opt_state  # the common case: no device array touched, no tree rebuilt
         if state is None:
             state = find_shampoo_state(opt_state)
+        # A step the loop skipped (not finite) did not advance the count: the mirror runs ahead
+        # of it, so it is due here first; read the true count before acting on it.
+        count = int(jax.device_get(state.count))
+        self._count_offset = count - step
+        swap, submit = self._due(count)
+        if not (swap or submit):
+            return opt_state
         if swap:
             state = self._swap(state)
         if submit:
@@ -145,6 +147,16 @@ class ShampooHost:
             if self._job is not None and self.config.staleness_bound == 0:
                 state = self._swap(state)
         return _replace_shampoo_state(opt_state, state)
+
+    def _due(self, count: int) -> tuple[bool, bool]:
+        """(swap the job in flight, submit a new one) after update `count`."""
+        submit = self._catch_up or bool(self.config.refresh_due(count))
+        swap = self._job is not None and (
+            (self.config.swap_when_done and self._job.future.done())
+            or count - self._job.submitted_at >= self.config.staleness_bound
+            or submit  # a new job is due: the one in flight goes in first
+        )
+        return swap, submit
 
     def metrics(self, opt_state: Any) -> dict[str, float]:
         state = find_shampoo_state(opt_state)

@@ -247,6 +247,25 @@ def test_async_graph_computes_no_roots_and_delayed_roots_are_the_due_ones():
     assert_trees_close(delayed[3][1][0].tensors["dense"]["kernel"].factor_roots, sync_roots)
 
 
+def test_skipped_steps_keep_async_refreshes_on_the_optimizers_cadence():
+    """The loop skips non-finite steps (no update, its step advances): the host still refreshes
+    after updates 2, 5, 8 as the synchronous mode does, from the same statistics."""
+    skipped = {1, 3, 4}  # loop steps 0..11 apply 9 updates
+    sync = train(make_shampoo(), PARAMS, 9)
+    tx = make_shampoo(asynchronous=True, max_staleness=0)
+    step, params, opt_state, applied = jitted_step(tx), PARAMS, tx.init(PARAMS), []
+    for loop_step in range(12):
+        if loop_step not in skipped:
+            params, opt_state = step(params, opt_state)
+        opt_state = optim.after_step(tx, opt_state, loop_step)
+        if loop_step not in skipped:
+            applied.append((params, opt_state))
+    assert [int(s[0].roots_step) for _, s in applied] == [0, 2, 2, 2, 5, 5, 5, 8, 8]
+    for (p_sync, s_sync), (p_async, s_async) in zip(sync, applied):
+        assert_trees_close(p_sync, p_async)
+        assert int(s_sync[0].roots_step) == int(s_async[0].roots_step)
+
+
 @pytest.mark.parametrize("asynchronous", [False, True])
 def test_save_restore_mid_run_continues_identically(asynchronous):
     kw = {"asynchronous": True, "max_staleness": 0} if asynchronous else {}

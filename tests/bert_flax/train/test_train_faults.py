@@ -4,6 +4,7 @@ against a step that is applied."""
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import re
@@ -16,9 +17,10 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
-from bert_flax import checkpointing, cli, parameters, train
+from bert_flax import checkpointing, cli, losses, parameters, train, train_step
 from bert_flax.train_setup import create_train_setup
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
@@ -97,6 +99,30 @@ def test_a_non_finite_step_is_not_applied(make_config):
         not np.array_equal(a, b)
         for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(before.params))
     )
+
+
+@pytest.mark.parametrize("scale", [jnp.nan, 1e39], ids=["nan_update", "overflow"])
+def test_a_finite_gradient_with_a_non_finite_update_is_not_applied(make_config, scale):
+    """The optimizer turns a finite loss and gradient into NaN (as a bad trust ratio or matrix
+    root can) or overflows the parameters (a huge learning rate): the step is skipped like a
+    non-finite gradient, parameters and optimizer state unchanged."""
+    setup = create_train_setup(make_config(**{"schedule.warmup_steps": 0}))
+    tx = optax.chain(setup.tx, optax.scale(scale))
+    step = jax.jit(
+        functools.partial(
+            train_step.train_step, model=setup.model, tx=tx, learning_rate=setup.learning_rate,
+            objective=losses.pretraining_objective(),
+        )
+    )  # fmt: skip
+    state = train_step.TrainState.create(jax.device_get(setup.state.params), tx)
+    before = jax.device_get(state)
+    after, metrics = jax.device_get(step(state, setup.make_batch(seed=0), jax.random.key(0)))
+    assert np.isfinite(metrics["loss"]) and np.isfinite(metrics["grad_norm"])
+    assert float(metrics["nonfinite_steps"]) == 1.0 and int(after.nonfinite_streak) == 1
+    assert int(after.step) == 1
+    for old, new in zip(jax.tree.leaves(before), jax.tree.leaves(after)):
+        if old.shape:  # every array but the counters
+            np.testing.assert_array_equal(old, new)
 
 
 @pytest.mark.slow(seconds=60)
