@@ -6,10 +6,13 @@ so the work is the nonzero blocks' multiply-adds and nothing else (docs/block_sp
 
 The source is compiled on first use with the C++ compiler on PATH (`$CXX`, else `c++`) for this
 machine (`-march=native`) into a cache folder (`$BERT_FLAX_KERNEL_CACHE`, else
-`~/.cache/bert_flax`), keyed by a hash of the source, the flags and jaxlib's version; later
-processes load the cached library. `available()` says whether that worked; where it did not
-(no compiler, another platform), `block_sparse_matmul(impl="auto")` keeps the XLA path and
-`impl="cpu"` raises with the compiler's message. float32 only.
+`~/.cache/bert_flax`), keyed by a hash of the source, the compiler and flags, jaxlib's version and
+the compiler's predefined macros under those flags (the instruction sets `-march=native` enables
+here, and the compiler's version): a cache shared by machines of different CPUs holds one library
+per target, and none loads a build for instructions its CPU lacks. Later processes load the cached
+library. `build_error()` says why that did not work (no compiler, another platform); then
+`block_sparse_matmul(impl="auto")` keeps the XLA path (and logs why) and `impl="cpu"` raises with
+the compiler's message. float32 only.
 
     python -m bert_flax.block_sparse.cpu      # build (or find) the library and print its path
 """
@@ -42,10 +45,35 @@ def _cache_dir() -> str:
     return os.environ.get("BERT_FLAX_KERNEL_CACHE", default)
 
 
+def _run_compiler(compiler: str, args: list[str]) -> str:
+    """`compiler *args`'s stdout; RuntimeError with its message when it cannot run or fails."""
+    command = [compiler, *args]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True)
+    except OSError as error:
+        raise RuntimeError(
+            f"No C++ compiler found: cannot run {compiler!r} ($CXX): {error}. "
+            "Install g++ or clang, or set $CXX."
+        ) from error
+    if result.returncode:
+        raise RuntimeError(
+            f"Compiling the block-sparse CPU kernel failed:\n  {shlex.join(command)}\n"
+            f"{result.stderr.strip()}"
+        )
+    return result.stdout
+
+
+def _native_target(compiler: str) -> str:
+    """The compiler's predefined macros under FLAGS: what `-march=native` targets on this machine
+    (`__AVX512F__`, `__znver4__`, ...) and the compiler's version."""
+    return _run_compiler(compiler, [*FLAGS, "-dM", "-E", "-x", "c++", os.devnull])
+
+
 def _library_path(compiler: str) -> str:
     with open(SOURCE, "rb") as f:
         key = hashlib.sha256(f.read())
     key.update(" ".join((compiler, *FLAGS, jaxlib.__version__)).encode())
+    key.update(_native_target(compiler).encode())
     return os.path.join(_cache_dir(), f"block_sparse_cpu_{key.hexdigest()[:16]}.so")
 
 
@@ -61,18 +89,11 @@ def build() -> str:
     # a half-written library.
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(path))
     os.close(fd)
-    command = [compiler, *FLAGS, "-I", jax.ffi.include_dir(), SOURCE, "-o", tmp]
     try:
-        result = subprocess.run(command, capture_output=True, text=True)
-    except OSError as error:
+        _run_compiler(compiler, [*FLAGS, "-I", jax.ffi.include_dir(), SOURCE, "-o", tmp])
+    except RuntimeError:
         os.unlink(tmp)
-        raise RuntimeError(f"Cannot run the C++ compiler {compiler!r} ($CXX): {error}") from error
-    if result.returncode:
-        os.unlink(tmp)
-        raise RuntimeError(
-            f"Compiling the block-sparse CPU kernel failed:\n  {shlex.join(command)}\n"
-            f"{result.stderr.strip()}"
-        )
+        raise
     os.replace(tmp, path)
     return path
 
@@ -90,13 +111,13 @@ def _register() -> str | None:
     return None
 
 
-def available() -> bool:
-    """Whether the kernel is built and registered (building it on first call)."""
-    return _register() is None
+def build_error() -> str | None:
+    """None where the kernel is built and registered (building it on first call), else why not."""
+    return _register()
 
 
 def _require() -> None:
-    error = _register()
+    error = build_error()
     if error is not None:
         raise RuntimeError(f"The block-sparse CPU kernel is unavailable (use impl='xla'): {error}")
 

@@ -3,9 +3,10 @@
 Forward, input gradient and weight gradient all cost O(nnz * block_size^2 * rows); zero blocks are
 never stored, never multiplied and get no gradient. Three implementations sit behind the function:
 "cpu" (a C++ kernel through XLA's FFI, built on first use: the default on CPU for float32 where it
-builds), "xla" (batched matmuls over gathered blocks, any backend and dtype; the CPU fallback) and
-"pallas" (Pallas kernels: `pallas.py` through Triton on GPU, `pallas_tpu.py` through Mosaic on
-TPU for blocks of 128; the default there; on CPU they run only in interpret mode, for tests).
+builds), "xla" (batched matmuls over gathered blocks, any backend and dtype; the fallback, logged
+with its reason) and "pallas" (Pallas kernels: `pallas.py` through Triton on GPU, `pallas_tpu.py`
+through Mosaic on TPU for blocks of 128; the default there; on CPU they run only in interpret
+mode, for tests).
 Under a mesh of several devices the Pallas kernels run per batch shard in `jax.shard_map` (a
 kernel cannot be partitioned by XLA), the blocks replicated.
 """
@@ -17,6 +18,7 @@ import functools
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from absl import logging
 from jax.sharding import PartitionSpec
 
 from bert_flax import sharding
@@ -30,20 +32,46 @@ PALLAS_MIN_BLOCK = 16
 
 def resolve_impl(impl: str | None, block_size: int, dtype=jnp.float32) -> str:
     """'auto'/None -> 'pallas' on GPU (blocks >= PALLAS_MIN_BLOCK) and TPU (blocks of 128), on the
-    platform the program is for (`sharding.target_platform`); on CPU 'cpu' for
-    float32 and the kernel's block sizes where the kernel builds (`cpu.available()`); else
-    'xla'."""
+    platform the program is for (`sharding.target_platform`); on CPU 'cpu' for float32 and the
+    kernel's block sizes where the kernel builds (`cpu.build_error()`); else 'xla'. Logs the
+    implementation once per process (and outcome), with the reason where 'auto' falls back to
+    the XLA path."""
     impl = impl or "auto"
     if impl not in IMPLS:
         raise ValueError(f"Unknown block-sparse impl {impl!r}; choose one of {IMPLS}.")
-    if impl != "auto":
-        return impl
+    chosen, fallback = _auto(block_size, dtype) if impl == "auto" else (impl, None)
+    _log_impl(chosen, fallback)
+    return chosen
+
+
+def _auto(block_size: int, dtype) -> tuple[str, str | None]:
+    """'auto''s implementation, and why it is the XLA path where it falls back to it."""
     platform = sharding.target_platform()
     if platform == "tpu":
-        return "pallas" if block_size == pallas_tpu.BLOCK else "xla"
+        if block_size == pallas_tpu.BLOCK:
+            return "pallas", None
+        return "xla", f"the TPU kernels take blocks of {pallas_tpu.BLOCK}, not {block_size}"
     if platform == "gpu":
-        return "pallas" if block_size >= PALLAS_MIN_BLOCK else "xla"
-    return "cpu" if cpu.supports(block_size, dtype) and cpu.available() else "xla"
+        if block_size >= PALLAS_MIN_BLOCK:
+            return "pallas", None
+        return "xla", f"the GPU kernels take blocks of {PALLAS_MIN_BLOCK} or more, not {block_size}"
+    if not cpu.supports(block_size, dtype):
+        return "xla", (
+            f"the CPU kernel takes float32 blocks of {cpu.BLOCK_SIZES}, "
+            f"not {jnp.dtype(dtype).name} blocks of {block_size}"
+        )
+    error = cpu.build_error()
+    if error is not None:
+        return "xla", f"about 5x slower than the CPU kernel, which is unavailable: {error}"
+    return "cpu", None
+
+
+@functools.cache
+def _log_impl(impl: str, fallback: str | None) -> None:
+    if fallback is None:
+        logging.info("Block-sparse layers use the %r implementation.", impl)
+    else:
+        logging.warning("Block-sparse layers use the XLA path: %s", fallback)
 
 
 def block_sparse_matmul(

@@ -4,6 +4,8 @@ Tolerance: float32 inputs with <= 256-term dot products; we require |err| <= 1e-
 (observed errors are ~1e-6 relative).
 """
 
+import logging
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,6 +19,7 @@ from bert_flax.block_sparse import (
     resolve_impl,
 )
 from bert_flax.block_sparse import cpu as cpu_impl
+from bert_flax.block_sparse import matmul as matmul_impl
 from bert_flax.block_sparse import xla as xla_impl
 
 TOL = dict(rtol=1e-4, atol=1e-4)
@@ -80,7 +83,7 @@ def test_uneven_and_empty_columns(impl):
 
 
 def test_auto_picks_the_cpu_kernel_for_float32_only():
-    assert cpu_impl.available()  # a C++ compiler is part of the test environment
+    assert cpu_impl.build_error() is None  # a C++ compiler is part of the test environment
     assert resolve_impl("auto", 32, jnp.float32) == "cpu"
     assert resolve_impl("auto", 32, jnp.bfloat16) == "xla"
     assert resolve_impl("auto", 4, jnp.float32) == "xla"  # not a block size the kernel has
@@ -103,11 +106,46 @@ def test_cpu_kernel_errors(monkeypatch, tmp_path):
     small = random_layout(64, 32, 4, 0.5)
     with pytest.raises(ValueError, match=r"block sizes \(8, 16, 32, 64\), not 4"):
         block_sparse_matmul(jnp.ones((2, 64)), jnp.zeros(small.blocks_shape), small, impl="cpu")
-    monkeypatch.setenv("BERT_FLAX_KERNEL_CACHE", str(tmp_path))
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("BERT_FLAX_KERNEL_CACHE", str(cache))
     monkeypatch.setenv("CXX", str(tmp_path / "no-compiler"))
-    with pytest.raises(RuntimeError, match="Cannot run the C\\+\\+ compiler"):
+    with pytest.raises(RuntimeError, match="No C\\+\\+ compiler found: cannot run"):
         cpu_impl.build()
-    assert list(tmp_path.iterdir()) == []  # nothing half-written left behind
+    monkeypatch.setenv("CXX", _fake_compiler(tmp_path / "c++", "__AVX2__"))
+    with pytest.raises(RuntimeError, match="Compiling the block-sparse CPU kernel failed"):
+        cpu_impl.build()
+    assert list(cache.iterdir()) == []  # nothing half-written left behind
+
+
+def _fake_compiler(path, macro: str) -> str:
+    """A "compiler" whose target under -march=native defines `macro`, and that compiles nothing."""
+    probe = f'*-march=native*"-dM -E"*) echo "#define {macro} 1";;'
+    path.write_text(f'#!/bin/sh\ncase "$*" in {probe} *) exit 1;; esac\n')
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_the_cache_key_names_the_cpu_it_was_built_for(tmp_path):
+    """A cache shared by machines of different CPUs never hands one's library to another (an
+    AVX-512 build to an AVX2 host: SIGILL)."""
+    compiler = tmp_path / "c++"
+    path_for = lambda macro: cpu_impl._library_path(_fake_compiler(compiler, macro))
+    assert path_for("__AVX512F__") == path_for("__AVX512F__")
+    assert path_for("__AVX512F__") != path_for("__AVX2__")
+
+
+def test_auto_without_a_compiler_logs_the_xla_fallback_once(monkeypatch, caplog):
+    error = "No C++ compiler found: cannot run 'c++' ($CXX)"
+    monkeypatch.setattr(cpu_impl, "build_error", lambda: error)
+    matmul_impl._log_impl.cache_clear()
+    with caplog.at_level(logging.INFO):
+        assert [resolve_impl("auto", 32) for _ in range(3)] == ["xla"] * 3
+    (record,) = [r for r in caplog.records if "Block-sparse" in r.getMessage()]
+    assert record.levelno == logging.WARNING
+    assert record.getMessage() == (
+        "Block-sparse layers use the XLA path: about 5x slower than the CPU kernel, which is "
+        f"unavailable: {error}"
+    )
 
 
 def test_dense_reference_helper_and_dtypes():
@@ -183,8 +221,51 @@ print("OK")
 @pytest.mark.parametrize("impl", ["pallas_tpu_interpret", "pallas_interpret", "cpu"])
 def test_kernels_on_a_data_mesh_match_one_device(run_on_devices, impl):
     """Pallas: per batch shard in shard_map, each shard's weight gradient summed over the shards.
-    The C++ kernel: four devices' calls at once on XLA's thread pool finish (none waits on work
-    that no thread has started)."""
+    The C++ kernel: left to XLA's partitioner (no shard_map)."""
     block = {"cpu": "32"}.get(impl, "128")
     code = SHARDED_GRADIENTS.replace("{impl}", impl).replace("{block}", block)
     run_on_devices(code, devices=4)
+
+
+CONCURRENT_KERNELS = """
+import os
+if hasattr(os, "sched_setaffinity"):  # XLA's thread pool as small as on 2 cores, on any machine
+    os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])
+import jax, numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+from bert_flax.block_sparse import block_sparse_matmul, random_layout
+
+layouts = [random_layout(256, 256, bs, 0.5, seed=bs) for bs in (8, 16, 32, 64)]
+rng = np.random.default_rng(0)
+x, g = (rng.standard_normal((256, 256)).astype(np.float32) for _ in range(2))
+blocks = [rng.standard_normal(layout.blocks_shape).astype(np.float32) for layout in layouts]
+mesh = jax.make_mesh((4,), ("d",))
+
+def per_device(x, g, blocks):  # four layers' products, each weight gradient summed over devices
+    out = []
+    for layout, b in zip(layouts, blocks):
+        y, vjp = jax.vjp(lambda x, b: block_sparse_matmul(x, b, layout, impl="cpu"), x, b)
+        dx, db = vjp(g)
+        out.append((y, dx, jax.lax.psum(db, "d")))
+    return out
+
+specs = (P("d"), P("d"), P())
+step = jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=specs, out_specs=[specs] * 4,
+                             check_vma=False))
+args = (*jax.device_put((x, g), NamedSharding(mesh, P("d"))), blocks)
+for _ in range(3):
+    got = step(*args)
+x64, g64 = x.astype(np.float64), g.astype(np.float64)
+for layout, b, outs in zip(layouts, blocks, got):
+    w = layout.to_dense(b.astype(np.float64))
+    for out, ref in zip(outs, (x64 @ w, g64 @ w.T, layout.from_dense(x64.T @ g64))):
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+print("OK")
+"""
+
+
+def test_cpu_kernels_on_four_devices_at_once_finish_and_match_dense(run_on_devices):
+    """Four devices' kernels and weight-gradient all-reduces run at once on XLA's thread pool.
+    Before every thread claimed slices, a kernel waited on slices it had queued there while the
+    pool's threads waited in an all-reduce for that kernel's device: this hung."""
+    run_on_devices(CONCURRENT_KERNELS, devices=4, timeout=120)
