@@ -6,10 +6,17 @@ sharded; the JSON `progress` item holds the data-iterator position (batches cons
 sequences seen so far and the seed (the step RNG is `fold_in(key(seed), step)`, so it resumes
 too). `PreemptionGuard` turns SIGTERM into "save, then stop" at the next step boundary, and
 ends the process after a grace period if the loop cannot get there (a long compilation).
+
+A checkpoint that does not restore is moved aside to `checkpoints/corrupt/` only when its files
+show damage (`damage`: checked without reading the arrays); any other failure (an I/O error, out
+of memory) leaves it in place and stops the run, so a rerun retries it. With several processes,
+all restore the same step and act on what the worst-off of them met.
 """
 
 from __future__ import annotations
 
+import enum
+import json
 import os
 import re
 import shutil
@@ -19,8 +26,12 @@ import threading
 from typing import Any
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
+import tensorstore as ts
 from absl import logging
+from etils import epath
+from jax.experimental import multihost_utils
 
 from bert_flax import sharding
 from bert_flax.train_step import TrainState
@@ -54,38 +65,130 @@ def short_reason(error: Exception, limit: int = 300) -> str:
     return text if len(text) <= limit else f"{text[: limit // 3]} ... {text[-2 * limit // 3 :]}"
 
 
-def readable(directory: str, step: int) -> bool:
-    """Whether checkpoint `step` in `directory` restores as it describes itself (onto one
-    device), read by a manager of its own that knows the items' handlers."""
-    manager = ocp.CheckpointManager(directory, item_names=ITEMS, item_handlers=item_handlers())
-    try:
-        _read_state(manager, step)
-    except Exception:  # orbax and tensorstore raise many kinds for bad files
-        return False
-    finally:
-        manager.close()
-    return True
-
-
-def saved_param_misfits(directory: str, step: int, params: Any) -> list[str]:
-    """The parameters of `params` (arrays or shape structs) that checkpoint `step` lacks, has
-    extra or shapes otherwise, from its metadata alone; [] when they fit or the metadata does not
-    read (restoring then says what is wrong)."""
+def saved_misfits(directory: str, step: int, target: Any, part: str | None = None) -> list[str]:
+    """The arrays of `target` (a state, or its `part` such as "params"; arrays or shape structs)
+    that checkpoint `step` lacks, has extra or shapes otherwise, from its metadata alone; [] when
+    they fit or the metadata does not read (restoring then says what is wrong)."""
     from bert_flax import parameters  # parameters reads checkpoints through this module
 
-    manager = ocp.CheckpointManager(directory, item_names=ITEMS, item_handlers=item_handlers())
+    handler = item_handlers()["state"]  # not a manager: making one is a barrier of all processes
     try:
-        saved = manager.item_metadata(step)["state"].tree["params"]
+        saved = handler.metadata(epath.Path(directory) / str(step) / "state").tree
+        saved = saved[part] if part else saved
     except Exception:  # orbax and tensorstore raise many kinds for bad files
         return []
     finally:
-        manager.close()
-    expected = parameters.flat_shapes(params)
-    return parameters.misfits(parameters.flat_shapes(saved), expected, f"step {step}")
+        handler.close()
+    return parameters.misfits(_shapes(saved), _shapes(target), f"step {step}")
+
+
+def _shapes(tree: Any) -> dict[str, tuple[int, ...]]:
+    """{"params/bert/...": shape} of a tree of arrays, shape structs or orbax's array metadata,
+    its leaves named as orbax names them (a TrainState too, unlike `parameters.flat_shapes`)."""
+    return {"/".join(k): tuple(v.shape) for k, v in ocp.tree.to_flat_dict(tree).items()}
+
+
+# What orbax 0.12 writes under a step's directory and reads back before any array.
+STATE_METADATA = os.path.join("state", "_METADATA")
+PROGRESS_FILE = os.path.join("progress", "metadata")
+OCDBT_DAMAGE = ("NOT_FOUND", "DATA_LOSS", "OUT_OF_RANGE")  # tensorstore's codes for bad files
+
+
+def damage(directory: str, step: int) -> str | None:
+    """What shows checkpoint `step` in `directory` damaged, from its files without reading its
+    arrays: a metadata file missing or not JSON, an OCDBT manifest or B-tree node missing or not
+    decoding, an array file missing or shorter than what refers to it. None when nothing shows
+    damage, also when the check itself fails (an I/O error is no sign of damage)."""
+    path = os.path.join(directory, str(step))
+    try:
+        for name in (PROGRESS_FILE, STATE_METADATA):
+            with open(os.path.join(path, name)) as f:
+                metadata = json.load(f)  # the state's, read last, says if it is OCDBT
+    except (FileNotFoundError, NotADirectoryError, ValueError) as error:  # missing, not JSON
+        return f"{name}: {type(error).__name__}: {short_reason(error)}"
+    except OSError as error:
+        return _unchecked(step, error)
+    try:
+        return _ocdbt_damage(os.path.join(path, "state")) if metadata.get("use_ocdbt") else None
+    except Exception as error:  # tensorstore raises ValueError for I/O errors too
+        return _unchecked(step, error)
+
+
+def _unchecked(step: int, error: Exception) -> None:
+    logging.warning("Could not check the files of checkpoint %d: %s", step, short_reason(error))
+
+
+def _ocdbt_damage(path: str) -> str | None:
+    """The first B-tree node or array value of the OCDBT database at `path` whose file is
+    missing or short, or a manifest or node that does not decode (each node is decoded, no value
+    is read); None when all are whole. Other errors (I/O) propagate."""
+    base = ts.KvStore.open({"driver": "file", "path": path + os.sep}).result()
+    sizes: dict[str, int] = {}
+    try:
+        versions = ts.ocdbt.dump(base).result()["versions"]
+        pending = [versions[-1]["root"].get("location")] if versions else []
+        while pending:
+            location = pending.pop()
+            if location is None:  # an empty tree
+                continue
+            kind, prefix, name, offset, length = location.split(":")
+            file, end = os.path.join(path, prefix + name), int(offset) + int(length)
+            if file not in sizes:
+                sizes[file] = os.path.getsize(file) if os.path.isfile(file) else -1
+            if sizes[file] < end:
+                found = "missing" if sizes[file] < 0 else f"{sizes[file]} bytes"
+                return f"{file} is {found}, a {kind} in it ends at byte {end}"
+            if kind == "btreenode":
+                entries = ts.ocdbt.dump(base, location).result()["entries"]
+                pending += [e.get("location") or e.get("indirect_value") for e in entries]
+    except ValueError as error:  # tensorstore's errors, by their status code
+        if str(error).startswith(OCDBT_DAMAGE):
+            return short_reason(error)
+        raise
+    return None
 
 
 def checkpoint_dir(workdir: str) -> str:
     return os.path.abspath(os.path.join(workdir, "checkpoints"))
+
+
+def read_failed(directory: str, step: int, reason: str) -> CheckpointError:
+    """The error for checkpoint `step` that did not restore while its files show no damage."""
+    return CheckpointError(
+        f"Reading the checkpoint of step {step} in {directory} failed ({reason}); its files "
+        "show no damage, so it is left in place and no older checkpoint is used instead. A "
+        "transient failure (an I/O error, out of memory)? Rerun the same command to retry; if it "
+        f"fails the same way again, move {os.path.join(directory, str(step))} into "
+        f"{os.path.join(directory, CORRUPT_DIR)}/ to use the checkpoint before it."
+    )
+
+
+class Outcome(enum.IntEnum):
+    """What a process met reading a checkpoint, from the best to the worst."""
+
+    RESTORED = 0
+    DAMAGED = 1  # its files show damage: moved aside, the next older one tried
+    MISMATCH = 2  # whole, but another model's or optimizer's state
+    FAILED = 3  # anything else (I/O, memory): left in place, the run stops
+
+
+def _from_process_0(value: int) -> int:
+    """Process 0's `value`, on every process."""
+    if jax.process_count() == 1:
+        return value
+    return int(multihost_utils.broadcast_one_to_all(np.int32(value)))
+
+
+def _worst(outcome: Outcome) -> Outcome:
+    """The worst `outcome` any process met, on every process (a barrier)."""
+    if jax.process_count() == 1:
+        return outcome
+    return Outcome(int(np.max(multihost_utils.process_allgather(np.int32(outcome)))))
+
+
+def _sync(name: str) -> None:
+    if jax.process_count() > 1:
+        multihost_utils.sync_global_devices(name)
 
 
 class Checkpointer:
@@ -113,37 +216,32 @@ class Checkpointer:
         self, state: TrainState, state_shardings: TrainState
     ) -> tuple[TrainState, dict[str, Any]] | None:
         """The newest (state, progress) that restores, with `state`'s shapes and shardings; or
-        None when there is no checkpoint. A damaged one (a missing or truncated file, unreadable
-        metadata) is reported and moved aside to `checkpoints/corrupt/`, and the next older one
-        is tried; a checkpoint of another model is an error (nothing moved)."""
+        None when there is no checkpoint. One whose files show damage (`damage`) is reported and
+        moved aside to `checkpoints/corrupt/`, and the next older one is tried; a checkpoint of
+        another model is a CheckpointMismatch and any other failure (an I/O error, out of memory)
+        a CheckpointError, both leaving it in place. Every process tries process 0's newest step
+        and acts on the worst outcome any of them met."""
         if not self.enabled:
             return None
         target = sharding.abstract_arrays(state, state_shardings)
-        damaged = []
-        for step in sorted(self.manager.all_steps(), reverse=True):
-            misfit = saved_param_misfits(self.directory, step, target.params)
+        damaged, tried = [], set()
+        while (step := self._next_step(tried)) is not None:
+            tried.add(step)
+            misfit = saved_misfits(self.directory, step, target.params, "params")
             if misfit:  # said before reading: a read that fails leaves orbax's readers dangling
                 raise CheckpointMismatch(
                     f"The checkpoint of step {step} in {self.directory} does not fit this run's "
                     f"model: {'; '.join(misfit)}"[:2000]
                 )
-            try:
-                restored = self.manager.restore(
-                    step,
-                    args=ocp.args.Composite(
-                        state=ocp.args.StandardRestore(target), progress=ocp.args.JsonRestore()
-                    ),
-                )
-            except Exception as error:  # orbax and tensorstore raise many kinds for bad files
-                if readable(self.directory, step):  # whole, but not this run's state
-                    raise CheckpointMismatch(
-                        f"The checkpoint of step {step} in {self.directory} does not fit this "
-                        f"run's state (another model or optimizer settings?): {error}"[:2000]
-                    ) from error
-                damaged.append(self._set_aside(step, error))
-                continue
-            logging.info("Restored checkpoint of step %d from %s", step, self.directory)
-            return restored.state, dict(restored.progress)
+            restored, outcome, reason = self._read(step, target)
+            agreed = _worst(outcome)
+            if agreed == Outcome.RESTORED:
+                logging.info("Restored checkpoint of step %d from %s", step, self.directory)
+                return restored
+            reason = reason if agreed == outcome else "met by another process: see its log"
+            if agreed != Outcome.DAMAGED:
+                raise self._not_restored(step, agreed, reason)
+            damaged.append(self._set_aside(step, reason))
         if damaged:
             raise CheckpointError(
                 f"No checkpoint in {self.directory} restores; moved aside: {', '.join(damaged)}. "
@@ -151,9 +249,50 @@ class Checkpointer:
             )
         return None
 
-    def _set_aside(self, step: int, error: Exception) -> str:
-        """Moves step `step`'s directory to `corrupt/`; returns where it went."""
-        reason = short_reason(error)
+    def _next_step(self, tried: set[int]) -> int | None:
+        """Process 0's newest step not in `tried`, on every process; None when none is left."""
+        step = _from_process_0(max(set(self.manager.all_steps()) - tried, default=-1))
+        return None if step < 0 else step
+
+    def _read(self, step: int, target: TrainState) -> tuple[Any, Outcome, str]:
+        """((state, progress) or None, the outcome, why it did not restore), read by the items'
+        handlers: without the manager's barrier, so that a process whose read fails still meets
+        the others where they agree."""
+        path, handlers = epath.Path(self.directory) / str(step), item_handlers()
+        try:
+            state = handlers["state"].restore(path / "state", args=ocp.args.StandardRestore(target))
+            progress = handlers["progress"].restore(path / "progress", args=ocp.args.JsonRestore())
+            return (state, dict(progress)), Outcome.RESTORED, ""
+        except Exception as error:  # orbax and tensorstore raise many kinds for bad files
+            shown = damage(self.directory, step)
+            if shown:
+                return None, Outcome.DAMAGED, shown
+            misfit = saved_misfits(self.directory, step, target)
+            if misfit:
+                return None, Outcome.MISMATCH, "; ".join(misfit)
+            return None, Outcome.FAILED, f"{type(error).__name__}: {short_reason(error)}"
+        finally:
+            for handler in handlers.values():
+                handler.close()
+
+    def _not_restored(self, step: int, outcome: Outcome, reason: str) -> Exception:
+        """The error for checkpoint `step` that is left in place: another model's or optimizer's
+        state, or a failure that shows no damage (logged as such)."""
+        if outcome == Outcome.MISMATCH:
+            return CheckpointMismatch(
+                f"The checkpoint of step {step} in {self.directory} does not fit this run's "
+                f"state (another model or optimizer settings?): {reason}"[:2000]
+            )
+        logging.error(
+            "Checkpoint of step %d does not restore (%s) but its files show no damage: left in "
+            "place, no older one resumed; rerun to retry.",
+            step,
+            reason,
+        )
+        return read_failed(self.directory, step, reason)
+
+    def _set_aside(self, step: int, reason: str) -> str:
+        """Moves step `step`'s directory to `corrupt/` (process 0); returns where it went."""
         source = os.path.join(self.directory, str(step))
         target = os.path.join(self.directory, CORRUPT_DIR, str(step))
         suffix = 1
@@ -162,15 +301,16 @@ class Checkpointer:
                 os.path.join(self.directory, CORRUPT_DIR, f"{step}.{suffix}"),
                 suffix + 1,
             )
+        _sync(f"bert_flax: setting aside checkpoint {step}")  # every process named `target`
         if jax.process_index() == 0 and os.path.exists(source):
             os.makedirs(os.path.dirname(target), exist_ok=True)
             shutil.move(source, target)
+        _sync(f"bert_flax: set aside checkpoint {step}")
         self.manager.reload()
         logging.warning(
-            "Checkpoint of step %d does not restore (%s: %s); moved it to %s and trying the "
-            "next older one.",
+            "Checkpoint of step %d does not restore, its files show damage (%s); moved it to %s "
+            "and trying the next older one.",
             step,
-            type(error).__name__,
             reason,
             target,
         )
@@ -226,18 +366,6 @@ class Checkpointer:
             f"disk or a quota? The complete checkpoints are intact: steps {steps}; "
             "free space and rerun the same command to resume from the latest."
         )
-
-
-def _read_state(manager: ocp.CheckpointManager, step: int) -> Any:
-    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    target = jax.tree_util.tree_map(
-        lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
-        manager.item_metadata(step)["state"].tree,
-    )
-    restored = manager.restore(
-        step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target))
-    )
-    return restored["state"]
 
 
 class PreemptionGuard:

@@ -5,9 +5,9 @@ that cannot go on ends.
   labelled file without a `label` column, an empty split, a warm-up longer than the run, a
   missing data directory, ...) ends with its message as one line on stderr and exit status 2,
   without a traceback. `BERT_FLAX_TRACEBACK=1` shows the traceback too.
-- A checkpoint that cannot be saved (a full disk) or none that restores
-  (`checkpointing.CheckpointError`), and a full disk under any other file (metrics, plots), end
-  the same way, exit status 2.
+- A checkpoint that cannot be saved (a full disk), one that does not restore though its files
+  show no damage (an I/O error), or none that restores (`checkpointing.CheckpointError`), and a
+  full disk under any other file (metrics, plots), end the same way, exit status 2.
 - A diverged run (`train.TrainingDiverged`) ends with its message and exit status 3.
 - Anything else (a failure inside a library, a bug) keeps its traceback.
 """

@@ -109,8 +109,9 @@ def load_params(
 
 def restore_params(workdir: str, step: int | None = None) -> tuple[int, Params]:
     """(step, parameters as numpy) of a run's checkpoint: `step`, or the newest that restores
-    (a damaged one is reported and skipped, left in place: this is another run's workdir). Only
-    the parameters are read (orbax partial restore), onto one device whatever mesh wrote them."""
+    (one whose files show damage is reported and skipped, left in place: this is another run's
+    workdir; any other failure is a CheckpointError). Only the parameters are read (orbax partial
+    restore), onto one device whatever mesh wrote them."""
     directory = checkpointing.checkpoint_dir(workdir)
     # PyTreeCheckpointHandler reads what StandardCheckpointHandler wrote and restores subtrees.
     handlers = {**checkpointing.item_handlers(), "state": ocp.PyTreeCheckpointHandler()}
@@ -123,17 +124,19 @@ def restore_params(workdir: str, step: int | None = None) -> tuple[int, Params]:
             raise FileNotFoundError(f"{directory} holds no checkpoint (is {workdir} a run?).")
         if step is not None and step not in steps:
             raise ValueError(f"{directory} has no checkpoint of step {step}; it has {steps}.")
-        errors = []
+        damaged = []
         for candidate in [step] if step is not None else steps:
             try:
                 return candidate, _read_params_only(manager, candidate)
             except Exception as error:  # orbax and tensorstore raise many kinds for bad files
-                errors.append(f"step {candidate}: {type(error).__name__}: {error}"[:400])
-                logging.warning(
-                    "Checkpoint %s of %s does not restore: %s", candidate, directory, errors[-1]
-                )
+                shown = checkpointing.damage(directory, candidate)
+                if shown is None:
+                    reason = f"{type(error).__name__}: {checkpointing.short_reason(error)}"
+                    raise checkpointing.read_failed(directory, candidate, reason) from error
+                damaged.append(f"step {candidate}: {shown}"[:400])
+                logging.warning("Checkpoint %s of %s is damaged: %s", candidate, directory, shown)
         raise checkpointing.CheckpointError(
-            f"No checkpoint in {directory} restores: {'; '.join(errors)}"
+            f"No checkpoint in {directory} restores: {'; '.join(damaged)}"
         )
     finally:
         manager.close()

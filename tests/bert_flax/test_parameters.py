@@ -4,6 +4,7 @@ parameters kept by the metric's direction."""
 
 from __future__ import annotations
 
+import errno
 import json
 
 import flax.traverse_util
@@ -58,29 +59,54 @@ def test_checkpoint_kind_by_what_a_directory_holds(tmp_path):
         parameters.load_pretrained(str(tmp_path / "hf"), step=3)
 
 
-def test_a_workdir_restores_its_parameters_alone(tmp_path):
-    params = random_params(CONFIG)
-    state = {"params": params, "opt_state": {"mu": np.ones((5, 7), np.float32)}, "step": 4}
-    directory = checkpointing.checkpoint_dir(str(tmp_path))
+def save_run(workdir: str, steps: tuple[int, ...]) -> None:
+    """Checkpoints of `steps` in `workdir`, each with its own parameters (`random_params` seeded
+    by the step) and optimizer state."""
     manager = ocp.CheckpointManager(
-        directory, item_names=checkpointing.ITEMS, item_handlers=checkpointing.item_handlers()
+        checkpointing.checkpoint_dir(workdir),
+        item_names=checkpointing.ITEMS,
+        item_handlers=checkpointing.item_handlers(),
     )
-    for step in (2, 4):
+    for step in steps:
+        state = {
+            "params": random_params(CONFIG, seed=step),
+            "opt_state": {"mu": np.ones((5, 7), np.float32)},
+            "step": step,
+        }
         args = ocp.args.Composite(
             state=ocp.args.StandardSave(state), progress=ocp.args.JsonSave({"step": step})
         )
         manager.save(step, args=args)
     manager.wait_until_finished()
     manager.close()
+
+
+def test_a_workdir_restores_its_parameters_alone(tmp_path):
+    """Steps 2 and 4 hold different parameters: the latest (4) by default, 2 when asked."""
+    save_run(str(tmp_path), (2, 4))
     (tmp_path / parameters.CONFIG_FILE).write_text(json.dumps(CONFIG.to_dict()))
 
     config, restored = parameters.load_workdir(str(tmp_path))
     assert config == CONFIG
-    assert restored.keys() == params.keys()  # parameters only, no optimizer state
-    jax.tree.map(np.testing.assert_array_equal, restored, params)
-    assert parameters.restore_params(str(tmp_path), 2)[0] == 2
+    assert restored.keys() == random_params(CONFIG).keys()  # parameters only, no optimizer state
+    jax.tree.map(np.testing.assert_array_equal, restored, random_params(CONFIG, seed=4))
+    step, restored = parameters.restore_params(str(tmp_path), 2)
+    assert step == 2
+    jax.tree.map(np.testing.assert_array_equal, restored, random_params(CONFIG, seed=2))
     with pytest.raises(ValueError, match="no checkpoint of step 3"):
         parameters.restore_params(str(tmp_path), 3)
+
+
+def test_a_workdir_read_that_fails_without_damage_is_an_error(tmp_path, monkeypatch):
+    """An I/O error reading the newest checkpoint is a CheckpointError, not the older one."""
+    save_run(str(tmp_path), (2, 4))
+
+    def fail(*args, **kwargs):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(ocp.PyTreeCheckpointHandler, "restore", fail)
+    with pytest.raises(checkpointing.CheckpointError, match=r"step 4 .*Input/output.*Rerun"):
+        parameters.restore_params(str(tmp_path))
 
 
 def test_a_bert_flax_directory_round_trips_and_names_a_misfit(tmp_path):

@@ -56,10 +56,12 @@ def run_main(workdir, *flags: str, base: tuple[str, ...] = tuple(SYNTHETIC)):
     )
 
 
-def start_main(workdir, *flags: str, **popen) -> subprocess.Popen:
-    """The SYNTHETIC job in the background (stdout discarded)."""
+def start_main(
+    workdir, *flags: str, python: tuple[str, ...] = ("-m", "bert_flax.main"), **popen
+) -> subprocess.Popen:
+    """The SYNTHETIC job in the background (stdout discarded); `python` runs the program."""
     return subprocess.Popen(
-        [sys.executable, "-m", "bert_flax.main", f"--workdir={workdir}", *SYNTHETIC, *flags],
+        [sys.executable, *python, f"--workdir={workdir}", *SYNTHETIC, *flags],
         cwd=ROOT,
         env=dict(os.environ, JAX_PLATFORMS="cpu"),
         stdout=subprocess.DEVNULL,
@@ -151,36 +153,43 @@ def test_divergence_stops_without_saving_over_finite_checkpoints(tmp_path):
         assert all(np.isfinite(p).all() for p in jax.tree.leaves(params)), step
 
 
-@pytest.mark.slow(seconds=40)
-@pytest.mark.parametrize("damage", ["truncate", "delete"])
-def test_a_damaged_latest_checkpoint_is_set_aside(tmp_path, damage):
-    """Checkpoints at 10 and 20; one data file of step 20 truncated or deleted: the rerun warns,
-    moves step 20 to checkpoints/corrupt/ and resumes from step 10 to finish at 30."""
-    workdir = tmp_path / "run"
-    flags = ["--config.checkpoint.every_steps=10"]
-    assert run_main(workdir, "--config.train.steps=20", *flags).returncode == 0
+def damage_checkpoint(step_dir, how: str) -> None:
+    """Truncates to half, or deletes, the largest array file of the checkpoint in `step_dir`."""
     files = [
         f
-        for f in glob.glob(
-            str(workdir / "checkpoints" / "20" / "state" / "**" / "*"), recursive=True
-        )
+        for f in glob.glob(str(step_dir / "state" / "**" / "*"), recursive=True)
         if os.path.isfile(f) and os.path.getsize(f) > 64 and "metadata" not in f
     ]
     victim = max(files, key=os.path.getsize)
-    if damage == "truncate":
+    if how == "truncate":
         with open(victim, "r+b") as f:
             f.truncate(os.path.getsize(victim) // 2)
     else:
         os.remove(victim)
+
+
+@pytest.mark.slow(seconds=40)
+@pytest.mark.parametrize("damage", ["truncate", "delete"])
+def test_a_damaged_latest_checkpoint_is_set_aside(tmp_path, damage):
+    """Checkpoints at 10 and 20; one data file of step 20 truncated or deleted: the rerun warns,
+    moves step 20 to checkpoints/corrupt/ and resumes from step 10 to finish at 30. With step 30
+    damaged in turn, reading the run's parameters (init_from) gives step 20's, leaving 30."""
+    workdir = tmp_path / "run"
+    flags = ["--config.checkpoint.every_steps=10"]
+    assert run_main(workdir, "--config.train.steps=20", *flags).returncode == 0
+    damage_checkpoint(workdir / "checkpoints" / "20", damage)
     rerun = run_main(workdir, "--config.train.steps=30", *flags)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert "Checkpoint of step 20 does not restore" in rerun.stderr
     assert "Restored checkpoint of step 10" in rerun.stderr
     assert os.path.isdir(workdir / "checkpoints" / checkpointing.CORRUPT_DIR / "20")
-    assert 30 in saved_steps(workdir)
-    # Another run initialised from this workdir (init_from) reads the newest that restores.
+    assert saved_steps(workdir) == [10, 20, 30]
+    # Step 30 damaged in turn, where reading only the parameters meets it too (a truncated data
+    # file may hold only optimizer state): its OCDBT manifest truncated.
+    with open(workdir / "checkpoints" / "30" / "state" / "manifest.ocdbt", "r+b") as f:
+        f.truncate(10)
     step, _ = parameters.restore_params(str(workdir))
-    assert step == 30
+    assert step == 20 and saved_steps(workdir) == [10, 20, 30]
 
 
 @pytest.mark.slow(seconds=20)
@@ -238,27 +247,50 @@ def test_a_full_disk_is_a_clear_error_and_keeps_the_saved_checkpoints(small_disk
     assert all(np.isfinite(p).all() for p in jax.tree.leaves(params))
 
 
+# bert_flax.main with orbax's commit of step 20 (the rename of its complete temporary directory)
+# held: it creates `commit_held` in the workdir and sleeps.
+HOLD_COMMIT_OF_20 = """
+import runpy, time
+from orbax.checkpoint._src.path import atomicity
+
+finalize = atomicity.AtomicRenameTemporaryPath.finalize
+
+async def held(self, *args, **kwargs):
+    if self.get_final().name == "20":
+        (self.get_final().parent.parent / "commit_held").touch()
+        time.sleep(600)
+    return await finalize(self, *args, **kwargs)
+
+atomicity.AtomicRenameTemporaryPath.finalize = held
+runpy.run_module("bert_flax.main", run_name="__main__")
+"""
+
+
 @pytest.mark.slow(seconds=45)
 def test_kill_9_while_saving_resumes_from_the_last_complete_checkpoint(tmp_path):
-    """SIGKILL as soon as a save of step 10 shows up on disk (orbax writes into a temporary
-    directory and renames it when complete): the rerun resumes from a complete checkpoint."""
+    """SIGKILL while step 20's checkpoint is written but not yet committed (orbax renames its
+    temporary directory when complete): the rerun resumes from step 10 and saves 20 and 30."""
     workdir = tmp_path / "run"
     flags = ["--config.train.steps=400", "--config.checkpoint.every_steps=10"]
-    job = start_main(workdir, *flags, stderr=subprocess.DEVNULL)
-    checkpoints = workdir / "checkpoints"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and job.poll() is None:
-        names = os.listdir(checkpoints) if checkpoints.is_dir() else []
-        if any(n.startswith("20") for n in names):  # step 20's save under way (or done)
-            break
-        time.sleep(0.005)
-    job.kill()
-    job.wait()
+    log = tmp_path / "job.log"
+    with open(log, "w") as stderr:
+        job = start_main(workdir, *flags, python=("-c", HOLD_COMMIT_OF_20), stderr=stderr)
+        deadline = time.monotonic() + 300
+        try:
+            while not (workdir / "commit_held").exists() and job.poll() is None:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        finally:
+            job.kill()
+            job.wait()
+    assert (workdir / "commit_held").exists(), log.read_text()[-3000:]
+    names = os.listdir(workdir / "checkpoints")
+    assert "20" not in names and any(n.startswith("20.orbax-checkpoint-tmp") for n in names), names
     rerun = run_main(workdir, "--config.train.steps=30", "--config.checkpoint.every_steps=10")
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     resumed = [line for line in rerun.stderr.splitlines() if "Restored checkpoint of step" in line]
-    assert resumed and any(f"step {s} " in resumed[0] for s in (10, 20)), resumed
-    assert 30 in saved_steps(workdir)
+    assert len(resumed) == 1 and "Restored checkpoint of step 10 " in resumed[0], resumed
+    assert saved_steps(workdir) == [10, 20, 30]
 
 
 @pytest.mark.slow(seconds=55)

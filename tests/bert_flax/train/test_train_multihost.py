@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -12,12 +11,6 @@ import pytest
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "multihost_worker.py")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(WORKER))))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
 
 
 def start(process_id: int, num_processes: int, port: int) -> subprocess.Popen:
@@ -42,9 +35,8 @@ def result(proc: subprocess.Popen) -> dict:
 
 
 @pytest.mark.slow(seconds=40)
-def test_two_processes_match_one():
-    port = free_port()
-    procs = [start(0, 1, 0), start(0, 2, port), start(1, 2, port)]
+def test_two_processes_match_one(free_port):
+    procs = [start(0, 1, 0), start(0, 2, free_port), start(1, 2, free_port)]
     reference, *pair = (result(p) for p in procs)
     assert reference["devices"] == 1 and all(r["devices"] == 2 for r in pair)
     for r in pair:
