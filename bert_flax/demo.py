@@ -21,9 +21,12 @@ r"""`make demo`: what packing buys, and a BERT that learns, on 2 CPU cores in ab
    [CLS] state does not summarise yet), the pre-trained embedding tables scaled to a fresh
    start's size (`classifier.rescale_embeddings`).
 
-SIGTERM saves the running run and stops the demo. Rerunning reuses the prepared data and the
-runs that ended on their own (a pre-training run cut by its clock is not given another budget);
-an interrupted run resumes (with a fresh clock). Delete the workdir to start over.
+SIGTERM saves the running run and stops the demo. Rerunning reuses the prepared data (if
+prepared with the same options: other options are an error) and the runs that ended on their own
+and are the same run (`train.reusable_run`: same config, data and code; a pre-training run cut by
+its clock is not given another budget); a run of another config, data or code is moved aside
+(`<run>.stale-N`) and trained afresh; an interrupted run resumes (with a fresh clock). Delete the
+workdir to start over.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from bert_flax import finetune, train
 from bert_flax.data.contract import SUMMARY_FILE, PreparedData
 from bert_flax.metrics import learning_curve, side_by_side
 from bert_flax.plots import plot_packed_vs_padded
+from bert_flax.tasks import ClassificationTask
 from bert_flax.train_setup import create_train_setup
 from configs import cpu_pretrain, cpu_pretrain_shampoo, finetune_sentiment
 
@@ -54,14 +58,30 @@ DUPE_FACTOR = 1
 
 def prepare_data(data_dir: str, **options: Any) -> dict:
     """The bundled corpus prepared with `options` (default: the recipe's `PREPARE`) in
-    `data_dir`, reused when already there."""
+    `data_dir`; its summary when already there and prepared with the same options
+    (`check_options`)."""
+    options = {**cpu_pretrain.PREPARE, **options}
     if os.path.exists(os.path.join(data_dir, SUMMARY_FILE)):
+        summary = PreparedData.load(data_dir).summary
+        check_options(data_dir, summary, options)
         logging.info("Reusing prepared data in %s", data_dir)
-        return PreparedData.load(data_dir).summary
+        return summary
     from bert_flax.data.create_pretraining_data import create_pretraining_data
 
-    options = {**cpu_pretrain.PREPARE, **options}
     return create_pretraining_data(options.pop("input"), data_dir, **options)
+
+
+def check_options(data_dir: str, summary: dict, options: dict[str, Any]) -> None:
+    """Raises ValueError naming the `options` that differ from those `data_dir` was prepared
+    with, as its summary records them (options it does not record are not checked)."""
+    recorded = {"input": summary.get("input"), **summary.get("options", {})}
+    differ = sorted(k for k, v in options.items() if k in recorded and recorded[k] != v)
+    if differ:
+        named = ", ".join(f"{k}={recorded[k]!r} (asked {options[k]!r})" for k in differ)
+        raise ValueError(
+            f"{data_dir} was prepared with other options: {named}. Use another directory (e.g. "
+            "another --workdir or --data_dir), or delete it to prepare it again."
+        )
 
 
 def pretraining_config(
@@ -116,7 +136,7 @@ def pretrain(
     for layout in LAYOUTS:
         config = pretraining_config(data_dir, layout == "packed", minutes, **options)
         run_dir = os.path.join(workdir, layout)
-        final = train.ended_run(run_dir) or train.train_and_evaluate(config, run_dir)
+        final = train.reusable_run(run_dir, config) or train.train_and_evaluate(config, run_dir)
         train.exit_if_preempted(final)  # SIGTERM stops the demo, not only the run it hit
         runs[layout] = {"workdir": run_dir, "final": final}
         runs[layout]["curve"] = learning_curve(run_dir)
@@ -148,17 +168,26 @@ def finetuning_config(
     return config
 
 
+def finetune_dir(workdir: str, start: str, seed: int) -> str:
+    return os.path.join(workdir, f"sentiment_{start.replace('-', '')}_seed{seed}")
+
+
 def finetune_both(
     workdir: str, data_dir: str, pretrained: str, epochs: float, seed: int = 0
 ) -> dict[str, dict]:
-    """Fine-tuning from `pretrained` and from random initialisation, same recipe and steps."""
+    """Fine-tuning from `pretrained` and from random initialisation, same recipe and steps
+    (each reused when its workdir holds the same finished run: `train.reusable_run`)."""
     tuned = {}
     for start in FINETUNE_STARTS:
         config = finetuning_config(
             data_dir, pretrained if start == "pre-trained" else "", epochs, seed
         )
-        run_dir = os.path.join(workdir, f"sentiment_{start.replace('-', '')}_seed{seed}")
-        tuned[start] = finetune.finetune(config, run_dir)
+        run_dir = finetune_dir(workdir, start, seed)
+        task = ClassificationTask(config)
+        finetune.resolve_epochs(config, task)  # the config its run records and fingerprints
+        tuned[start] = train.reusable_run(run_dir, config, task) or finetune.finetune(
+            config, run_dir, task
+        )
         train.exit_if_preempted(tuned[start])
     return tuned
 
@@ -205,6 +234,10 @@ def summary_text(data: dict, runs: dict, tuned: dict | None, seconds: float) -> 
             + f" ({scores['pre-trained'] - scores['random']:+.4f}); "
             f"{any_run['baseline']:.4f} for {any_run['baseline_name']}"
         )
+    reused = [name for name, run in runs.items() if run["final"].get("reused")]
+    reused += [f"sentiment from {s}" for s, run in (tuned or {}).items() if run.get("reused")]
+    if reused:
+        lines.append(f"  reused (finished, same config, data and code): {', '.join(reused)}")
     lines += [f"  total {seconds / 60:.1f} min", "=" * 76]
     return "\n".join(lines)
 

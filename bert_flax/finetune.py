@@ -179,9 +179,12 @@ def predict_split(
     return {"accuracy": float(np.mean(logits.argmax(-1) == encoded.labels)), "path": path}
 
 
-def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
-    """Fine-tunes, then predicts the test split (if any) with the best parameters."""
-    task = ClassificationTask(config)
+def finetune(
+    config: ml_collections.ConfigDict, workdir: str, task: ClassificationTask | None = None
+) -> dict[str, Any]:
+    """Fine-tunes (`task`: default the config's, built here), then predicts the test split (if
+    any) with the best parameters."""
+    task = task or ClassificationTask(config)
     resolve_epochs(config, task)
     final = train.train_and_evaluate(config, workdir, task=task)
     if "test" in task.encoded and jax.process_index() == 0 and not final["preempted"]:

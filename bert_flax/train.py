@@ -35,9 +35,10 @@ import numpy as np
 from absl import logging
 
 import optim
-from bert_flax import checkpointing, metrics, parameters, sharding
+from bert_flax import checkpointing, fingerprint, metrics, parameters, sharding
+from bert_flax.block_sparse import resolve_impl
 from bert_flax.config import BertConfig, resolved_config_section
-from bert_flax.tasks import Task
+from bert_flax.tasks import PreTrainingTask, Task
 from bert_flax.train_setup import TrainSetup, create_train_setup
 from bert_flax.train_step import TrainState
 
@@ -116,8 +117,10 @@ def evaluate(
 
 
 def describe(setup: TrainSetup) -> dict[str, Any]:
+    """What the setup resolved (config.json's "resolved"): mesh, packing adjustment, task, and
+    the block-sparse layers' implementation where the model has them."""
     a = setup.adjustment
-    return {
+    info = {
         "params": setup.num_params,
         "mesh": dict(setup.mesh.shape),
         "devices": jax.device_count(),
@@ -132,6 +135,11 @@ def describe(setup: TrainSetup) -> dict[str, Any]:
         "peak_learning_rate": setup.config.schedule.learning_rate * a.learning_rate_scale,
         **setup.task.describe(),
     }
+    model = setup.model_config
+    if model.block_sparse is not None:  # the implementation its layers use ("auto" resolved)
+        sparse = model.block_sparse
+        info["block_sparse_impl"] = resolve_impl(sparse.impl, sparse.block_size, model.dtype)
+    return info
 
 
 def initial_state(
@@ -145,6 +153,7 @@ def initial_state(
         "data_position": 0,
         "sequences_seen": 0.0,
         "train_seconds": 0.0,  # wall-clock seconds in training steps (evaluations excluded)
+        "compile_seconds": 0.0,  # compiling the train step, once per process (not training)
         "seed": config.seed,
         "data": data,
     }
@@ -261,6 +270,7 @@ def _train(
         "target_reached": target_reached,
         "sequences_seen": progress["sequences_seen"],
         "train_seconds": progress["train_seconds"],
+        "compile_seconds": progress.get("compile_seconds", 0.0),
         "baseline": baseline,
         "baseline_name": baseline_name,
         "train": loop.train_summary,
@@ -298,14 +308,50 @@ def write_final(final: dict[str, Any], workdir: str, plotting: Task | None) -> N
 
 def ended_run(workdir: str) -> dict[str, Any] | None:
     """The final metrics of the run in `workdir` if it ended on its own (its steps, its clock or
-    its eval target), else None (never started, or interrupted: training it again resumes it).
-    For drivers that must not train a finished run further: a rerun would give it a new clock."""
+    its eval target), else None (never started, or interrupted: training it again resumes it);
+    whichever config, data or code made it (`reusable_run` checks that)."""
     path = os.path.join(workdir, FINAL_METRICS)
     if not os.path.exists(path):
         return None
     with open(path) as f:
         final = json.load(f)
     return None if final["preempted"] else final
+
+
+def reusable_run(
+    workdir: str, config: ml_collections.ConfigDict, task: Task | None = None
+) -> dict[str, Any] | None:
+    """The final metrics of the run in `workdir`, marked `"reused": True`, if it ended on its own
+    (`ended_run`) and is the same run: its fingerprint (`bert_flax.fingerprint`: config, data,
+    code) is that of `config` and `task` (default: pre-training). Else None, for the caller to
+    train: no run there, or an interrupted one of the same fingerprint (training resumes it). A
+    run of another fingerprint, finished or not, is moved aside (`set_aside`) with a warning
+    naming what differs. For drivers that must not train a finished run further (a rerun would
+    give it a new clock) nor reuse one that other config, data or code made."""
+    if not os.path.isdir(workdir) or not os.listdir(workdir):
+        return None
+    expected = fingerprint.of_run(config, task or PreTrainingTask(config))
+    differs = fingerprint.differences(fingerprint.load(workdir), expected)
+    if differs:
+        stale = set_aside(workdir)
+        logging.warning(
+            "%s held another run (%s): moved it to %s; training afresh.",
+            workdir,
+            "; ".join(differs),
+            stale,
+        )
+        return None
+    final = ended_run(workdir)
+    return final and {**final, "reused": True}
+
+
+def set_aside(workdir: str) -> str:
+    """Renames `workdir` to the first free `<workdir>.stale-N` (never deletes); returns it."""
+    n = 1
+    while os.path.exists(f"{workdir}.stale-{n}"):
+        n += 1
+    os.rename(workdir, f"{workdir}.stale-{n}")
+    return f"{workdir}.stale-{n}"
 
 
 def write_run_config(
@@ -315,18 +361,20 @@ def write_run_config(
     writer: metrics.MetricsWriter,
 ) -> dict[str, Any]:
     """Logs the config (its model as resolved) and the setup, and writes them to the workdir
-    (config.json, bert_config.json, TensorBoard); returns the setup's description."""
+    (config.json, bert_config.json, fingerprint.json, TensorBoard); returns the setup's
+    description."""
     info = describe(setup)
     shown = with_resolved_model(config, setup.model_config)
     logging.info("Config (the model as resolved):\n%s", shown)
     logging.info("Setup: %s", json.dumps(info))
     if writer.enabled:
         with open(os.path.join(workdir, "config.json"), "w") as f:
-            # The config with its model resolved, and what the packing adjustment resolved.
+            # The config with its model resolved, and what the setup resolved (`describe`).
             resolved = {**json.loads(shown.to_json_best_effort()), "resolved": info}
             json.dump(resolved, f, indent=2)
         with open(os.path.join(workdir, parameters.CONFIG_FILE), "w") as f:
             json.dump(setup.model_config.to_dict(), f, indent=2)  # what convert exports with
+        fingerprint.write(workdir, fingerprint.of_run(config, setup.task))
         writer.write_text("config", f"```\n{shown}\n```")
     return info
 
@@ -363,9 +411,10 @@ class Loop:
         step = start_step
         for step in range(start_step + 1, config.train.steps + 1):
             local = next(train_iter)
+            batch = sharding.global_batch(setup.mesh, local)
             if step == start_step + 1:
                 task.check_batch(local, setup.model_config, evaluation=False)
-            batch = sharding.global_batch(setup.mesh, local)
+                self.compile(batch, step)
             self.state, step_metrics = setup.loop_step(
                 self.state, batch, setup.step_key(step - 1), step
             )
@@ -400,6 +449,16 @@ class Loop:
             if stop or last:
                 break
         return step, preempted, target_reached
+
+    def compile(self, batch: dict[str, jax.Array], step: int) -> None:
+        """Compiles the train step before the clock starts (the jitted step then finds it in
+        its cache): its seconds count in `compile_seconds`, not `train_seconds`."""
+        started = time.perf_counter()
+        self.setup.train_step.lower(self.state, batch, self.setup.step_key(step - 1)).compile()
+        seconds = time.perf_counter() - started
+        self.progress["compile_seconds"] = self.progress.get("compile_seconds", 0.0) + seconds
+        logging.info("Compiled the train step in %.1f s", seconds)
+        self.throughput.reset()
 
     def flush(self, step: int) -> None:
         """Logs and writes the metrics of the steps since the last flush."""

@@ -357,6 +357,7 @@ def create_pretraining_data(
             "document_mode": document_mode,
             "validation_fraction": validation_fraction,
             "documents_per_bucket": documents_per_bucket,
+            "train_vocab_size": train_vocab_size,
         },
         "runner": runner,
         "next_sentence_labels": {"0": "IsNext", "1": "RandomNext"},

@@ -196,6 +196,7 @@ def test_a_vocabulary_can_be_trained_from_the_corpus_without_validation(tmp_path
     assert records.existing_shards(str(tmp_path / "out"), "validation") == []
     assert summary["vocab"]["path"] == str(tmp_path / "out" / "vocab.txt")
     assert summary["vocab"]["size"] <= 1500
+    assert summary["options"]["train_vocab_size"] == 1500  # what `demo.prepare_data` checks
     assert summary["vocab"]["special_ids"] == {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
     table = records.read_table(records.find_shards(str(tmp_path / "out"), "train"), 64, 10)
     assert np.all(table.input_ids[:, 0] == 2) and table.input_ids.max() < summary["vocab"]["size"]

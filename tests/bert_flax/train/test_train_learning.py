@@ -35,6 +35,9 @@ def test_tiny_bert_learns(make_config, small_data_dir, tmp_path):
     # The summary names the trivial predictor its baseline figure is for.
     assert final["baseline_name"].startswith("always predicting token")
     assert 0 < final["baseline"] < 1
+    # Compiling the step is not training: the first logged interval's seconds leave it out.
+    first_interval = train_records[0]["step_seconds"] * train_records[0]["step"]
+    assert 0 < first_interval < final["compile_seconds"], (first_interval, final["compile_seconds"])
 
 
 @pytest.mark.slow(seconds=20)
