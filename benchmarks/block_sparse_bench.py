@@ -1,7 +1,7 @@
 """Block-sparse matmul vs dense `jnp.dot`: forward and forward+backward, interleaved in one run.
 
   python benchmarks/block_sparse_bench.py                      # table, 4096x4096, 256 rows
-  python benchmarks/block_sparse_bench.py --json               # one JSON line per case
+  python benchmarks/block_sparse_bench.py --json               # the cases as one JSON line
   python benchmarks/block_sparse_bench.py --block_sizes=32 --densities=0.1 --repeats=20
   python benchmarks/block_sparse_bench.py --impls=cpu,xla      # the C++ kernel vs the XLA path
 
@@ -16,12 +16,12 @@ median. fwd+bwd computes y, dx and dW for a fixed cotangent.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from results import publish
 
 from bert_flax.block_sparse import block_sparse_matmul, random_layout, resolve_impl
 
@@ -118,7 +118,7 @@ def main():
     parser.add_argument(
         "--impls", default="auto", help="Comma-separated: auto | cpu | xla | pallas (each case)."
     )
-    parser.add_argument("--json", action="store_true", help="one JSON line per case")
+    parser.add_argument("--json", action="store_true", help="the cases as one JSON line")
     args = parser.parse_args()
 
     dense = DenseBaseline(args.features, args.rows)
@@ -130,8 +130,7 @@ def main():
     ]
     cases = [with_dense(r, dense) for r in cases]  # one baseline: the whole run's median
     if args.json:
-        for r in cases:
-            print(json.dumps(r), flush=True)
+        publish("block_sparse_bench", {"cases": cases})
         return
     r = cases[0]
     print(

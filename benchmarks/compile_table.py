@@ -6,13 +6,15 @@ compiled for TPU slices on this (CPU) host. Every time and rate in it is a roofl
 
 A full BERT-large step takes minutes to compile on 2 cores, so each cell compiles the real step
 (`bert_flax.aot.compile_steps`: the config's rules, optimizer, attention, row shapes) at 1 and 2
-layers and at 2 and 4 rows per device, and every figure (HBM per device, FLOPs, collective bytes,
-roofline seconds) is fitted exactly as a + b L + c R + d L R over layers L and rows R, then read
-at the model's depth (a transformer's layers are identical, so each figure is affine in L, and
-affine in R at a fixed L). `--check` compiles BERT-base at full depth at the rows of the v5e-8
-512 packed cell and adds the fit's error there to the JSON. Rows: the recipe's 256 sequences a
-step (packed: 256 / p rows, p from `packing.synthetic.corpus_like_histogram`, the figures of a
-real Wikipedia histogram), or the most that fit, whichever is fewer; one micro-batch.
+layers, at the recipe's rows and twice as many, and every figure (HBM per device, FLOPs,
+collective bytes, roofline seconds) is fitted exactly as a + b L + c R + d L R over layers L and
+rows R, then read at the model's depth (a transformer's layers are identical, so each figure is
+affine in L, and affine in R at a fixed L). Compiling at the rows read keeps XLA's tiling and
+buffer choices those of the real step (2 to 4 rows a device, below a TPU tile, doubled the HBM
+read at 16). `--check` compiles BERT-base at full depth at the rows of the v5e-8 512 packed cell
+and adds the fit's error there to the JSON. Rows: the recipe's 256 sequences a step (packed:
+256 / p rows, p from `packing.synthetic.corpus_like_histogram`, the figures of a real Wikipedia
+histogram), or the most that fit, whichever is fewer; one micro-batch.
 """
 
 from __future__ import annotations
@@ -35,17 +37,18 @@ MODELS = {"base": bert_base, "large": bert_large}
 RECIPE_SEQUENCES = 256  # BERT's sequences a step (Devlin et al., 2019)
 # (model, length, target) cells; every one packed and padded.
 CELLS = [
-    ("base", 128, "v5e-8"),
     ("base", 512, "v5e-8"),
     ("large", 512, "v5e-8"),
+    ("base", 128, "v5e-8"),
     ("base", 512, "v5p-8"),
     ("large", 512, "v5p-8"),
     ("base", 512, "v6e-8"),
     ("large", 512, "v6e-8"),
 ]
 FITTED = ("memory", "xla_flops", "collective_bytes", "compute_s", "collective_s")
-PER_DEVICE_ROWS = (2, 4)
+ROW_MULTIPLES = (1, 2)  # of the recipe's rows
 LAYERS = (1, 2)
+METHOD = __doc__.split("\n\n")[2]  # stored with the results: a rerun keeps cells of this method
 
 
 def cell_config(model: str, length: int, packed: bool, layers: int, rows: int):
@@ -115,9 +118,11 @@ def measure_cell(model: str, length: int, target_name: str, packed: bool) -> Cel
     started = time.perf_counter()
     points = {}
     factor = aot.packing_factor(cell_config(model, length, packed, 1, 8), "corpus_like")
+    shards = len(devices)
+    recipe = shards * math.ceil(RECIPE_SEQUENCES / factor / shards)
     for layers in LAYERS:
-        for per_device in PER_DEVICE_ROWS:
-            rows = per_device * len(devices)
+        for multiple in ROW_MULTIPLES:
+            rows = multiple * recipe
             config = cell_config(model, length, packed, layers, rows)
             steps = aot.compile_steps(config, devices, factor, evaluate=False)
             report = aot.report(steps, target)
@@ -131,9 +136,7 @@ def measure_cell(model: str, length: int, target_name: str, packed: bool) -> Cel
     depth, params = program.model_config.num_layers, program.abstract_state.params
     # Memory at the full depth: fixed + per_row x rows; the most rows that fit, per data shard.
     fixed, per_row = (coefficients["memory"] @ v for v in ([1, depth, 0, 0], [0, 0, 1, depth]))
-    shards = len(devices)
     largest = max(0, math.floor((target.chip.hbm_bytes - fixed) / per_row / shards) * shards)
-    recipe = shards * math.ceil(RECIPE_SEQUENCES / factor / shards)
     rows = min(recipe, largest)
     flops = aot.model_flops_per_step(params, program.model_config, rows, program.task.row_shape)
     return Cell(
@@ -159,8 +162,19 @@ def check(cells: list[dict], model="base", length=512, target_name="v5e-8") -> d
         "cell": [model, length, target_name, "packed", cell["rows"]],
         "compile_s": steps.seconds["train"],
         "compiled": compiled,
-        "fit_error": {k: cell["figures"][k] / compiled[k] - 1 for k in FITTED if compiled[k]},
     }
+
+
+def fit_error(check: dict, cells: list[dict]) -> dict[str, float]:
+    """The fitted figures of the checked cell over the whole-model compile's, minus one."""
+    model, length, target, _, rows = check["cell"]
+    (cell,) = [
+        c for c in cells
+        if (c["model"], c["length"], c["target"], c["packed"], c["rows"])
+        == (model, length, target, True, rows)
+    ]  # fmt: skip
+    compiled = check["compiled"]
+    return {k: cell["figures"][k] / compiled[k] - 1 for k in FITTED if compiled[k]}
 
 
 def markdown(cells: list[dict]) -> str:
@@ -191,10 +205,10 @@ def markdown(cells: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def check_lines(check: dict) -> str:
+def check_lines(check: dict, cells: list[dict]) -> str:
     """The `--check` compile against the fit, as docs/compile.md shows it."""
     model, length, target, _, rows = check["cell"]
-    errors = ", ".join(f"{k} {v:+.0%}" for k, v in check["fit_error"].items())
+    errors = ", ".join(f"{k} {v:+.0%}" for k, v in fit_error(check, cells).items())
     c = check["compiled"]
     step = c["compute_s"] + c["collective_s"]
     return (
@@ -206,38 +220,57 @@ def check_lines(check: dict) -> str:
     )
 
 
+def load(path: str) -> dict:
+    """The results so far: cells compiled by this method are kept (a rerun resumes), others
+    dropped; the whole-model check does not depend on the method."""
+    if not os.path.exists(path):
+        return {"method": METHOD, "cells": []}
+    with open(path, encoding="utf-8") as f:
+        results = json.load(f)
+    if results["method"] == METHOD:
+        return results
+    return {"method": METHOD, "cells": [], **{k: v for k, v in results.items() if k == "check"}}
+
+
+def save(results: dict, path: str) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(results, f, indent=1)
+
+
+def missing_cells(cells: list[dict]) -> list[tuple[str, int, str, bool]]:
+    done = {(c["model"], c["length"], c["target"], c["packed"]) for c in cells}
+    return [(*cell, packed) for cell in CELLS for packed in (True, False)
+            if (*cell, packed) not in done]  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--markdown", action="store_true", help="Print the table from the JSON.")
     parser.add_argument("--out", default=RESULTS)
     parser.add_argument("--check", action="store_true", help="Check the fit (see above).")
     args = parser.parse_args()
-    if args.check:
-        with open(args.out, encoding="utf-8") as f:
-            results = json.load(f)
-        results["check"] = check(results["cells"])
-        results["method"] = __doc__.split("\n\n")[2]
-        print(json.dumps(results["check"], indent=1))
-        with open(args.out, "w", encoding="utf-8") as f:
-            json.dump(results, f, indent=1)
-        return
+    results = load(args.out)
     if args.markdown:
-        with open(args.out, encoding="utf-8") as f:
-            results = json.load(f)
         print(markdown(results["cells"]))
+        todo = missing_cells(results["cells"])
+        if todo:
+            names = [f"BERT-{m} {'packed' if p else 'padded'} {n} on {t}" for m, n, t, p in todo]
+            print("\nNot compiled yet: " + ", ".join(names))
         if "check" in results:
-            print("\n" + check_lines(results["check"]))
+            print("\n" + check_lines(results["check"], results["cells"]))
         return
-    cells = []
-    for model, length, target in CELLS:
-        for packed in (True, False):
-            cell = measure_cell(model, length, target, packed)
-            cells.append(dataclasses.asdict(cell) | {
-                "step_s": cell.step_s, "sequences_per_s": cell.sequences_per_s})  # fmt: skip
-            os.makedirs(os.path.dirname(args.out), exist_ok=True)
-            with open(args.out, "w", encoding="utf-8") as f:
-                json.dump({"method": __doc__.split("\n\n")[2], "cells": cells}, f, indent=1)
-    print(markdown(cells))
+    if args.check:
+        results["check"] = check(results["cells"])
+        print(json.dumps(results["check"], indent=1))
+        save(results, args.out)
+        return
+    for model, length, target, packed in missing_cells(results["cells"]):
+        cell = measure_cell(model, length, target, packed)
+        results["cells"].append(dataclasses.asdict(cell) | {
+            "step_s": cell.step_s, "sequences_per_s": cell.sequences_per_s})  # fmt: skip
+        save(results, args.out)
+    print(markdown(results["cells"]))
 
 
 if __name__ == "__main__":

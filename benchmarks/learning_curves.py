@@ -16,19 +16,23 @@ plateau (above --plateau, 0.15 by default); the target is at most 0.01 at every 
 Then fine-tuning on the bundled sentiment set (`bert_flax.demo.finetune_both`, --finetune_epochs)
 from each seed's packed model and from random initialisation: median best validation accuracy.
 
+A run whose workdir holds it finished, of the same config, data and code, is reused
+(`train.reusable_run`); a workdir of another run is moved aside and trained afresh.
+
 With --json the last line is a JSON object: packing_factor, mlm_accuracy_packed,
 mlm_accuracy_padded (final medians), max_curve_gap (None when no evaluation passed the plateau),
-finetune_pretrained, finetune_random, baseline, and the curves.
+finetune_pretrained, finetune_random, baseline, reused (the workdirs of reused runs), and the
+curves.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import os
 
 import numpy as np
+from results import publish
 
 from bert_flax import demo, train
 from bert_flax.metrics import learning_curve
@@ -66,7 +70,8 @@ def pretrain(args, data_dir: str, layout: str, seed: int) -> tuple[str, dict]:
         recipe=importlib.import_module(f"configs.{args.recipe}"),
     )
     workdir = os.path.join(args.workdir, f"{layout}_seed{seed}")
-    return workdir, train.train_and_evaluate(config, workdir)
+    final = train.reusable_run(workdir, config) or train.train_and_evaluate(config, workdir)
+    return workdir, final
 
 
 def median_curve(workdirs: list[str]) -> dict[str, list[float]]:
@@ -96,10 +101,13 @@ def main() -> None:
     data = demo.prepare_data(data_dir)
     runs: dict[str, list[str]] = {layout: [] for layout in demo.LAYOUTS}
     baseline, tuned = float("nan"), {start: [] for start in demo.FINETUNE_STARTS}
+    reused: list[str] = []
     for seed in range(args.seeds):
         for layout in demo.LAYOUTS:
             workdir, final = pretrain(args, data_dir, layout, seed)
             runs[layout].append(workdir)
+            if final.get("reused"):
+                reused.append(workdir)
             baseline = final["baseline"]
         if args.finetune_epochs > 0:
             pretrained = runs["packed"][-1]
@@ -108,6 +116,8 @@ def main() -> None:
             )
             for start, final in both.items():
                 tuned[start].append(final["best"]["value"])
+                if final.get("reused"):
+                    reused.append(demo.finetune_dir(args.workdir, start, seed))
     curves = {layout: median_curve(workdirs) for layout, workdirs in runs.items()}
     print(f"eval masked-LM accuracy (median of {args.seeds} seeds; baseline {baseline:.4f})")
     print(f"{'step':>6} {'sequences':>10} {'packed':>8} {'padded':>8}")
@@ -126,6 +136,7 @@ def main() -> None:
         "max_curve_gap": max_gap(curves["packed"], curves["padded"], args.plateau),
         "finetune_pretrained": float(np.median(tuned["pre-trained"])) if tuned["random"] else None,
         "finetune_random": float(np.median(tuned["random"])) if tuned["random"] else None,
+        "reused": reused,
         "curves": curves,
     }
     print(
@@ -133,7 +144,7 @@ def main() -> None:
         f"{result['finetune_pretrained']} pre-trained vs {result['finetune_random']} random"
     )
     if args.json:
-        print(json.dumps(result))
+        publish("learning_curves", result)
 
 
 if __name__ == "__main__":

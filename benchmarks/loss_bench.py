@@ -22,13 +22,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
-import json
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from results import publish
 
 from bert_flax import losses, sharding
 from bert_flax.losses import cross_entropy_and_hits
@@ -139,7 +139,7 @@ def main() -> None:
     if args.step_configs:
         results = {name: compare_steps(name, args.rounds) for name in args.step_configs.split(",")}
         if args.json:
-            print(json.dumps(results))
+            publish("loss_bench_steps", results)
         return
     print(
         f"backend {jax.default_backend()}, float32 logits; {args.rounds} rounds of {args.repeats}"
@@ -157,7 +157,7 @@ def main() -> None:
             f"± {r['speedup'] * r['speedup_error']:.2f}"
         )
     if args.json:
-        print(json.dumps(results))
+        publish("loss_bench", results)
 
 
 if __name__ == "__main__":

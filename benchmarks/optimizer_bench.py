@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import functools
 import itertools
-import json
 import time
 from collections.abc import Callable, Iterator
 
@@ -29,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax.core import meta
+from results import publish
 
 import optim
 from bert_flax import losses
@@ -260,7 +260,7 @@ def main(argv: Iterator[str] | None = None) -> None:
     if "c" in args.parts:
         part_c(summary, args.quick)
     if args.json:
-        print(json.dumps(summary))
+        publish("optimizer_bench", summary)
 
 
 def part_a(summary: dict, quick: bool) -> None:

@@ -41,6 +41,7 @@ from collections.abc import Sequence
 
 import jax
 import numpy as np
+from results import publish
 
 from bert_flax import sharding, train
 from bert_flax.metrics import Timing, paired_ratio, read_metrics, side_by_side
@@ -423,17 +424,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"plot: {path}")
     if args.json:
         table = summary["table"]
-        print(
-            json.dumps(
-                {
-                    "problem": f"tiny packed BERT, eval MLM loss, {args.data_dir}",
-                    "target": summary["target_eval_mlm_loss"],
-                    "steps_to_target": {n: r["steps_to_target"] for n, r in table.items()},
-                    "seconds_to_target": {n: r["seconds_to_target"] for n, r in table.items()},
-                    "async_over_lamb_step_time": summary["async_over_lamb_step_time"],
-                    **{k: v for k, v in summary.items() if k != "results"},
-                }
-            )
+        publish(
+            "optimizer_race",
+            {
+                "problem": f"tiny packed BERT, eval MLM loss, {args.data_dir}",
+                "target": summary["target_eval_mlm_loss"],
+                "steps_to_target": {n: r["steps_to_target"] for n, r in table.items()},
+                "seconds_to_target": {n: r["seconds_to_target"] for n, r in table.items()},
+                "async_over_lamb_step_time": summary["async_over_lamb_step_time"],
+                **{k: v for k, v in summary.items() if k != "results"},
+            },
         )
 
 

@@ -6,6 +6,7 @@ max_len and with the number of sequences.
   python benchmarks/packing_bench.py            # a few minutes on 2 cores
   python benchmarks/packing_bench.py --quick    # skips the paper's dense NNLS solve
   python benchmarks/packing_bench.py --paper-512  # also the paper's dense NNLS at 512 (slow)
+  python benchmarks/packing_bench.py --json     # ends with the three tables as one JSON line
 
 Short runs are timed as the best of 5. Single-threaded BLAS is forced (before numpy is
 imported): the dense solves here are small, and on a shared machine threaded BLAS is many times
@@ -25,6 +26,7 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 import scipy.optimize  # noqa: E402
+from results import publish  # noqa: E402
 
 import packing  # noqa: E402
 from packing import nnlshp  # noqa: E402
@@ -101,6 +103,17 @@ def table(name: str, hist: np.ndarray, max_len: int) -> dict:
             print(row(result, result.info.get("lower_bound")), flush=True)
     print("(bound: proven lower bound on packs at that depth, from the covering LP)")
     return results
+
+
+def table_json(results: dict) -> dict:
+    """A table as JSON: its max_len and each run's algorithm, depth (0: unlimited), proven lower
+    bound on packs (None where the algorithm proves none) and metrics."""
+    runs = [
+        {"algorithm": a, "depth": d, "lower_bound": r.info.get("lower_bound")}
+        | r.metrics().as_dict()
+        for (a, d), r in results.items()
+    ]
+    return {"max_len": next(iter(results.values())).max_len, "runs": runs}
 
 
 def paper_nnls_side_by_side(name: str, hist: np.ndarray, max_len: int) -> None:
@@ -219,6 +232,7 @@ def main() -> None:
         action="store_true",
         help="also time the paper's dense NNLS at max_len 512 (minutes on a loaded machine)",
     )
+    parser.add_argument("--json", action="store_true", help="end with the tables as JSON")
     args = parser.parse_args()
     start = time.perf_counter()
     wiki_hist = packing.synthetic.wikipedia_like_histogram(16_000_000, 512, seed=0)
@@ -239,6 +253,9 @@ def main() -> None:
     scaling_with_sequences()
     targets(wiki, squad_results, corpus)
     print(f"\ntotal {time.perf_counter() - start:.0f} s")
+    if args.json:
+        tables = {"squad": squad_results, "wikipedia_like": wiki, "corpus_like": corpus}
+        publish("packing_bench", {name: table_json(t) for name, t in tables.items()})
 
 
 if __name__ == "__main__":

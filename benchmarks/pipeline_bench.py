@@ -37,6 +37,7 @@ import sys
 import time
 
 from absl import app, flags
+from results import publish
 
 import packing
 from bert_flax.data import pipeline
@@ -316,20 +317,17 @@ def main(argv) -> None:
     if FLAGS.json and scale:
         far = {size: r["resume_seconds"] for size, r in scale.items()}
         largest = scale[max(scale)]
-        print(
-            json.dumps(
-                {
-                    "resume_seconds": largest["resume_seconds"],
-                    "resume_ratio": largest["resume_seconds"][str(FLAGS.resume_rows)]
-                    / largest["resume_seconds"]["0"],
-                    "peak_rss_mb": {size: r["peak_rss_mb"] for size, r in scale.items()},
-                    "rows_per_s_by_workers": {
-                        w: largest["workers"][w]["rows_per_s"] for w in (1, 2)
-                    },
-                    "resume_seconds_by_size": far,
-                    "scale": scale,
-                }
-            )
+        publish(
+            "pipeline_bench",
+            {
+                "resume_seconds": largest["resume_seconds"],
+                "resume_ratio": largest["resume_seconds"][str(FLAGS.resume_rows)]
+                / largest["resume_seconds"]["0"],
+                "peak_rss_mb": {size: r["peak_rss_mb"] for size, r in scale.items()},
+                "rows_per_s_by_workers": {w: largest["workers"][w]["rows_per_s"] for w in (1, 2)},
+                "resume_seconds_by_size": far,
+                "scale": scale,
+            },
         )
 
 

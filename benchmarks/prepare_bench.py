@@ -33,6 +33,8 @@ import shutil
 import subprocess
 import sys
 
+from results import publish
+
 from bert_flax.data import corpus
 
 PROBE = r"""
@@ -243,7 +245,7 @@ def main() -> None:
             f"| {row['beam_over_local']:.2f} | {row['identical']} |"
         )
     if args.json:
-        print(json.dumps({"imports_rss_mb": baseline, "sizes": rows, "beam": beam}))
+        publish("prepare_bench", {"imports_rss_mb": baseline, "sizes": rows, "beam": beam})
 
 
 if __name__ == "__main__":

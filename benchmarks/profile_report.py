@@ -8,6 +8,7 @@ against padded, LAMB against Shampoo, and writes a table, a stacked-bar plot and
   python benchmarks/profile_report.py                      # a few minutes on 2 CPU cores
   python benchmarks/profile_report.py --models=tiny --out_dir=/tmp/profile_report
   python benchmarks/profile_report.py --models=tiny --limit=2 --out_dir=/tmp/p   # a quick look
+  python benchmarks/profile_report.py --json   # ends with the summary as one JSON line
 
 Each setting is one row of the sweep table (time share per class, % of the step) and one bar of
 the plot. Ceilings (peak matmul FLOP/s per dtype, stream bytes/s) are measured once in this run.
@@ -23,12 +24,15 @@ in each one's profile, and the step time of each against threefry's, timed side 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
+from typing import Any
 
 import ml_collections
 from absl import app, flags
+from results import publish
 
 from bert_flax.metrics import paired_ratio, side_by_side
 from bert_flax.profile import configured, report
@@ -46,6 +50,7 @@ _DROPOUT = flags.DEFINE_boolean("dropout", False, "Compare DROPOUT_VARIANTS inst
 _ROUNDS = flags.DEFINE_integer("rounds", 8, "--dropout: side-by-side rounds (3 steps each).")
 _LENGTHS = flags.DEFINE_list("lengths", ["128", "512"], "--dropout: sequence lengths.")
 _LIMIT = flags.DEFINE_integer("limit", 0, "Profile only the first N settings (0: all).")
+_JSON = flags.DEFINE_boolean("json", False, "End with the summary and ceilings as one JSON line.")
 
 # Rows per step: tiny at 128/512, base-shaped at 128/512 (small, to fit a CPU in minutes).
 ROWS = {("tiny", 128): 8, ("tiny", 512): 2, ("base", 128): 2, ("base", 512): 1}
@@ -113,24 +118,41 @@ def label(model: str, seq_len: int, dtype: str, packed: bool, optimizer: str) ->
     return f"{name} {seq_len} {dt} {'packed' if packed else 'padded'} {optimizer}"
 
 
-def summary(profiles: list[StepProfile]) -> str:
+def figures(p: StepProfile) -> dict[str, Any]:
+    """A setting's summary: step times, sequences/s and shares of the step (fractions): matrix
+    products, other (non-matmul) work, the part of it below the roofline's ridge (memory-bound;
+    None without ceilings) and the unattributed time (outside the ops' span + gaps)."""
+    return {
+        "label": p.label,
+        "step_ms": p.step_ms,
+        "pipelined_ms": p.pipelined_ms,
+        "sequences_per_s": p.settings.get("sequences", 0.0) / (p.step_ms * 1e-3),
+        "matmul_share": p.matmul_share(),
+        "non_matmul_share": p.non_matmul_share(),
+        "memory_bound_share": p.memory_bound_share(),
+        "unattributed_share": p.unattributed_ms / p.step_ms,
+        "outside_span_share": p.outside_span_ms / p.step_ms,
+        "gaps_share": p.gaps_ms / p.step_ms,
+    }
+
+
+def summary(settings: list[dict[str, Any]]) -> str:
     """Matmul vs other (non-matmul) shares, the part of the latter below the roofline's ridge
-    (memory-bound), and how they move with bfloat16 and sequence length."""
+    (memory-bound), and how they move with bfloat16 and sequence length (`figures`)."""
     lines = ["| setting | step ms | sequences/s | matmul % | other (non-matmul) % "
              "| of which memory-bound % | unattributed %: outside the ops' span + gaps "
              "| step ms back to back |",
              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for p in profiles:
-        seqs = p.settings.get("sequences", 0.0) / (p.step_ms * 1e-3)
-        memory_bound = p.memory_bound_share()
+    for s in settings:
+        memory_bound = s["memory_bound_share"]
         mb = "-" if memory_bound is None else f"{100 * memory_bound:.1f}"
         un, out, gaps = (
-            100 * t / p.step_ms for t in (p.unattributed_ms, p.outside_span_ms, p.gaps_ms)
+            100 * s[k] for k in ("unattributed_share", "outside_span_share", "gaps_share")
         )
-        unattributed = f"{un:.1f}: {out:.1f} + {gaps:.1f}"
         lines.append(
-            f"| {p.label} | {p.step_ms:.0f} | {seqs:.1f} | {100 * p.matmul_share():.1f} | "
-            f"{100 * p.non_matmul_share():.1f} | {mb} | {unattributed} | {p.pipelined_ms:.0f} |"
+            f"| {s['label']} | {s['step_ms']:.0f} | {s['sequences_per_s']:.1f} | "
+            f"{100 * s['matmul_share']:.1f} | {100 * s['non_matmul_share']:.1f} | {mb} | "
+            f"{un:.1f}: {out:.1f} + {gaps:.1f} | {s['pipelined_ms']:.0f} |"
         )
     return "\n".join(lines)
 
@@ -214,7 +236,8 @@ def main(argv):
     print("## Time share per class (% of the step)\n")
     print(report.format_sweep(profiles, markdown=True), end="\n\n")
     print("## Matrix products against other (non-matmul) work\n")
-    print(summary(profiles), end="\n\n")
+    settings = [figures(p) for p in profiles]
+    print(summary(settings), end="\n\n")
     for dtype, c in measured.items():
         print(f"ceiling {dtype}: {c.flops_per_s / 1e9:.1f} GFLOP/s ({c.matmul_size}^3 matmul), "
               f"{c.bytes_per_s / 1e9:.1f} GB/s stream")  # fmt: skip
@@ -234,6 +257,9 @@ def main(argv):
     report.plot_roofline(picks, os.path.join(out, "profile_roofline.png"))
     print(f"\nwrote {out}/profile_breakdown.png, profile_roofline.png, profile_report.jsonl "
           f"in {time.perf_counter() - start:.0f} s", file=sys.stderr)  # fmt: skip
+    if _JSON.value:
+        ceilings = {dtype: dataclasses.asdict(c) for dtype, c in measured.items()}
+        publish("profile_report", {"settings": settings, "ceilings": ceilings})
 
 
 if __name__ == "__main__":

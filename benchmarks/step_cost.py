@@ -21,9 +21,9 @@ ratio to the packing factor.
 from __future__ import annotations
 
 import argparse
-import json
 
 import numpy as np
+from results import publish
 
 from bert_flax import demo
 from bert_flax.demo import LAYOUTS
@@ -100,7 +100,7 @@ def main() -> None:
         f"{speedup:.2f}x = {speedup / packing_factor:.2f} x the packing factor"
     )
     if args.json:
-        print(json.dumps(result))
+        publish("step_cost", result)
 
 
 if __name__ == "__main__":

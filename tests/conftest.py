@@ -1,5 +1,6 @@
-"""Settings for every test process: one persistent XLA compilation cache, slow tests first, and
-the CPU recipe's prepared data made once per test session.
+"""Settings for every test process: one persistent XLA compilation cache, slow tests first, the
+CPU recipe's prepared data made once per test session, and benchmark results written to a
+temporary directory (never over the published ones in benchmarks/results/).
 
 Many tests (the journeys, fault and benchmark smoke runs, the notebook) start fresh Python
 processes that compile the same tiny-model steps; they inherit these variables, so each program
@@ -11,10 +12,11 @@ program, the XLA flags and the jax version, so a stale entry is never used.
 import fcntl
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import pytest
 
@@ -24,12 +26,23 @@ os.environ.setdefault(
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "1")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def benchmark_results_dir(tmp_path_factory) -> Iterator[str]:
+    """Where the benchmarks a test runs publish (BENCHMARK_RESULTS_DIR: benchmarks/results.py),
+    inherited by their processes."""
+    with pytest.MonkeyPatch.context() as patch:
+        directory = str(tmp_path_factory.mktemp("benchmark_results"))
+        patch.setenv("BENCHMARK_RESULTS_DIR", directory)
+        yield directory
+
+
 @pytest.fixture
 def run_on_devices():
-    """`run(code, devices, pythonpath=())`: `python -c code` on `devices` simulated CPU devices
-    (XLA_FLAGS set before JAX is imported), asserting it exits 0 and prints OK."""
+    """`run(code, devices, pythonpath=(), timeout=600)`: `python -c code` on `devices` simulated
+    CPU devices (XLA_FLAGS set before JAX is imported), asserting it exits 0 and prints OK within
+    `timeout` seconds."""
 
-    def run(code: str, devices: int, pythonpath: Sequence[str] = ()) -> None:
+    def run(code: str, devices: int, pythonpath: Sequence[str] = (), timeout: float = 600) -> None:
         env = {
             **os.environ,
             "JAX_PLATFORMS": "cpu",
@@ -38,11 +51,19 @@ def run_on_devices():
         if pythonpath:
             env["PYTHONPATH"] = os.pathsep.join(pythonpath)
         done = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600
+            [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout
         )
         assert done.returncode == 0 and "OK" in done.stdout, done.stderr[-4000:]
 
     return run
+
+
+@pytest.fixture
+def free_port() -> int:
+    """A TCP port on localhost free now (for a jax.distributed coordinator)."""
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
 
 
 def expected_seconds(item: pytest.Item) -> float:

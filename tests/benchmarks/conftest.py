@@ -11,10 +11,13 @@ from types import ModuleType
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BENCHMARKS = os.path.join(ROOT, "benchmarks")
 
 
 def _load(name: str) -> ModuleType:
-    path = os.path.join(ROOT, "benchmarks", f"{name}.py")
+    if BENCHMARKS not in sys.path:  # as when run as a script: it imports its neighbours (results)
+        sys.path.append(BENCHMARKS)
+    path = os.path.join(BENCHMARKS, f"{name}.py")
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses look their module up there

@@ -1,8 +1,10 @@
 """Benchmarks and the profiler as a user types them, on tiny settings: they run to their JSON
-line (or table), and what they report is well formed. Their figures come from full runs (docs/);
-this only keeps the README's commands from breaking unnoticed (tests/test_readme.py). No speed is
-asserted: timing belongs to full runs. The multi-process benchmarks (prepare_bench's Beam modes)
-are left out: they would oversubscribe CI's two cores, and their stages are tested directly."""
+line (or table), what they report is well formed, and the README's row reads what they publish
+(benchmarks/results.py, here into the tests' BENCHMARK_RESULTS_DIR). Their figures come from full
+runs (benchmarks/results/); this only keeps the README's commands from breaking unnoticed
+(tests/test_readme.py). No speed is asserted: timing belongs to full runs. The multi-process
+benchmarks (prepare_bench's Beam modes) are left out: they would oversubscribe CI's two cores,
+and their stages are tested directly."""
 
 from __future__ import annotations
 
@@ -33,8 +35,16 @@ def run_benchmark(name: str, *args: str) -> dict:
     return json.loads(stdout.strip().splitlines()[-1])
 
 
+@pytest.fixture
+def readme_row(load_benchmark):
+    """`readme_row(row, result)`: the README row `row` of benchmarks/results.py rendered from
+    `result`, as (result, figure), for every results file the row reads."""
+    results = load_benchmark("results")
+    return lambda row, result: getattr(results, row)(lambda name: {"result": result})
+
+
 @pytest.mark.slow(seconds=130)
-def test_packed_vs_padded_with_its_learning_case(tmp_path, recipe_data):
+def test_packed_vs_padded_with_its_learning_case(tmp_path, recipe_data, readme_row):
     shutil.copytree(recipe_data, tmp_path / "learn")  # the benchmark reuses prepared data
     result = run_benchmark(
         "packed_vs_padded.py",
@@ -51,6 +61,7 @@ def test_packed_vs_padded_with_its_learning_case(tmp_path, recipe_data):
     learning = result["learning"]
     assert learning["padded"]["steps"] == 4 and learning["packed"]["steps"] < 4
     assert learning["packing_factor"] > 1.5
+    assert readme_row("packed_vs_padded_row", result)[1].count("x at ") == 2
 
 
 @pytest.mark.slow(seconds=45)
@@ -71,22 +82,32 @@ def test_step_cost(tmp_path, recipe_data):
     assert result["recipe_speedup"] == pytest.approx(speedup)
 
 
-def test_block_sparse_bench():
-    args = ["--features=256", "--rows=16", "--block_sizes=32", "--densities=1.0,0.25"]
-    args += ["--impls=auto,xla"]
-    stdout = run_command("benchmarks/block_sparse_bench.py", *args, "--repeats=2", "--json")
-    cases = [json.loads(line) for line in stdout.strip().splitlines()]
-    expected = [(32, d, i) for d in (1.0, 0.25) for i in ("cpu", "xla")]  # auto: the kernel
+def test_block_sparse_bench(benchmark_results_dir, readme_row):
+    published = os.path.join(ROOT, "benchmarks", "results", "block_sparse_bench.json")
+    with open(published) as f:
+        before = f.read()
+    args = ["--features=256", "--rows=16", "--block_sizes=32", "--densities=0.1,0.05"]
+    result = run_benchmark("block_sparse_bench.py", *args, "--impls=auto,xla", "--repeats=2")
+    cases = result["cases"]
+    expected = [(32, d, i) for d in (0.1, 0.05) for i in ("cpu", "xla")]  # auto: the kernel
     assert [(c["block_size"], c["density"], c["impl"]) for c in cases] == expected
     assert all(c["fwd_speedup"] > 0 and c["fwd_bwd_speedup"] > 0 for c in cases)
+    assert readme_row("block_sparse_row", result)[0].startswith("block-sparse 256x256")
+    with open(os.path.join(benchmark_results_dir, "block_sparse_bench.json")) as f:
+        assert json.load(f)["result"] == result
+    with open(published) as f:
+        assert f.read() == before  # the published figures stay untouched
 
 
 @pytest.mark.slow(seconds=50)
-def test_packing_bench():
-    stdout = run_command("benchmarks/packing_bench.py", "--quick")
+def test_packing_bench(readme_row):
+    stdout = run_command("benchmarks/packing_bench.py", "--quick", "--json")
     for heading in ("SQuAD 1.1 (max_len 384)", "Wikipedia-like", "Corpus-like", "== targets"):
         assert heading in stdout
     assert "NNLSHP depth 3" in stdout and "total" in stdout
+    result = json.loads(stdout.strip().splitlines()[-1])
+    assert set(result) == {"squad", "wikipedia_like", "corpus_like"}
+    assert readme_row("packing_row", result)[1].startswith("padded 44.80%; LP 98.80% (40,195 packs")
 
 
 @pytest.mark.slow(seconds=25)
@@ -103,20 +124,24 @@ def test_profile_command(tmp_path):
 
 
 @pytest.mark.slow(seconds=65)
-def test_profile_report(tmp_path):
-    run_command(
+def test_profile_report(tmp_path, readme_row):
+    stdout = run_command(
         "benchmarks/profile_report.py", "--models=tiny", "--limit=1", "--steps=1", "--warmup=1",
-        f"--out_dir={tmp_path}",
+        f"--out_dir={tmp_path}", "--json",
     )  # fmt: skip
     lines = [
         json.loads(line) for line in (tmp_path / "profile_report.jsonl").read_text().splitlines()
     ]
     assert len({line["label"] for line in lines}) == 1  # the first setting
     assert (tmp_path / "profile_breakdown.png").stat().st_size > 10_000
+    result = json.loads(stdout.strip().splitlines()[-1])
+    assert [s["label"] for s in result["settings"]] == ["tiny 128 f32 packed lamb"]
+    assert "float32" in result["ceilings"]
+    assert readme_row("profile_row", result)[1].startswith("non-matmul work ")
 
 
 @pytest.mark.slow(seconds=90)
-def test_finetune_packed_vs_padded():
+def test_finetune_packed_vs_padded(readme_row):
     result = run_benchmark(
         "finetune_packed_vs_padded.py", "--sets=pairs", "--seeds=1", "--epochs=0.05",
         "--speed_rounds=1", "--speed_steps=1",
@@ -124,3 +149,4 @@ def test_finetune_packed_vs_padded():
     pairs = result["sets"]["pairs"]
     assert pairs["packing_factor"] > 1.5 and pairs["speedup"] > 0
     assert 0 <= pairs["accuracy_packed"] <= 1 and 0 <= pairs["accuracy_padded"] <= 1
+    assert readme_row("finetune_row", result)[0].endswith("(median of 1 seeds)")

@@ -35,19 +35,23 @@ def test_the_fastest_rate_wins_and_a_missed_target_is_not_hidden(bench):
     assert bench.best_learning_rate(missed) == 1e-3  # none reached: the highest accuracy
 
     args = bench.parse_args(["--seeds=2", "--rows=padded+lamb,packed+soap", "--target=0.25"])
-    reach = lambda s: {"seconds": s, "steps": s, "sequences": 16 * s}
+    reach = lambda s: {"to_target": {"seconds": s, "steps": s, "sequences": 16 * s}}
     trials = {
         "padded+lamb": {
-            (1e-2, 0): {"to_target": reach(300.0)},
-            (1e-2, 1): {"to_target": reach(340.0)},
+            (1e-2, 0): reach(300.0) | {"compile_seconds": 5.0},
+            (1e-2, 1): reach(340.0) | {"compile_seconds": 7.0},
         },
-        "packed+soap": {(2e-3, 0): {"to_target": reach(100.0)}, (2e-3, 1): {"to_target": None}},
+        "packed+soap": {
+            (2e-3, 0): reach(100.0) | {"compile_seconds": 9.0},
+            (2e-3, 1): {"to_target": None, "compile_seconds": 11.0},
+        },
     }
     chosen = {"padded+lamb": 1e-2, "packed+soap": 2e-3}
     result = bench.summarize(args, trials, chosen, packing_factor=2.4, baseline=0.07)
     assert result["seconds_to_target"] == {"padded+lamb": 320.0, "packed+soap": None}
     assert result["speedup_vs_padded_lamb"] == {"padded+lamb": 1.0, "packed+soap": None}
     assert result["sequences_to_target"]["padded+lamb"] == 16 * 320.0
+    assert result["compile_seconds"] == {"padded+lamb": 6.0, "packed+soap": 10.0}  # apart
 
 
 def test_bad_arguments_are_named(bench, capsys):
@@ -80,3 +84,17 @@ def test_the_race_pairs_the_best_of_each_kind_and_keeps_a_miss_visible(bench):
     assert race["by_steps"] == ["packed+muon", "packed+soap"]
     result["steps_to_target"]["packed+soap"] = None  # every second-order seed set missed
     assert bench.race(result)["steps_second_over_first_order"] is None
+
+
+def test_a_run_says_whether_it_was_reused(bench, monkeypatch):
+    args = bench.parse_args(["--workdir=/bench"])
+    curve = {"step": [1], "train_seconds": [1.0], "sequences_seen": [16.0], bench.METRIC: [0.3]}
+    monkeypatch.setattr(bench, "learning_curve", lambda workdir, metric: curve)
+    earlier = {"baseline": 0.07, "reused": True}  # as `train.reusable_run` returns it
+    monkeypatch.setattr(bench.train, "reusable_run", lambda workdir, config: earlier)
+    reused = bench.run(args, "data", "packed+lamb", 1e-2, 0)
+    assert reused["reused"] and reused["workdir"] == "/bench/packed+lamb/lr1.00e-02_seed0"
+    monkeypatch.setattr(bench.train, "reusable_run", lambda workdir, config: None)
+    trained = {"baseline": 0.07}
+    monkeypatch.setattr(bench.train, "train_and_evaluate", lambda config, workdir: trained)
+    assert not bench.run(args, "data", "packed+lamb", 1e-2, 0)["reused"]
