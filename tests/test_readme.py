@@ -1,12 +1,21 @@
-"""The README's commands stay runnable: each program it shows is run by a named test (on small
-settings; the README's figures come from full runs). A command added to the README without a
-test, or a test that no longer runs its program, fails here."""
+"""The README's commands stay runnable: each command line it shows parses with its program's own
+parser (argparse's or absl's, config overrides included; `make` targets are Makefile rules), and
+each program is run by a named test (on small settings; the README's figures come from full
+runs). A command or flag that does not exist, a command added without a test, or a test that no
+longer runs its program, fails here. `python tests/test_readme.py COMMANDS_JSON` is the parse-only
+worker."""
 
 from __future__ import annotations
 
+import argparse
 import ast
+import json
 import os
 import re
+import runpy
+import shlex
+import subprocess
+import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -67,17 +76,35 @@ TESTED_BY = {
     ),
     "benchmarks/block_sparse_bench.py": (
         f"{SMOKE}::test_block_sparse_bench",
-        '"benchmarks/block_sparse_bench.py"',
+        '"block_sparse_bench.py"',
     ),
 }
 
-COMMAND = re.compile(r"(?:^|`)\s*(make \w+|python (?:-m [\w.]+|benchmarks/\w+\.py))", re.M)
+FENCED = re.compile(r"^```bash\n(.*?)^```", re.M | re.S)
+INLINE = re.compile(r"`((?:python|make) [^`\n]+)`")
+
+
+def readme_commands() -> list[list[str]]:
+    """Every `python ...` and `make ...` command line in the README, as argv: the lines of its
+    bash blocks (continuations joined, comments dropped) and its inline code."""
+    with open(os.path.join(ROOT, "README.md")) as f:
+        text = f.read()
+    lines = [m.group(1) for m in INLINE.finditer(FENCED.sub("", text))]
+    for block in FENCED.findall(text):
+        lines += block.replace("\\\n", " ").splitlines()
+    commands = [shlex.split(line, comments=True) for line in lines]
+    return [argv for argv in commands if argv and argv[0] in ("python", "make")]
+
+
+def program_of(argv: list[str]) -> str:
+    """A command's program as `TESTED_BY` names it: "make demo", "-m packing", "benchmarks/x.py"."""
+    if argv[0] == "make":
+        return " ".join(argv[:2])
+    return " ".join(argv[1:3] if argv[1] == "-m" else argv[1:2])
 
 
 def readme_programs() -> set[str]:
-    with open(os.path.join(ROOT, "README.md")) as f:
-        text = f.read()
-    return {m.group(1).removeprefix("python ") for m in COMMAND.finditer(text)}
+    return {program_of(argv) for argv in readme_commands()}
 
 
 def test_every_readme_command_has_a_test_that_runs_it():
@@ -99,6 +126,22 @@ def test_every_readme_command_has_a_test_that_runs_it():
         assert evidence in functions[name], f"{test} does not run {program!r} ({evidence})"
 
 
+def test_every_readme_command_line_parses():
+    """Each `make` target is a Makefile rule; each `python` command line, flags and config
+    overrides as written, parses with its program's parser (in one worker, see `parse_only`)."""
+    commands = readme_commands()
+    with open(os.path.join(ROOT, "Makefile")) as f:
+        rules = set(re.findall(r"^([\w-]+)\s*:", f.read(), re.M))
+    assert {argv[1] for argv in commands if argv[0] == "make"} <= rules
+    python = [argv[1:] for argv in commands if argv[0] == "python"]
+    done = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), json.dumps(python)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == {}, done.stderr[-3000:]
+
+
 def test_ci_runs_make_test():
     """CI runs `make test` in a fresh clone, and `make test` first builds the venv."""
     with open(os.path.join(ROOT, ".ci", "run")) as f:
@@ -108,10 +151,67 @@ def test_ci_runs_make_test():
 
 
 def test_the_code_is_lint_clean():
-    import subprocess
-    import sys
-
     ruff = [sys.executable, "-m", "ruff"]
     for args in (["check", "."], ["format", "--check", "."]):
         done = subprocess.run([*ruff, *args], cwd=ROOT, capture_output=True, text=True)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+
+
+class Parsed(Exception):
+    """Raised by the patched parsers once a program's arguments have parsed."""
+
+
+_ARGPARSE_PARSE = argparse.ArgumentParser.parse_args
+
+
+def _parse_args_then_stop(self, args=None, namespace=None):
+    _ARGPARSE_PARSE(self, args, namespace)
+    raise Parsed
+
+
+def _app_run_then_stop(main, argv=None, flags_parser=None):
+    from absl import app
+
+    (flags_parser or app.parse_flags_with_usage)(sys.argv if argv is None else argv)
+    raise Parsed
+
+
+def parse_only(command: list[str]) -> str | None:
+    """Runs `python *command` in this process until its parser (argparse's, or absl's through
+    `app.run`) has parsed the arguments, and no further; returns None, or why it did not parse.
+    The flags it defined in absl's global FLAGS are removed again for the next program."""
+    from absl import app, flags
+
+    argparse.ArgumentParser.parse_args = _parse_args_then_stop
+    app.run = _app_run_then_stop
+    module, script = (command[1], None) if command[0] == "-m" else (None, command[0])
+    sys.argv = [module or script, *command[2 if module else 1 :]]
+    known, path = set(flags.FLAGS), list(sys.path)
+    try:
+        if module:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        else:
+            sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+            runpy.run_path(script, run_name="__main__")
+    except Parsed:
+        return None
+    except SystemExit as error:  # the parser's usage error, printed on stderr
+        return f"exit status {error.code}"
+    except Exception as error:  # a missing program or config file
+        return repr(error)
+    finally:
+        for name in set(flags.FLAGS) - known:
+            delattr(flags.FLAGS, name)
+        flags.FLAGS.unparse_flags()
+        sys.path[:] = path
+    return "ran to its end without parsing its arguments"
+
+
+if __name__ == "__main__":
+    sys.path[0] = ROOT  # the root, as for `python -m ...` there (not tests/)
+    failures = {}
+    for command in json.loads(sys.argv[1]):
+        error = parse_only(command)
+        if error is not None:
+            failures[shlex.join(["python", *command])] = error
+    print(json.dumps(failures))

@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import shutil
+from functools import partial
 
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
 import pytest
 from jax.sharding import AbstractMesh
 
 import packing
 from bert_flax import attention, sharding
-from bert_flax.train_setup import adjust_for_packing, create_train_setup, learning_rate_schedule
+from bert_flax.train_setup import (
+    adjust_for_packing,
+    create_train_program,
+    create_train_setup,
+    learning_rate_schedule,
+)
+from optim.masks import weight_decay_mask
 
 
 def abstract_mesh(data=1, fsdp=1, model=1):
@@ -145,6 +156,53 @@ def test_min_rows_per_step_scales_betas_and_learning_rate_by_the_extra_sequences
     schedule = learning_rate_schedule(config.schedule, 100, scale=2.0)
     assert float(schedule(10)) == pytest.approx(2 * config.schedule.learning_rate)
     assert float(schedule(100)) == pytest.approx(2e-4)
+
+
+@pytest.mark.parametrize(
+    ("sections", "packing_factor", "power"),
+    [
+        ({"train.packing_hparams": "raise_betas"}, 2.0, 2),  # 8 rows of 2 sequences
+        (  # 32 rows / 8 = 4, raised to the floor of 8: twice the sequences, lr times sqrt(2)
+            {"train.packing_hparams": "divide_accumulation", "train.batch_size": 32,
+             "train.min_rows_per_step": 8},
+            8.0,
+            2,
+        ),
+    ],
+    ids=["raise_betas", "divide_accumulation_floor"],
+)  # fmt: skip
+def test_the_adjusted_betas_and_learning_rate_reach_the_optimizer(
+    make_config, sections, packing_factor, power
+):
+    """The run's optimizer takes two steps as optax's LAMB with the config's betas to the power
+    r (`power`) and, where divide_accumulation's floor adds sequences, the warm-up to the peak
+    rate times sqrt(r). Two steps: Adam's bias correction makes the first the same for any betas."""
+    config = make_config(**{"train.grad_clip_norm": 0.0, **sections})
+    program = create_train_program(config, packing_factor_override=packing_factor)
+    lamb, schedule = config.optimizer.lamb, config.schedule
+    scale = power**0.5 if sections["train.packing_hparams"] == "divide_accumulation" else 1.0
+    rng = np.random.default_rng(0)
+    params = {"layer": {"kernel": jnp.asarray(rng.normal(size=(4, 3))), "bias": jnp.zeros(3)}}
+    grads = [jax.tree.map(lambda p: jnp.asarray(rng.normal(size=p.shape)), params) for _ in "12"]
+
+    def lamb_with(b1: float, b2: float) -> optax.GradientTransformation:
+        warmup = optax.linear_schedule(0.0, schedule.learning_rate * scale, schedule.warmup_steps)
+        return optax.lamb(
+            warmup, b1, b2, eps=lamb.eps, weight_decay=lamb.weight_decay, mask=weight_decay_mask
+        )
+
+    def two_steps(tx: optax.GradientTransformation) -> dict:
+        p, state = params, tx.init(params)
+        for g in grads:
+            updates, state = tx.update(g, state, p)
+            p = optax.apply_updates(p, updates)
+        return p
+
+    assert schedule.warmup_steps >= 2  # both steps in the warm-up, which the reference has
+    expected = two_steps(lamb_with(lamb.b1**power, lamb.b2**power))
+    jax.tree.map(partial(np.testing.assert_allclose, rtol=1e-6), two_steps(program.tx), expected)
+    unadjusted = two_steps(lamb_with(lamb.b1, lamb.b2))["layer"]["kernel"]
+    assert not np.allclose(unadjusted, expected["layer"]["kernel"], rtol=1e-3)  # betas show
 
 
 def test_raise_betas_works_for_any_optimizer_with_betas(make_config):
