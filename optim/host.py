@@ -45,9 +45,9 @@ class HostTransformation(optax.GradientTransformationExtraArgs):
 def after_step(tx: Any, opt_state: Any, step: int) -> Any:
     """Run ``tx``'s host work after optimizer update number ``step``; returns the new opt_state.
 
-    A no-op (returns ``opt_state`` itself) for optimizers without host work. ``step`` only needs
-    to increase by one per loop step (a step skipped as not finite included); a jump (e.g. after restoring a checkpoint) makes the
-    host drop its in-flight work and resynchronise with the state.
+    A no-op (returns ``opt_state`` itself) for optimizers without host work. ``step`` only needs to
+    increase by one per loop step (a step skipped as not finite included); a jump (e.g. after
+    restoring a checkpoint) makes the host drop its in-flight work and resynchronise with the state.
     """
     host = getattr(tx, "host", None)
     return opt_state if host is None else host.after_step(opt_state, step)

@@ -17,12 +17,13 @@ The first call also has the worker compile the host solver (on zeros of the stat
 while the first steps run, so the first root job does not pay for compilation.
 
 Between jobs ``after_step`` touches no device array: it mirrors the update count from ``step``
-(which grows by one per loop step). A step the loop skipped (not finite) leaves the count
-behind the mirror, so wherever the mirror says work is due the host first reads the count from
-the state: refreshes stay on the cadence in optimizer updates, whatever was skipped. On its first call, and whenever ``step`` does not follow the
-previous one (a restored checkpoint), it drops any in-flight job, reads the count from the state
-and, if roots were due but missing (a job dropped by the checkpoint), submits one at once: an
-in-flight job is not part of a checkpoint; it is recomputed from the restored statistics.
+(which grows by one per loop step). A step the loop skipped (not finite) leaves the count behind the
+mirror, so wherever the mirror says work is due the host first reads the count from the state:
+refreshes stay on the cadence in optimizer updates, whatever was skipped. On its first call, and
+whenever ``step`` does not follow the previous one (a restored checkpoint), it drops any in-flight
+job, reads the count from the state and, if roots were due but missing (a job dropped by the
+checkpoint), submits one at once: an in-flight job is not part of a checkpoint; it is recomputed
+from the restored statistics.
 """
 
 from __future__ import annotations
