@@ -197,11 +197,13 @@ class Checkpointer:
     def __init__(self, workdir: str, *, every_steps: int, keep: int, enabled: bool = True):
         self.enabled = enabled
         self.directory = checkpoint_dir(workdir)
+        # create=False: the first save makes the directory, so a run that stops on bad input
+        # before it leaves the workdir as it was.
         self.manager = (
             ocp.CheckpointManager(
                 self.directory,
                 options=ocp.CheckpointManagerOptions(
-                    max_to_keep=keep, save_interval_steps=every_steps, create=True
+                    max_to_keep=keep, save_interval_steps=every_steps, create=False
                 ),
                 item_names=ITEMS,
             )

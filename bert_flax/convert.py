@@ -29,6 +29,7 @@ import jax
 import numpy as np
 from absl import app, flags, logging
 
+from bert_flax import cli
 from bert_flax.config import BertConfig
 from bert_flax.data.contract import PRETRAINING_INPUTS
 from bert_flax.model import BertForPreTraining
@@ -504,4 +505,4 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    cli.run(main)

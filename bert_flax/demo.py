@@ -37,9 +37,9 @@ from types import ModuleType
 from typing import Any
 
 import ml_collections
-from absl import app, flags, logging
+from absl import flags, logging
 
-from bert_flax import finetune, train
+from bert_flax import cli, finetune, train
 from bert_flax.data.contract import SUMMARY_FILE, PreparedData
 from bert_flax.metrics import learning_curve, side_by_side
 from bert_flax.plots import plot_packed_vs_padded
@@ -292,4 +292,4 @@ def define_flags() -> None:
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    cli.run(main)

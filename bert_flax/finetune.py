@@ -196,6 +196,18 @@ def finetune(
 FLAGS = flags.FLAGS
 
 
+def check_kind(split: classification.LabelledSplit, head: dict, path: str, workdir: str) -> None:
+    """ValueError unless `path` holds the kind of examples (single texts or sentence pairs) the
+    model was fine-tuned on (models fine-tuned before `sentence_pairs` was recorded: any)."""
+    kinds = {False: "single texts (no `text_b` column)", True: "sentence pairs (`text_b`)"}
+    pairs = split.texts_b is not None
+    if head.get("sentence_pairs", pairs) != pairs:
+        raise ValueError(
+            f"{path} holds {kinds[pairs]}, but the model in {workdir} was fine-tuned on "
+            f"{kinds[not pairs]}: give a file of its task."
+        )
+
+
 def define_flags() -> None:
     """The command line's flags (defined only when this module runs as the program)."""
     config_flags.DEFINE_config_file("config", None, "Fine-tuning config file.")
@@ -218,6 +230,7 @@ def main(argv: list[str]) -> None:
             data = json.load(f)["data"]
         vocab = tokenization.load_vocab(head.get("vocab_file") or data.get("vocab_file") or None)
         split = classification.read_texts(FLAGS.predict)
+        check_kind(split, head, FLAGS.predict, FLAGS.workdir)
         encoded = classification.encode_split(vocab, split, data["max_seq_length"])
         logits = predict(
             model_config,

@@ -217,24 +217,25 @@ def _train(
 ) -> dict[str, Any]:
     setup = create_train_setup(config, task=task)
     task = setup.task
-    writer = metrics.MetricsWriter(workdir)
-    info = write_run_config(config, setup, workdir, writer)
     checkpointer = checkpointing.Checkpointer(
         workdir,
         every_steps=config.checkpoint.every_steps,
         keep=config.checkpoint.keep,
         enabled=config.checkpoint.enabled,
     )
+    # Every input is read (checkpoint, init_from, data) before the first write to the workdir:
+    # bad input leaves it as it was.
     try:
         state, progress = initial_state(setup, checkpointer, workdir)
+        vocab = setup.model_config.vocab_size
+        train_iter = task.train_batches(setup.batch_size, vocab, start=progress["data_position"])
+        eval_set, baseline_name, baseline = evaluation_set(config, setup)
     except Exception:
         checkpointer.close()  # its background threads, before the error ends the run
         raise
     start_step = int(jax.device_get(state.step))
-
-    vocab = setup.model_config.vocab_size
-    train_iter = task.train_batches(setup.batch_size, vocab, start=progress["data_position"])
-    eval_set, baseline_name, baseline = evaluation_set(config, setup)
+    writer = metrics.MetricsWriter(workdir)
+    info = write_run_config(config, setup, workdir, writer)
     loop = Loop(
         config,
         setup,

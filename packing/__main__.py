@@ -5,15 +5,18 @@
 
 HISTOGRAM is a text file (one count per line, line k = sequences of length k, line 0 = 0) or .npy.
 Without --json a table like the paper's is printed; with --json one JSON object per algorithm run.
-With --algorithm all, --out saves the run with the fewest packs.
+With --algorithm all, --out saves the run with the fewest packs. Bad input ends as one line,
+exit status 2 (`bert_flax.cli`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
+from bert_flax import cli
 from packing import api, report
 from packing import histogram as histogram_lib
 
@@ -41,14 +44,12 @@ def parse_args(argv):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    try:
-        hist = histogram_lib.load_histogram(args.histogram, args.max_len)
-    except (OSError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
     if args.max_depth < 0:
-        print("error: --max-depth must be >= 0 (0 = unlimited)", file=sys.stderr)
-        return 2
+        raise ValueError("--max-depth must be >= 0 (0 = unlimited)")
+    for path in (args.out, args.plot):
+        if path:
+            cli.check_writable_dir(os.path.dirname(os.path.abspath(path)))
+    hist = histogram_lib.load_histogram(args.histogram, args.max_len)
     algorithms = ALL if args.algorithm == "all" else (args.algorithm,)
     results = []
     for algorithm in algorithms:
@@ -58,8 +59,7 @@ def main(argv=None) -> int:
         try:
             strategies = api.pack_histogram(hist, args.max_len, algorithm, args.max_depth)
         except ValueError as e:
-            print(f"error: {algorithm}: {e}", file=sys.stderr)
-            return 2
+            raise ValueError(f"{algorithm}: {e}") from e
         strategies.check(hist)
         results.append(strategies)
         if args.json:
@@ -77,4 +77,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli.guard(main)())

@@ -100,18 +100,22 @@ def load_histogram(path: PathLike, max_len: int | None = None) -> np.ndarray:
     path = os.fspath(path)
     if path.endswith(".npy"):
         return validate_histogram(np.load(path), max_len)
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 ({e.reason}); one integer count per line.") from None
     counts = []
-    with open(path, encoding="utf-8") as f:
-        for line_number, line in enumerate(f):
-            text = line.strip()
-            if not text:
-                continue
-            try:
-                counts.append(int(text))
-            except ValueError:
-                raise ValueError(
-                    f"{path}:{line_number + 1}: expected one integer count per line, got {text!r}"
-                ) from None
+    for line_number, line in enumerate(lines):
+        text = line.strip()
+        if not text:
+            continue
+        try:
+            counts.append(int(text))
+        except ValueError:
+            raise ValueError(
+                f"{path}:{line_number + 1}: expected one integer count per line, got {text!r}"
+            ) from None
     try:
         return validate_histogram(np.asarray(counts, np.int64), max_len)
     except ValueError as e:

@@ -26,7 +26,7 @@ import math
 import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -185,32 +185,44 @@ def _read_records(path: str) -> Iterator[tuple[int, Mapping[str, Any]]]:
         raise ValueError(
             f"{path}: unknown extension {extension!r}; use one of {sorted(FILE_FORMATS)}."
         )
+    if os.path.isdir(path):
+        raise ValueError(f"{path} is a directory; give the file.")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path} does not exist.")
     with open(path, encoding="utf-8-sig", newline="") as f:
-        if FILE_FORMATS[extension] == "jsonl":
-            for line, text in enumerate(f, start=1):
-                if not text.strip():
-                    continue
-                try:
-                    record = json.loads(text)
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{line}: not a JSON object ({e.msg}).") from None
-                if not isinstance(record, dict):
-                    raise ValueError(f"{path}:{line}: a JSON {type(record).__name__}, not object.")
-                yield line, record
-            return
-        tsv = FILE_FORMATS[extension] == "tsv"
-        reader = csv.DictReader(
-            f, delimiter="\t" if tsv else ",", quoting=csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL
-        )
-        for record in reader:
-            if None in record or None in record.values():
-                raise ValueError(
-                    f"{path}:{reader.line_num}: the row's fields do not match the header's "
-                    f"{len(reader.fieldnames or ())} columns; fix its separators or quoting."
-                )
-            yield reader.line_num, record
+        try:
+            yield from _parse_records(f, path, FILE_FORMATS[extension])
+        except UnicodeDecodeError as e:
+            raise ValueError(
+                f"{path}: bytes that are not UTF-8 ({e.reason}); save the file as UTF-8."
+            ) from None
+
+
+def _parse_records(f: TextIO, path: str, kind: str) -> Iterator[tuple[int, Mapping[str, Any]]]:
+    """(line, record) pairs of an open file of ``kind``: csv, tsv or jsonl."""
+    if kind == "jsonl":
+        for line, text in enumerate(f, start=1):
+            if not text.strip():
+                continue
+            try:
+                record = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{line}: not a JSON object ({e.msg}).") from None
+            if not isinstance(record, dict):
+                raise ValueError(f"{path}:{line}: a JSON {type(record).__name__}, not object.")
+            yield line, record
+        return
+    tsv = kind == "tsv"
+    reader = csv.DictReader(
+        f, delimiter="\t" if tsv else ",", quoting=csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL
+    )
+    for record in reader:
+        if None in record or None in record.values():
+            raise ValueError(
+                f"{path}:{reader.line_num}: the row's fields do not match the header's "
+                f"{len(reader.fieldnames or ())} columns; fix its separators or quoting."
+            )
+        yield reader.line_num, record
 
 
 def _read_rows(path: str, *, labelled: bool = True) -> _Rows:

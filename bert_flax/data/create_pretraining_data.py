@@ -40,9 +40,10 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import tensorflow_datasets as tfds
 import tqdm
-from absl import app, flags, logging
+from absl import flags, logging
 
 import packing
+from bert_flax import cli
 from bert_flax.data import corpus, record_index, records, stages, tfds_corpus, tokenization
 from bert_flax.data.examples import ExampleOptions, Recipe, RecipeStats
 from packing import histogram as packing_histogram
@@ -305,14 +306,15 @@ def create_pretraining_data(
     if num_train_shards < 1 or num_validation_shards < 1:
         raise ValueError("num_train_shards and num_validation_shards must be >= 1.")
     stages.check_documents_per_bucket(documents_per_bucket)
-    os.makedirs(output_dir, exist_ok=True)
+    cli.check_writable_dir(output_dir)
     tfds_data_dir = tfds_data_dir or os.path.join(output_dir, "tfds")
-    sources, corpus_stats = open_corpus(
+    sources, corpus_stats = open_corpus(  # a bad corpus stops here, before output_dir is made
         input,
         tfds_data_dir=tfds_data_dir,
         document_mode=document_mode,
         validation_fraction=validation_fraction,
     )
+    os.makedirs(output_dir, exist_ok=True)
     if train_vocab_size:
         texts = source_texts(sources["train"])
         vocab = tokenization.train_vocab(texts, train_vocab_size, output_dir, lowercase=lowercase)
@@ -561,4 +563,4 @@ def main(argv: Sequence[str]) -> None:
 if __name__ == "__main__":
     define_flags()
     flags.mark_flag_as_required("output_dir")
-    app.run(main)
+    cli.run(main)

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import tensorflow as tf
+from google.protobuf import message
 
 from bert_flax.data import records
 
@@ -77,6 +78,9 @@ class RecordIndex:
     def build(cls, files: Sequence[str]) -> RecordIndex:
         """Scans the frames of ``files`` and parses each record's length and predictions."""
         sizes_per_file = [_frame_sizes(path) for path in files]
+        for path, sizes in zip(files, sizes_per_file, strict=True):
+            if sizes:
+                _check_first_record(path, sizes[0])
         lengths, num_predictions = _parse_lengths(files)
         if len(lengths) != sum(len(s) for s in sizes_per_file):
             raise ValueError(f"Frames and records of {list(files)} disagree; recreate the data.")
@@ -204,6 +208,24 @@ def _frame_sizes(path: str) -> list[int]:
         if position != size_of_file:
             raise ValueError(f"{path} ends inside a record; recreate the data.")
     return sizes
+
+
+def _check_first_record(path: str, size: int) -> None:
+    """ValueError unless the first record of ``path`` (``size`` bytes) is a pre-training
+    example: a shard of other data, named before tf.data meets it."""
+    with open(path, "rb") as f:
+        f.seek(FRAME_HEADER_BYTES)
+        payload = f.read(size)
+    try:
+        features = set(tf.train.Example.FromString(payload).features.feature)
+    except message.DecodeError:
+        features = set()
+    missing = sorted({"length", "masked_lm_positions"} - features)
+    if missing:
+        raise ValueError(
+            f"{path} holds records that are not pre-training examples (no {missing}); "
+            "recreate the data."
+        )
 
 
 def _parse_lengths(files: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:

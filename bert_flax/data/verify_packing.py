@@ -21,10 +21,12 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
-from absl import app, flags
+from absl import flags
 
+from bert_flax import cli
 from bert_flax.data import pipeline, records
 from bert_flax.data.contract import PreparedData, load_strategies
+from bert_flax.data.record_index import RecordIndex
 
 ExampleKey = tuple[bytes, bytes, bytes, bytes, int]
 
@@ -180,6 +182,7 @@ def verify(
     """Run one epoch and return the report (see the module docstring)."""
     data = PreparedData.load(data_dir)
     cls_id, max_seq_length = data.cls_id, data.max_seq_length
+    RecordIndex.load_or_build(data_dir, split)  # names a truncated or foreign shard
     reference = reference_examples(records.find_shards(data_dir, split))
     dataset = pipeline.packed_dataset(
         data_dir,
@@ -282,4 +285,4 @@ def main(argv: Sequence[str]) -> None:
 if __name__ == "__main__":
     define_flags()
     flags.mark_flag_as_required("data_dir")
-    app.run(main)
+    cli.run(main)

@@ -17,6 +17,8 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
+from bert_flax import cli
+from bert_flax.data.contract import PreparedData
 from bert_flax.profile import ceilings as ceilings_lib
 from bert_flax.profile import configured, report
 
@@ -45,10 +47,13 @@ def main(argv):
     if _CONFIG.value is None:
         raise app.UsageError("--config is required, e.g. --config=configs/tiny.py")
     settings_list = configured.sweep_settings(configured.parse_sweeps(_SWEEP.value))
+    configs = [configured.with_settings(_CONFIG.value, s) for s in settings_list]
+    for config in configs:  # bad data ends the run before the first (slow) profile
+        if config.data.data_dir:
+            PreparedData.load(config.data.data_dir)
     measured: dict[str, ceilings_lib.Ceilings] = {}  # by matmul dtype, shared by the sweep
     profiles = []
-    for i, settings in enumerate(settings_list):
-        config = configured.with_settings(_CONFIG.value, settings)
+    for i, (settings, config) in enumerate(zip(settings_list, configs, strict=True)):
         label = ",".join(f"{k}={v}" for k, v in settings.items()) or config.model.preset
         print(f"[{i + 1}/{len(settings_list)}] profiling {label} ...", file=sys.stderr, flush=True)
         result = configured.profile_config(
@@ -75,4 +80,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

@@ -207,6 +207,7 @@ class ClassificationTask(Task):
         return {
             "num_labels": self.labelled.num_labels,
             "label_names": self.labelled.label_names,
+            "sentence_pairs": self.labelled.splits["train"].texts_b is not None,
             "pooling": self.config.classifier.pooling,
             "vocab_file": self.vocab.path,  # as resolved (config.data.vocab_file may be "")
         }

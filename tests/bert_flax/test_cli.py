@@ -3,6 +3,7 @@ an unexpected failure keeps its traceback."""
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
@@ -83,3 +84,24 @@ def test_only_the_projects_own_checks_are_user_errors():
         int("not a number")
     assert not cli.is_user_error(python.value)  # raised by Python: keeps its traceback
     assert not cli.is_user_error(RuntimeError("a bug"))
+
+
+def test_a_traceback_on_request(monkeypatch, capsys):
+    """`BERT_FLAX_TRACEBACK=1`: the traceback, then the same one line and exit status."""
+
+    def exit_(status: int) -> None:
+        raise SystemExit(status)
+
+    def main() -> None:
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", "/no/such/file")
+
+    monkeypatch.setattr(os, "_exit", exit_)
+    monkeypatch.setenv("BERT_FLAX_TRACEBACK", "1")
+    with pytest.raises(SystemExit) as ended:
+        cli.guard(main)()
+    assert ended.value.code == cli.USER_ERROR_EXIT_STATUS
+    stderr = capsys.readouterr().err
+    assert "Traceback" in stderr
+    assert stderr.strip().splitlines()[-1] == (
+        "error: [Errno 2] No such file or directory: '/no/such/file'"
+    )
