@@ -168,13 +168,13 @@ def check(cells: list[dict], model="base", length=512, target_name="v5e-8") -> d
 def fit_error(check: dict, cells: list[dict]) -> dict[str, float]:
     """The fitted figures of the checked cell over the whole-model compile's, minus one."""
     model, length, target, _, rows = check["cell"]
-    (cell,) = [
-        c for c in cells
-        if (c["model"], c["length"], c["target"], c["packed"], c["rows"])
-        == (model, length, target, True, rows)
-    ]  # fmt: skip
-    compiled = check["compiled"]
-    return {k: cell["figures"][k] / compiled[k] - 1 for k in FITTED if compiled[k]}
+    for cell in cells:
+        if (cell["model"], cell["length"], cell["target"], cell["packed"], cell["rows"]) == (
+            model, length, target, True, rows
+        ):  # fmt: skip
+            compiled = check["compiled"]
+            return {k: cell["figures"][k] / compiled[k] - 1 for k in FITTED if compiled[k]}
+    return {}  # that cell is not compiled yet
 
 
 def markdown(cells: list[dict]) -> str:
@@ -209,6 +209,7 @@ def check_lines(check: dict, cells: list[dict]) -> str:
     """The `--check` compile against the fit, as docs/compile.md shows it."""
     model, length, target, _, rows = check["cell"]
     errors = ", ".join(f"{k} {v:+.0%}" for k, v in fit_error(check, cells).items())
+    errors = errors or "not known yet (that cell is not compiled yet)"
     c = check["compiled"]
     step = c["compute_s"] + c["collective_s"]
     return (
