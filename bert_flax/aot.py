@@ -25,6 +25,7 @@ from typing import Any
 import jax
 import ml_collections
 import numpy as np
+from absl import logging
 from jax.experimental.compilation_cache import compilation_cache
 
 import packing
@@ -362,8 +363,17 @@ def largest_batch(
 
     def fits(units: int) -> bool:
         config.train.batch_size = config.eval.batch_size = units * shards
-        reports[units] = compile_for(config, target, packing_factor, devices)
-        return reports[units].fits
+        report = reports[units] = compile_for(config, target, packing_factor, devices)
+        peak = max(m.total for m in (report.train_memory, report.eval_memory) if m is not None)
+        logging.info(
+            "largest batch: %d rows %s (HBM %.2f of %.2f GiB a device; compiled in %.0f s)",
+            units * shards,
+            "fit" if report.fits else "do not fit",
+            peak / targets.GIB,
+            target.chip.hbm_bytes / targets.GIB,
+            sum(report.compile_s.values()),
+        )
+        return report.fits
 
     low, high = 0, 1  # fits(low) (or low == 0); find the first high that does not fit
     while high * shards <= limit and fits(high):

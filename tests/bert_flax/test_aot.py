@@ -6,6 +6,7 @@ agree with the shapes.
 """
 
 import functools
+import logging
 
 import numpy as np
 import pytest
@@ -154,20 +155,26 @@ def test_bert_base_shapes_fit_and_count_the_model_flops():
     assert report.fits and report.model_flops_utilisation < 1
 
 
-def test_largest_batch_bisects_to_the_last_fitting_size(monkeypatch):
+def test_largest_batch_bisects_to_the_last_fitting_size(monkeypatch, caplog):
     compiled_rows = []
 
     def fake_compile_for(config, target, packing_factor, devices):
         rows = config.train.batch_size
         compiled_rows.append(rows)
-        return type("R", (), {"fits": rows <= 44})()
+        memory = aot.Memory(0, 0, 0, rows * targets.GIB / 4, 0)
+        return type("R", (), {"fits": rows <= 44, "train_memory": memory, "eval_memory": None,
+                              "compile_s": {"train": 1.0}})()  # fmt: skip
 
     monkeypatch.setattr(aot, "compile_for", fake_compile_for)
     config = tiny_config((4, 1, 1))
-    rows, report = aot.largest_batch(config, V5E_4)
+    with caplog.at_level(logging.INFO):
+        rows, report = aot.largest_batch(config, V5E_4)
     assert rows == 44 and report.fits  # 11 rows on each of 4 data shards
     assert max(compiled_rows) == 64 and len(compiled_rows) <= 8
     assert config.train.batch_size == 8  # the caller's config is left as it was
+    progress = [r.getMessage() for r in caplog.records if r.getMessage().startswith("largest")]
+    assert len(progress) == len(compiled_rows)  # one line a compile: a long search shows progress
+    assert "44 rows fit (HBM 11.00 of 16.00 GiB" in " ".join(progress)
 
 
 def test_model_flops_match_a_hand_count():
