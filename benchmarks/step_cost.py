@@ -35,6 +35,13 @@ from configs import cpu_pretrain
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data_dir", default="workdir/bench/step_cost/sotu_cpu")
+    parser.add_argument(
+        "--dupe_factor",
+        type=int,
+        default=cpu_pretrain.PREPARE["dupe_factor"],
+        help="Maskings of the corpus when preparing --data_dir (the step's shapes do not depend "
+        "on it; prepared data of another value is an error).",
+    )
     parser.add_argument("--rows", default="4,8,16", help="Rows per step, comma-separated.")
     parser.add_argument("--optimizer", default="lamb")
     parser.add_argument("--rounds", type=int, default=6)
@@ -55,7 +62,7 @@ def fit_line(rows: list[int], step_ms: list[float]) -> tuple[float, float]:
 
 def main() -> None:
     args = parse_args()
-    data = demo.prepare_data(args.data_dir)
+    data = demo.prepare_data(args.data_dir, dupe_factor=args.dupe_factor)
     packing_factor = data["strategies"]["packing_factor"]
     setups, batches = {}, {}
     for layout in LAYOUTS:

@@ -68,7 +68,12 @@ def test_packed_vs_padded_with_its_learning_case(tmp_path, recipe_data, readme_r
 def test_step_cost(tmp_path, recipe_data):
     shutil.copytree(recipe_data, tmp_path / "data")  # the benchmark reuses prepared data
     result = run_benchmark(
-        "step_cost.py", f"--data_dir={tmp_path / 'data'}", "--rows=1,2", "--rounds=1", "--steps=1"
+        "step_cost.py",
+        f"--data_dir={tmp_path / 'data'}",
+        "--dupe_factor=1",  # as recipe_data was prepared
+        "--rows=1,2",
+        "--rounds=1",
+        "--steps=1",
     )
     assert set(result["step_ms"]) == {"packed", "padded"}
     assert list(result["step_ms"]["packed"]) == ["1", "2"]  # JSON keys: the row counts
