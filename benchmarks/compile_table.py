@@ -3,6 +3,8 @@ compiled for TPU slices on this (CPU) host. Every time and rate in it is a roofl
 
     python benchmarks/compile_table.py             # writes benchmarks/results/compile_table.json
     python benchmarks/compile_table.py --markdown  # the table docs/compile.md shows
+    python benchmarks/compile_table.py --check_largest  # the whole model at one cell's largest
+                                                        # batch and one row a device more
 
 A full BERT-large step takes minutes to compile on 2 cores, so each cell compiles the real step
 (`bert_flax.aot.compile_steps`: the config's rules, optimizer, attention, row shapes) at 1 and 2
@@ -165,6 +167,39 @@ def check(cells: list[dict], model="base", length=512, target_name="v5e-8") -> d
     }
 
 
+def check_largest(cells: list[dict], model="base", length=512, target_name="v5e-8") -> dict:
+    """The whole model of one packed cell compiled at its fitted largest batch and at one row a
+    data shard more: the first should fit the chip's HBM and the second not."""
+    (cell,) = [
+        c for c in cells
+        if (c["model"], c["length"], c["target"], c["packed"]) == (model, length, target_name, True)
+    ]  # fmt: skip
+    target = targets.target(target_name)
+    devices = targets.compile_only_devices(target)
+    compiled = {}
+    for rows in (cell["largest_rows"], cell["largest_rows"] + len(devices)):
+        config = cell_config(model, length, True, None, rows)
+        steps = aot.compile_steps(config, devices, cell["packing_factor"], evaluate=False)
+        memory = aot.report(steps, target).train_memory.total
+        compiled[str(rows)] = {"memory": memory, "fits": memory <= target.chip.hbm_bytes}
+    return {"cell": [model, length, target_name, "packed"], "compiled": compiled}
+
+
+def largest_line(check: dict) -> str:
+    """`check_largest`'s compiles, as docs/compile.md shows them."""
+    model, length, target, _ = check["cell"]
+    (first, above), (second, below) = check["compiled"].items()
+    said = lambda rows, c: (
+        f"{rows} rows {c['memory'] / 2**30:.2f} GiB ({'fits' if c['fits'] else 'does not fit'})"
+    )
+    verdict = "as the fit says" if above["fits"] and not below["fits"] else "NOT as the fit says"
+    return (
+        f"Largest batch, BERT-{model} packed at {length} on {target}, the whole model compiled "
+        f"at the fitted largest batch and one row a device more: {said(first, above)}, "
+        f"{said(second, below)}: {verdict}."
+    )
+
+
 def fit_error(check: dict, cells: list[dict]) -> dict[str, float]:
     """The fitted figures of the checked cell over the whole-model compile's, minus one."""
     model, length, target, _, rows = check["cell"]
@@ -245,25 +280,41 @@ def missing_cells(cells: list[dict]) -> list[tuple[str, int, str, bool]]:
             if (*cell, packed) not in done]  # fmt: skip
 
 
+def rendered(results: dict) -> str:
+    """The table, the cells not compiled yet and the check, as docs/compile.md shows them."""
+    parts = [markdown(results["cells"])]
+    todo = missing_cells(results["cells"])
+    if todo:
+        names = [f"BERT-{m} {'packed' if p else 'padded'} {n} on {t}" for m, n, t, p in todo]
+        parts.append("Not compiled yet: " + ", ".join(names))
+    if "check" in results:
+        parts.append(check_lines(results["check"], results["cells"]))
+    if "largest_check" in results:
+        parts.append(largest_line(results["largest_check"]))
+    return "\n\n".join(parts)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--markdown", action="store_true", help="Print the table from the JSON.")
     parser.add_argument("--out", default=RESULTS)
     parser.add_argument("--check", action="store_true", help="Check the fit (see above).")
+    parser.add_argument(
+        "--check_largest", action="store_true", help="Check one cell's largest batch (see above)."
+    )
     args = parser.parse_args()
     results = load(args.out)
     if args.markdown:
-        print(markdown(results["cells"]))
-        todo = missing_cells(results["cells"])
-        if todo:
-            names = [f"BERT-{m} {'packed' if p else 'padded'} {n} on {t}" for m, n, t, p in todo]
-            print("\nNot compiled yet: " + ", ".join(names))
-        if "check" in results:
-            print("\n" + check_lines(results["check"], results["cells"]))
+        print(rendered(results))
         return
     if args.check:
         results["check"] = check(results["cells"])
         print(json.dumps(results["check"], indent=1))
+        save(results, args.out)
+        return
+    if args.check_largest:
+        results["largest_check"] = check_largest(results["cells"])
+        print(largest_line(results["largest_check"]))
         save(results, args.out)
         return
     for model, length, target, packed in missing_cells(results["cells"]):

@@ -2,13 +2,13 @@
 pre-training the tiny packed BERT through the project's own training loop
 (`bert_flax.train.train_and_evaluate`), side by side in one run.
 
-History: its table in docs/optim.md measures the first few hundred steps, where masked-LM accuracy
+History: its table in docs/results.md measures the first few hundred steps, where masked-LM accuracy
 sits near the most-frequent-token baseline. The race past the plateau, every registered optimizer
 (Muon and SOAP included) to an eval masked-LM accuracy of 0.25 with the CPU recipe, is
 `benchmarks/time_to_accuracy.py` (its `race` key).
 
   python benchmarks/optimizer_race.py --data_dir=workdir/sotu_128 --steps=300 --eval_every=25 \
-      --eval_batches=4 --seeds=3 --json     # the run in docs/optim.md, ~45 min on 2 CPU cores
+      --eval_batches=4 --seeds=3 --json     # the run in docs/results.md, ~45 min on 2 CPU cores
   python benchmarks/optimizer_race.py --data_dir=workdir/sotu_128 --quick --json
 
 Per optimizer the same budget of trials: a grid of peak learning rate (its centre times

@@ -31,6 +31,7 @@ workdir to start over.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from types import ModuleType
@@ -121,6 +122,8 @@ def timing_steps(config: ml_collections.ConfigDict) -> int:
     return int(settings.get("preconditioning_compute_steps", 3))
 
 
+# The printed summary, kept in the workdir (`benchmarks/results.py --publish_run` publishes it).
+DEMO_SUMMARY_FILE = "demo_summary.json"
 # Side-by-side timing rounds: 12 of 10 steps take about 40 s (medians of 6 rounds ranged over
 # 2.07-2.23x from one demo run to the next).
 SPEED_ROUNDS = 12
@@ -261,7 +264,10 @@ def main(argv):
     if flags_.finetune_epochs > 0:
         pretrained = runs["packed"]["workdir"]
         tuned = finetune_both(flags_.workdir, data_dir, pretrained, flags_.finetune_epochs)
-    print(summary_text(data, runs, tuned, time.perf_counter() - start))
+    summary = summary_text(data, runs, tuned, time.perf_counter() - start)
+    print(summary)
+    with open(os.path.join(flags_.workdir, DEMO_SUMMARY_FILE), "w") as f:
+        json.dump({"summary": summary.strip("\n=").strip()}, f, indent=1)
     path = plot_packed_vs_padded(
         {layout: run["curve"] for layout, run in runs.items()},
         {layout: run["sequences_per_second"] for layout, run in runs.items()},

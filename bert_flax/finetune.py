@@ -41,8 +41,9 @@ PREDICTIONS_FILE = "predictions_{split}.jsonl"
 
 
 def resolve_epochs(config: ml_collections.ConfigDict, task: ClassificationTask) -> None:
-    """Sets `train.steps` (= `train.epochs` x steps per epoch), and `eval.every_steps` and
-    `checkpoint.every_steps` to one epoch, for the rows per step after the packing adjustment."""
+    """Sets `train.steps` (= `train.epochs` x steps per epoch, at least `train.min_steps`), and
+    `eval.every_steps` and `checkpoint.every_steps` to one epoch (or, with `eval.evaluations`,
+    to that many evaluations over the run), for the rows per step after the packing adjustment."""
     mesh = sharding.create_mesh(config.mesh.shape, config.mesh.axes)
     adjustment = adjust_for_packing(
         config, task.packing_factor(), sharding.data_parallel_size(mesh)
@@ -53,9 +54,10 @@ def resolve_epochs(config: ml_collections.ConfigDict, task: ClassificationTask) 
             f"The train split makes fewer rows than one step's {adjustment.batch_size}; lower "
             "config.train.batch_size."
         )
-    config.train.steps = math.ceil(config.train.epochs * per_epoch)
-    config.eval.every_steps = per_epoch
-    config.checkpoint.every_steps = per_epoch
+    config.train.steps = max(math.ceil(config.train.epochs * per_epoch), config.train.min_steps)
+    evaluations = config.eval.evaluations
+    every = math.ceil(config.train.steps / evaluations) if evaluations else per_epoch
+    config.eval.every_steps = config.checkpoint.every_steps = every
     warmup_fraction = config.schedule.get("warmup_fraction", 0.0)
     if warmup_fraction:
         config.schedule.warmup_steps = round(warmup_fraction * config.train.steps)

@@ -6,7 +6,7 @@ r"""Pre-training that learns on 2 CPU cores: the tiny BERT, pre-LN, on the bundl
       --config.data.data_dir=workdir/sotu_cpu
 
 `PREPARE` holds that data command's options (`bert_flax.demo` prepares with them). The choices,
-each measured on this machine (docs/training.md, "A CPU pre-training recipe"):
+each measured on this machine (docs/results.md, "The CPU pre-training recipe"):
 - a relative-position bias in attention whose heads 0 and 1 start on the previous and the next
   token (a deviation from BERT, stated here; the BERT presets keep absolute positions only).
   This is what leaves the unigram plateau: without it every variant tried sat at masked-LM

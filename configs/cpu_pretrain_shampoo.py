@@ -10,8 +10,8 @@ Everything but the optimizer is the recipe's. Shampoo's per-step work (the Adam-
 through two 128 x 128 roots per block; the roots on a host thread every 10 steps) is small, so a
 packed step stays about p times cheaper than a padded one, where SOAP's rotations cost the same
 for few rows as for many; the measurements, and why the demo trains this rather than
-configs/cpu_pretrain_soap.py, are in docs/training.md, "The demo". Learning rate 2e-3: the centre
-of the time-to-accuracy grid (docs/training.md, "Time to accuracy").
+configs/cpu_pretrain_soap.py, are in docs/results.md, "The demo". Learning rate 2e-3: the centre
+of the time-to-accuracy grid (docs/results.md, "Time to accuracy").
 """
 
 import ml_collections

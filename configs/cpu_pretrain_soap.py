@@ -7,8 +7,8 @@ configs/cpu_pretrain_shampoo.py (docs/training.md, "The demo", says why).
   python -m bert_flax.main --config=configs/cpu_pretrain_soap.py \
       --workdir=workdir/cpu_pretrain_soap --config.data.data_dir=workdir/sotu_cpu
 
-Everything but the optimizer is the recipe's. Why SOAP, measured on 2 idle cores (docs/training.md,
-"A CPU pre-training recipe" and "Time to accuracy"): packed, in the demo's 3.25 minutes, eval
+Everything but the optimizer is the recipe's. Why SOAP, measured on 2 idle cores (docs/results.md,
+"With SOAP" and "Time to accuracy"): packed, in the demo's 3.25 minutes, eval
 masked-LM accuracy 0.261 against 0.244 for LAMB (1e-2) and 0.216 for AdamW (2e-3, the recipe's):
 it takes fewer steps to each accuracy (0.22 at step 300, where AdamW is at 0.15), more than
 paying for a step 1.4x as long (host eigendecompositions share the two cores with training).
@@ -16,7 +16,7 @@ The learning rate, 4e-3, is the best of the first time-to-accuracy grid (1e-3, 2
 seed, target 0.2) and the rate the figures above were measured at. The later grid around it
 (2e-3, 4e-3, 8e-3; target 0.25) chose 2e-3 on seed 0's seconds (188 s against 207 s, both 600
 steps), within the seeds' spread: 4e-3's three seeds took a median 177 s and 500 steps
-(docs/training.md, "Time to accuracy"). The eigenbases are recomputed every 10 steps from
+(docs/results.md, "Time to accuracy"). The eigenbases are recomputed every 10 steps from
 statistics with SOAP's b2 = 0.95 (the paper's defaults).
 """
 

@@ -48,6 +48,9 @@ def get_config() -> ml_collections.ConfigDict:
     config.data.test_file = ""
     config.data.regression = False  # float labels, one output, MSE
     config.data.split_seed = 0
+    # > 0: train on a stratified sample of this many training examples (drawn with split_seed, so
+    # the same for every config.seed; a smaller sample is part of a larger one). 0: all.
+    config.data.train_examples = 0
     # "": the vocabulary config.init_from was trained with (a run's prepared data's, or the
     # vocab.txt beside its weights), else bert-base-uncased's WordPiece vocabulary.
     config.data.vocab_file = ""
@@ -64,7 +67,7 @@ def get_config() -> ml_collections.ConfigDict:
     # From a pre-training checkpoint (`init_from`): scale its embedding tables down to a fresh
     # initialisation's size (`bert_flax.model.rescale_embeddings`: the same function, tables that
     # Adam moves as fast, relative to their size, as a random start's; what it is worth from the
-    # demo's model: docs/training.md, "Fine-tuning and inference"). Off: BERT's recipe.
+    # demo's model: docs/results.md, "What pre-training transfers"). Off: BERT's recipe.
     config.classifier.rescale_embeddings = False
 
     config.optimizer.name = "adamw"
@@ -76,6 +79,7 @@ def get_config() -> ml_collections.ConfigDict:
 
     config.train.epochs = 3.0
     config.train.steps = 1  # set from epochs by bert_flax.finetune.resolve_epochs
+    config.train.min_steps = 0  # steps at least, however few the examples (small samples)
     config.train.batch_size = 32  # rows
     config.train.packing_hparams = "divide_accumulation"
     config.train.min_rows_per_step = 8
@@ -84,5 +88,6 @@ def get_config() -> ml_collections.ConfigDict:
     config.checkpoint.keep_best = True
     config.eval.split = "validation"
     config.eval.batch_size = 32
+    config.eval.evaluations = 0  # > 0: this many over the run (with the best kept), not 1 an epoch
     config.log.every_steps = 20
     return config

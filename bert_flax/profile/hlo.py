@@ -345,12 +345,16 @@ def _parse_frame_tables(text: str) -> dict[int, tuple[Frame, int]]:
     return frames
 
 
+# The line that closes a computation; TPU's SparseCore computations name their thread.
+_COMPUTATION_END = re.compile(r'\}(, execution_thread="[^"]*")?\s*')
+
+
 def _instruction_lines(text: str) -> list[str]:
     """The module's lines with each instruction on one: a Mosaic kernel's backend_config holds
     line breaks, and its continuation lines (one may start with "}}") belong to it."""
     lines: list[str] = []
     for line in text.splitlines():
-        continues = lines and lines[-1].startswith("  ") and line.strip() != "}"
+        continues = lines and lines[-1].startswith("  ") and not _COMPUTATION_END.fullmatch(line)
         if continues and line and not line.startswith(" "):
             lines[-1] += "\n" + line
         else:

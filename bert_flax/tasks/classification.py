@@ -3,6 +3,7 @@ labelled text (`bert_flax.data.classification`), one epoch of batches at a time.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import itertools
@@ -30,7 +31,19 @@ from bert_flax.tasks.base import Batch, Task, model_config_from
 
 def labelled_data(config: ml_collections.ConfigDict) -> classification.LabelledData:
     """The bundled sentiment set (`config.data.dataset = "rotten_tomatoes"`) or the user's files
-    (`config.data.train_file` [, `validation_file`, `test_file`])."""
+    (`config.data.train_file` [, `validation_file`, `test_file`]), with only a stratified sample
+    of `config.data.train_examples` training examples when that is set."""
+    labelled = _all_labelled_data(config)
+    count = config.data.get("train_examples", 0)
+    if not count:
+        return labelled
+    train = classification.stratified_sample(
+        labelled.splits["train"], count, config.data.split_seed
+    )
+    return dataclasses.replace(labelled, splits={**labelled.splits, "train": train})
+
+
+def _all_labelled_data(config: ml_collections.ConfigDict) -> classification.LabelledData:
     data = config.data
     if data.train_file:
         return classification.read_labelled_files(

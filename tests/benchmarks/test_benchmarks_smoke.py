@@ -155,3 +155,29 @@ def test_finetune_packed_vs_padded(readme_row):
     assert pairs["packing_factor"] > 1.5 and pairs["speedup"] > 0
     assert 0 <= pairs["accuracy_packed"] <= 1 and 0 <= pairs["accuracy_padded"] <= 1
     assert readme_row("finetune_row", result)[0].endswith("(median of 1 seeds)")
+
+
+@pytest.mark.slow(seconds=100)
+def test_label_efficiency(tmp_path, recipe_data, load_benchmark):
+    shutil.copytree(recipe_data, tmp_path / "sotu_cpu")  # the benchmark reuses prepared data
+    result = run_benchmark(
+        "label_efficiency.py", f"--workdir={tmp_path}", "--pretrain_steps=2", "--sizes=60,120",
+        "--seeds=1", "--grid=1e-3", "--tune_size=60", "--min_steps=2", "--evaluations=1",
+        "--epochs=0.01",
+    )  # fmt: skip
+    assert [row["train_examples"] for row in result["sizes"]] == [60, 120]
+    for row in result["sizes"]:
+        assert row["steps"] == 2 and 0 <= row["pretrained"] <= 1 and 0 <= row["random"] <= 1
+        assert row["gain"] == pytest.approx(row["pretrained"] - row["random"])
+    assert len(result["reused"]) == 2  # the tuning runs at 60 examples, seed 0
+    assert (tmp_path / "label_efficiency.png").stat().st_size > 0
+    tables = load_benchmark("results_tables")
+    assert "| 120 |" in tables.BLOCKS["label_efficiency"](
+        lambda name: {
+            "result": result,
+            "command": "c",
+            "date": None,
+            "machine": {},
+            "commit": "unknown",
+        }
+    )

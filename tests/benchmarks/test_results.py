@@ -1,5 +1,5 @@
 """Published results (benchmarks/results.py): what a results file records and where it goes, and
-the README's headline table being exactly the rendering of the published files."""
+every marked block of the README and docs being exactly the rendering of the published files."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import re
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MARKED = re.compile(r"^<!-- results:[^\n]*-->\n(.*?)\n<!-- /results -->$", re.S | re.M)
 
 
 @pytest.fixture(scope="module")
@@ -19,13 +18,47 @@ def results(load_benchmark):
     return load_benchmark("results")
 
 
-def test_the_readme_table_is_the_published_results(results):
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
-        marked = MARKED.findall(f.read())
-    assert len(marked) == 1, "README.md: one table between <!-- results: --> and <!-- /results -->"
-    assert marked[0].strip() == results.readme_table(results.PUBLISHED), (
-        "README.md: paste `python benchmarks/results.py --readme` between its results markers"
+@pytest.fixture(scope="module")
+def tables(load_benchmark):
+    return load_benchmark("results_tables")
+
+
+def test_every_block_in_the_docs_is_its_results_files_rendering(tables):
+    differ = tables.update_docs(write=False)
+    assert not differ, (
+        f"run `python benchmarks/results.py --docs`: {differ} differ from their files"
     )
+
+
+def test_the_readme_and_each_results_page_block_are_rendered(tables):
+    blocks = {}
+    for path in tables.doc_paths():
+        with open(path, encoding="utf-8") as f:
+            for name in tables.BLOCK.findall(f.read()):
+                blocks.setdefault(name[1], []).append(os.path.relpath(path, ROOT))
+    assert blocks.get("readme") == ["README.md"]
+    missing = set(tables.BLOCKS) - set(blocks)
+    assert not missing, f"blocks no doc shows: {sorted(missing)}"
+
+
+def test_a_changed_figure_changes_its_block(tables):
+    record = tables.published("packed_vs_padded")
+    record["result"]["cases"][0]["speedup"] += 1.0
+    changed = lambda name: record if name == "packed_vs_padded" else tables.published(name)
+    text = (
+        "<!-- results:packed_vs_padded -->\n\n"
+        + tables.BLOCKS["packed_vs_padded"](tables.published)
+        + "\n\n<!-- /results -->"
+    )
+    assert tables.render(text, "doc", tables.published)[1] == []
+    new, names = tables.render(text, "doc", changed)
+    speedup = record["result"]["cases"][0]["speedup"]
+    assert names == ["packed_vs_padded"] and f"{speedup:.2f}x" in new
+
+
+def test_an_unknown_block_is_an_error_naming_the_known_ones(tables):
+    with pytest.raises(ValueError, match=r"no block named 'nope'.*packing_bench"):
+        tables.render("<!-- results:nope -->\n<!-- /results -->", "doc.md")
 
 
 def test_publish_records_the_run_where_the_environment_says(results, benchmark_results_dir, capsys):
@@ -60,3 +93,20 @@ def test_publish_run_publishes_a_finished_runs_metrics(results, benchmark_result
     (tmp_path / "final_metrics.json").write_text(json.dumps({**final, "preempted": True}))
     with pytest.raises(SystemExit, match="ended on its own"):
         results.publish_run(str(tmp_path), "run", command)
+
+
+REFERENCE_DOCS = ("packing", "data", "model", "training", "optim", "block_sparse", "profile")
+DATED = re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b|\b(?:on|at) \d\d:\d\d\b")
+
+
+@pytest.mark.parametrize("doc", REFERENCE_DOCS)
+def test_reference_docs_leave_dated_measurements_to_the_results_page(doc):
+    with open(os.path.join(ROOT, "docs", f"{doc}.md"), encoding="utf-8") as f:
+        dated = [line for line in f if DATED.search(line)]
+    assert not dated, f"docs/{doc}.md: move dated runs to docs/results.md: {dated[:3]}"
+
+
+def test_publish_run_publishes_a_demos_summary(results, benchmark_results_dir, tmp_path):
+    (tmp_path / "demo_summary.json").write_text(json.dumps({"summary": "Demo summary\n  x"}))
+    results.publish_run(str(tmp_path), "demo", "make demo")
+    assert results.read("demo")["result"] == {"summary": "Demo summary\n  x"}

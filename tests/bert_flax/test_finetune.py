@@ -334,3 +334,21 @@ def test_packed_inference_on_8_devices_equals_1_device(run_on_devices):
     devices)."""
     here = os.path.dirname(os.path.abspath(__file__))
     run_on_devices(_SHARDED_PREDICT, 8, [here, os.path.dirname(os.path.dirname(here))])
+
+
+def test_a_sample_of_labels_trains_at_least_min_steps_with_the_evaluations_asked():
+    from configs import finetune_sentiment
+
+    config = finetune_sentiment.get_config()
+    config.data.train_examples, config.train.epochs = 100, 1.0
+    task = ClassificationTask(config)
+    assert len(task.labelled.splits["train"]) == 100
+    assert len(task.labelled.splits["validation"]) == 1281  # evaluation keeps the whole split
+    finetune.resolve_epochs(config, task)
+    per_epoch = config.eval.every_steps
+    assert config.train.steps == per_epoch < 10  # one epoch of 100 examples: a few steps
+    config.train.min_steps, config.eval.evaluations = 50, 4
+    finetune.resolve_epochs(config, task)
+    assert config.train.steps == 50
+    assert config.eval.every_steps == config.checkpoint.every_steps == 13  # ceil(50 / 4)
+    assert config.schedule.warmup_steps == 5  # 10% of the steps actually run

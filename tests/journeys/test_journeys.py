@@ -428,6 +428,8 @@ def test_make_demo_in_miniature(tmp_path, recipe_data):
         ]
         assert train_records[-1]["step"] == 4 and train_records[-1]["train_seconds"] > 0
     assert (tmp_path / "packed_vs_padded.png").stat().st_size > 10_000
+    kept = json.loads((tmp_path / "demo_summary.json").read_text())["summary"]
+    assert kept.startswith("Demo summary") and kept in done.stdout  # as printed, to publish
     for start in ("pretrained", "random"):
         assert (tmp_path / f"sentiment_{start}_seed0" / "best" / "best.json").exists()
 

@@ -91,6 +91,27 @@ def test_split_indices_validates_fractions():
         cl.split_indices(3, fractions=(0.8, 0.1, 0.1))
 
 
+def test_a_stratified_sample_keeps_label_shares_and_nests(rotten):
+    train = rotten.splits["train"]
+    share = np.mean(train.labels == 1)
+    previous: set[int] = set()
+    for count in (7, 100, 1000, len(train)):
+        sample = cl.stratified_sample(train, count, seed=0)
+        ids = sample.ids.tolist()
+        assert len(ids) == len(set(ids)) == count
+        assert set(ids) <= set(train.ids.tolist()) and previous <= set(ids)  # nested in the next
+        assert abs(np.sum(sample.labels == 1) - share * count) < 1  # largest remainder
+        assert ids == sorted(ids, key=train.ids.tolist().index)  # in the split's order
+        by_id = dict(zip(train.ids.tolist(), zip(train.texts, train.labels.tolist())))
+        assert all(by_id[i] == (t, label) for i, t, label in zip(ids, sample.texts, sample.labels))
+        previous = set(ids)
+    other = cl.stratified_sample(train, 100, seed=1)
+    assert set(other.ids.tolist()) != set(cl.stratified_sample(train, 100, seed=0).ids.tolist())
+    for count in (0, len(train) + 1):
+        with pytest.raises(ValueError, match=f"A sample of {count} training examples"):
+            cl.stratified_sample(train, count)
+
+
 # --- user files --------------------------------------------------------------------------------
 
 RECORDS = [

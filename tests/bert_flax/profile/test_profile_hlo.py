@@ -95,3 +95,27 @@ def test_frames_name_the_python_function():
 def test_not_hlo_text_is_a_clear_error():
     with pytest.raises(ValueError, match="HloModule"):
         hlo.parse_module("hello")
+
+
+def test_computations_on_another_execution_thread_close_where_they_end():
+    """TPU v5p offloads scatters to SparseCore: its computations end `}, execution_thread=...`."""
+    text = """HloModule m
+
+%on_sparsecore (p: f32[4]) -> f32[4] {
+  ROOT %p = f32[4]{0} parameter(0)
+}, execution_thread="sparsecore"
+
+%fused_computation.1.clone (q: f32[4]) -> bf16[4] {
+  %q = f32[4]{0} parameter(0)
+  ROOT %convert.1 = bf16[4]{0} convert(%q)
+}
+
+ENTRY %main (x: f32[4]) -> bf16[4] {
+  %x = f32[4]{0} parameter(0)
+  ROOT %fusion.1 = bf16[4]{0} fusion(%x), kind=kLoop, calls=%fused_computation.1.clone
+}
+"""
+    module = hlo.parse_module(text)
+    assert set(module.computations) == {"on_sparsecore", "fused_computation.1.clone", "main"}
+    (fusion,) = [i for i in module.computations["main"].instructions if i.opcode == "fusion"]
+    assert [i.opcode for i in module.fused_instructions(fusion)] == ["parameter", "convert"]
