@@ -1,0 +1,197 @@
+r"""Block-sparse that pays in learning? A wider block-sparse FFN against the dense one at the same
+FLOPs per token, in the same minutes and at the same steps.
+
+    python benchmarks/block_sparse_learning.py --json        # 5 settings; 3 seeds for 2 of them
+    python benchmarks/block_sparse_learning.py --lr_factors=0.5,1,2 --json   # a grid per setting
+    python benchmarks/block_sparse_learning.py --minutes=1 --seeds=1 --settings=dense,sparse25_small
+
+The CPU recipe (`configs/cpu_pretrain.py`: its data, prepared once in --workdir, packed, its
+optimizer at its learning rate) with the feed-forward layers as named:
+
+  dense              the recipe's FFN (hidden 128 -> 512 -> 128);
+  sparseD_LAYOUT     both FFN layers block-sparse at density D % (25 or 10) and the intermediate
+                     layer 1/D wider (`block_sparse.wide`: as many nonzero weights, as many FLOPs
+                     per token), blocks of --block_size (8: the narrow side has 16 block rows, so
+                     10 % leaves every intermediate block an input), layout `random` or `small`
+                     (small-world: Watts-Strogatz).
+
+Every run trains for --minutes of wall-clock on an otherwise idle machine (run nothing else),
+evaluated every --eval_every steps on the same held-out rows. Runs take turns setting by setting
+for each seed, so a change in the machine's load falls on all alike. Seed 0 of every setting
+(with each --lr_factors rate; the rate highest at equal seconds is kept), then the other seeds
+of dense and of the sparse setting highest at equal seconds.
+
+Per setting: parameters, the training step timed side by side after the runs
+(`metrics.side_by_side`), and eval masked-LM accuracy at equal seconds (each run's last
+evaluation, after the same minutes) and at equal steps (the last evaluated step every run
+reached), medians over seeds, beside the most-frequent-token baseline. A finished run of the same
+config, data and code is reused (`train.reusable_run`). A plot of accuracy against seconds and
+against sequences, with the step rates, goes to --workdir/block_sparse_learning.png (--plot copies
+it). With --json the last line is a JSON object: baseline, minutes, settings (per setting:
+learning_rate, parameters, step_seconds, accuracy_equal_seconds, accuracy_equal_steps, seeds),
+equal_steps (the step compared), best_sparse, gain_equal_seconds and gain_equal_steps (best
+sparse minus dense, medians), reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+
+from results import publish
+
+from bert_flax import demo, train
+from bert_flax.metrics import Timing, learning_curve, side_by_side
+from bert_flax.plots import plot_packed_vs_padded
+from bert_flax.train_setup import create_train_setup
+from configs import cpu_pretrain
+
+METRIC = "masked_lm_accuracy"
+DENSE = "dense"
+LAYOUTS = {"random": "random", "small": "watts_strogatz"}
+SETTINGS = ("dense", "sparse25_random", "sparse25_small", "sparse10_random", "sparse10_small")
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--workdir", default="workdir/bench/block_sparse_learning")
+    parser.add_argument("--settings", default=",".join(SETTINGS))
+    parser.add_argument(
+        "--dupe_factor", type=int, default=cpu_pretrain.PREPARE["dupe_factor"],
+        help="Maskings of the corpus in the prepared data (the recipe's).",
+    )  # fmt: skip
+    parser.add_argument("--minutes", type=float, default=6.0)
+    parser.add_argument("--eval_every", type=int, default=200)
+    parser.add_argument("--block_size", type=int, default=8)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--lr_factors", default="1", help="Of the recipe's rate, seed 0.")
+    parser.add_argument("--speed_rounds", type=int, default=6)
+    parser.add_argument("--plot", default="", help="Also copy the plot here.")
+    parser.add_argument("--json", action="store_true", help="End with one JSON line.")
+    return parser.parse_args()
+
+
+def setting_config(args, data_dir: str, setting: str, seed: int, factor: float):
+    """The recipe with `setting`'s FFN, for --minutes, at `factor` x its learning rate."""
+    config = demo.pretraining_config(
+        data_dir, True, args.minutes, seed=seed, eval_every=args.eval_every, recipe=cpu_pretrain
+    )
+    config.train.steps = 1_000_000  # the clock ends every run
+    config.schedule.learning_rate *= factor
+    config.schedule.end_learning_rate = config.schedule.learning_rate
+    if setting != DENSE:
+        density, layout = setting.removeprefix("sparse").split("_")
+        config.model.block_sparse.update(
+            enabled=True,
+            density=int(density) / 100,
+            block_size=args.block_size,
+            layout=LAYOUTS[layout],
+            wide=True,
+        )
+    return config
+
+
+def run(args, data_dir: str, setting: str, seed: int, factor: float) -> dict:
+    """One run's learning curve and final metrics (reused when it is the same run)."""
+    config = setting_config(args, data_dir, setting, seed, factor)
+    workdir = os.path.join(args.workdir, f"{setting}_lr{factor:g}_seed{seed}")
+    final = train.reusable_run(workdir, config) or train.train_and_evaluate(config, workdir)
+    train.exit_if_preempted(final)
+    return {
+        "config": config,
+        "curve": learning_curve(workdir, METRIC),
+        "final": final,
+        "workdir": workdir,
+    }
+
+
+def at_step(curve: dict, step: int) -> float:
+    return curve[METRIC][curve["step"].index(step)]
+
+
+def compare(runs: dict[str, list[dict]]) -> tuple[int, dict[str, dict]]:
+    """The last step every run evaluated, and per setting the medians at equal seconds and steps."""
+    every = [r for each in runs.values() for r in each]
+    common = set.intersection(*(set(r["curve"]["step"]) for r in every))
+    if not common:
+        raise SystemExit("No step was evaluated by every run: lower --eval_every.")
+    step = max(common)
+    figures = {
+        setting: {
+            "accuracy_equal_seconds": statistics.median(r["curve"][METRIC][-1] for r in each),
+            "accuracy_equal_steps": statistics.median(at_step(r["curve"], step) for r in each),
+            "seeds": len(each),
+            "steps": statistics.median(r["final"]["step"] for r in each),
+            "parameters": each[0]["final"]["setup"]["params"],
+        }
+        for setting, each in runs.items()
+    }
+    return step, figures
+
+
+def timed(runs: dict[str, list[dict]], rounds: int) -> dict[str, Timing]:
+    """Each setting's training-loop step, timed in turns on its own batches."""
+    setups = {s: create_train_setup(each[0]["config"]) for s, each in runs.items()}
+    batches = {s: setup.first_train_batches(3) for s, setup in setups.items()}
+    return side_by_side(setups, batches, rounds=rounds, steps=3)
+
+
+def main() -> None:
+    args = parse_args()
+    settings = args.settings.split(",")
+    factors = [float(f) for f in args.lr_factors.split(",")]
+    data_dir = os.path.join(args.workdir, "sotu_cpu")
+    demo.prepare_data(data_dir, dupe_factor=args.dupe_factor)
+    seed0 = {(s, f): run(args, data_dir, s, 0, f) for f in factors for s in settings}
+    best_factor = {
+        s: max(factors, key=lambda f: seed0[s, f]["curve"][METRIC][-1]) for s in settings
+    }
+    runs = {s: [seed0[s, best_factor[s]]] for s in settings}
+    sparse = [s for s in settings if s != DENSE]
+    best_sparse = max(sparse, key=lambda s: runs[s][0]["curve"][METRIC][-1]) if sparse else None
+    for seed in range(1, args.seeds):
+        for s in (DENSE, best_sparse):
+            if s in runs:
+                runs[s].append(run(args, data_dir, s, seed, best_factor[s]))
+    all_runs = [*seed0.values(), *(r for each in runs.values() for r in each[1:])]
+    step, figures = compare(runs)
+    timings = timed(runs, args.speed_rounds)
+    for s, timing in timings.items():
+        figures[s]["step_seconds"] = timing.step_seconds
+        figures[s]["learning_rate"] = runs[s][0]["config"].schedule.learning_rate
+    baseline = runs[settings[0]][0]["final"]["baseline"]
+    print(f"eval masked-LM accuracy (baseline {baseline:.4f}); equal steps: step {step}")
+    for s, f in figures.items():
+        print(f"{s:>16}: {f['parameters']:>10,} parameters, {f['step_seconds'] * 1e3:6.1f} ms a "
+              f"step; {f['accuracy_equal_seconds']:.4f} at {args.minutes:g} min, "
+              f"{f['accuracy_equal_steps']:.4f} at step {step} ({f['seeds']} seeds)")  # fmt: skip
+    result = {
+        "baseline": baseline,
+        "minutes": args.minutes,
+        "block_size": args.block_size,
+        "equal_steps": step,
+        "settings": figures,
+        "best_sparse": best_sparse,
+        "reused": [r["workdir"] for r in all_runs if r["final"].get("reused")],
+    }
+    if best_sparse and DENSE in figures:
+        for key in ("equal_seconds", "equal_steps"):
+            gain = figures[best_sparse][f"accuracy_{key}"] - figures[DENSE][f"accuracy_{key}"]
+            result[f"gain_{key}"] = gain
+    path = plot_packed_vs_padded(
+        {s: runs[s][0]["curve"] for s in settings},
+        {s: timings[s].sequences_per_second for s in settings},
+        baseline,
+        os.path.join(args.workdir, "block_sparse_learning.png"),
+    )
+    if args.plot:
+        shutil.copyfile(path, args.plot)
+    print(f"plot: {path}")
+    if args.json:
+        publish("block_sparse_learning", result)
+
+
+if __name__ == "__main__":
+    main()
