@@ -53,6 +53,7 @@ def source(name: str, read: Read) -> str:
     )
     date = record["date"] or "date not recorded"
     commit = record["commit"] if record["commit"] == "unknown" else record["commit"][:10]
+    commit += "+dirty" if record["commit"].endswith("+dirty") else ""
     line = f"`benchmarks/results/{name}.json`: `{record['command']}` ({date}; {where}; "
     line += f"commit {commit})"
     if record.get("provenance"):
