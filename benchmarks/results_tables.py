@@ -42,15 +42,19 @@ def share(value: float) -> str:
     return f"{100 * value:.1f}%"
 
 
-def source(name: str, read: Read) -> str:
-    """Where a block's figures come from: the file, its command, date, machine and commit."""
-    record = read(name)
-    machine = record["machine"]
-    where = ", ".join(
+def machine_text(machine: dict) -> str:
+    """The machine a result was measured on, as a results file records it."""
+    return ", ".join(
         str(machine[key]) + (" cores" if key == "cores" else "")
         for key in ("cpu", "cores", "load")
         if machine.get(key)
     )
+
+
+def source(name: str, read: Read) -> str:
+    """Where a block's figures come from: the file, its command, date, machine and commit."""
+    record = read(name)
+    where = machine_text(record["machine"])
     date = record["date"] or "date not recorded"
     commit = record["commit"] if record["commit"] == "unknown" else record["commit"][:10]
     commit += "+dirty" if record["commit"].endswith("+dirty") else ""
@@ -471,10 +475,8 @@ def block_sparse_block(read: Read) -> str:
 
 def demo_block(read: Read) -> str:
     record = read("demo")
-    machine = ", ".join(f"{v} {k}" if k == "cores" else str(v) for k, v in record["machine"].items()
-                        if k in ("cores", "load"))  # fmt: skip
     return (
-        f"`make demo`'s summary, one run ({record['date']}, {machine}; "
+        f"`make demo`'s summary, one run ({record['date']}, {machine_text(record['machine'])}; "
         f"`benchmarks/results/demo.json`):\n\n```\n{record['result']['summary']}\n```"
     )
 

@@ -1,10 +1,10 @@
 """Benchmarks and the profiler as a user types them, on tiny settings: they run to their JSON
 line (or table), what they report is well formed, and the README's row reads what they publish
-(benchmarks/results.py, here into the tests' BENCHMARK_RESULTS_DIR). Their figures come from full
-runs (benchmarks/results/); this only keeps the README's commands from breaking unnoticed
-(tests/test_readme.py). No speed is asserted: timing belongs to full runs. The multi-process
-benchmarks (prepare_bench's Beam modes) are left out: they would oversubscribe CI's two cores,
-and their stages are tested directly."""
+(benchmarks/results_tables.py; published here into the tests' BENCHMARK_RESULTS_DIR). Their
+figures come from full runs (benchmarks/results/); this only keeps the README's commands from
+breaking unnoticed (tests/test_readme.py). No speed is asserted: timing belongs to full runs. The
+multi-process benchmarks (prepare_bench's Beam modes) are left out: they would oversubscribe CI's
+two cores, and their stages are tested directly."""
 
 from __future__ import annotations
 
@@ -37,10 +37,10 @@ def run_benchmark(name: str, *args: str) -> dict:
 
 @pytest.fixture
 def readme_row(load_benchmark):
-    """`readme_row(row, result)`: the README row `row` of benchmarks/results.py rendered from
-    `result`, as (result, figure), for every results file the row reads."""
-    results = load_benchmark("results")
-    return lambda row, result: getattr(results, row)(lambda name: {"result": result})
+    """`readme_row(row, result)`: the README row `row` of benchmarks/results_tables.py rendered
+    from `result`, as (result, figure), for every results file the row reads."""
+    tables = load_benchmark("results_tables")
+    return lambda row, result: getattr(tables, row)(lambda name: {"result": result})
 
 
 @pytest.mark.slow(seconds=130)
