@@ -192,7 +192,11 @@ def largest_line(check: dict) -> str:
     said = lambda rows, c: (
         f"{rows} rows {c['memory'] / 2**30:.2f} GiB ({'fits' if c['fits'] else 'does not fit'})"
     )
-    verdict = "as the fit says" if above["fits"] and not below["fits"] else "NOT as the fit says"
+    verdict = {
+        (True, False): "as the fit says",
+        (True, True): "both fit, so the fitted largest batch is conservative here",
+        (False, False): "neither fits, so the fitted largest batch is too large here",
+    }.get((above["fits"], below["fits"]), "the larger fits and the smaller does not")
     return (
         f"Largest batch, BERT-{model} packed at {length} on {target}, the whole model compiled "
         f"at the fitted largest batch and one row a device more: {said(first, above)}, "
