@@ -1,8 +1,7 @@
 r"""Block-sparse that pays in learning? A wider block-sparse FFN against the dense one at the same
 FLOPs per token, in the same minutes and at the same steps.
 
-    python benchmarks/block_sparse_learning.py --json        # 5 settings; 3 seeds for 2 of them
-    python benchmarks/block_sparse_learning.py --lr_factors=0.5,1,2 --json   # a grid per setting
+    python benchmarks/block_sparse_learning.py --json        # 5 settings; grid and 3 seeds for 2
     python benchmarks/block_sparse_learning.py --minutes=1 --seeds=1 --settings=dense,sparse25_small
 
 The CPU recipe (`configs/cpu_pretrain.py`: its data, prepared once in --workdir, packed, its
@@ -17,9 +16,10 @@ optimizer at its learning rate) with the feed-forward layers as named:
 
 Every run trains for --minutes of wall-clock on an otherwise idle machine (run nothing else),
 evaluated every --eval_every steps on the same held-out rows. Runs take turns setting by setting
-for each seed, so a change in the machine's load falls on all alike. Seed 0 of every setting
-(with each --lr_factors rate; the rate highest at equal seconds is kept), then the other seeds
-of dense and of the sparse setting highest at equal seconds.
+for each seed, so a change in the machine's load falls on all alike. Seed 0 of every setting at
+the recipe's rate; then, for dense and the sparse setting highest at equal seconds, seed 0 at the
+other --lr_factors rates (one grid for both: the wider sparse layer has another fan-in, so its
+best rate may differ), the rate highest at equal seconds kept; then their other seeds.
 
 Per setting: parameters, the training step timed side by side after the runs
 (`metrics.side_by_side`), and eval masked-LM accuracy at equal seconds (each run's last
@@ -29,18 +29,18 @@ config, data and code is reused (`train.reusable_run`). A plot of accuracy again
 against sequences, with the step rates, goes to --workdir/block_sparse_learning.png (--plot copies
 it). With --json the last line is a JSON object: baseline, minutes, settings (per setting:
 learning_rate, parameters, step_seconds, accuracy_equal_seconds, accuracy_equal_steps, seeds),
-equal_steps (the step compared), best_sparse, gain_equal_seconds and gain_equal_steps (best
-sparse minus dense, medians), reused.
+equal_steps (the step compared), best_sparse, learning_rate_grid (seed 0's accuracy at equal
+seconds by rate factor), gain_equal_seconds and gain_equal_steps (best sparse minus dense,
+medians), reused.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 
-from results import publish
+from results import finish
 
 from bert_flax import demo, train
 from bert_flax.metrics import Timing, learning_curve, side_by_side
@@ -66,7 +66,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--eval_every", type=int, default=200)
     parser.add_argument("--block_size", type=int, default=8)
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--lr_factors", default="1", help="Of the recipe's rate, seed 0.")
+    parser.add_argument(
+        "--lr_factors", default="0.5,1,2",
+        help="Of the recipe's rate, seed 0 of dense and the best sparse setting.",
+    )
     parser.add_argument("--speed_rounds", type=int, default=6)
     parser.add_argument("--plot", default="", help="Also copy the plot here.")
     parser.add_argument("--json", action="store_true", help="End with one JSON line.")
@@ -111,6 +114,23 @@ def at_step(curve: dict, step: int) -> float:
     return curve[METRIC][curve["step"].index(step)]
 
 
+def final_accuracy(one_run: dict) -> float:
+    return one_run["curve"][METRIC][-1]
+
+
+def seed0_runs(args, data_dir: str, settings: list[str], factors: list[float]):
+    """Seed 0 of every setting at the recipe's rate; then, for dense and the sparse setting highest
+    at equal seconds (returned), every other --lr_factors rate: one grid for both sides."""
+    seed0 = {(s, 1.0): run(args, data_dir, s, 0, 1.0) for s in settings}
+    sparse = [s for s in settings if s != DENSE]
+    best_sparse = max(sparse, key=lambda s: final_accuracy(seed0[s, 1.0])) if sparse else None
+    for factor in factors:
+        for s in (DENSE, best_sparse):
+            if s in settings and (s, factor) not in seed0:
+                seed0[s, factor] = run(args, data_dir, s, 0, factor)
+    return seed0, best_sparse
+
+
 def compare(runs: dict[str, list[dict]]) -> tuple[int, dict[str, dict]]:
     """The last step every run evaluated, and per setting the medians at equal seconds and steps."""
     every = [r for each in runs.values() for r in each]
@@ -144,13 +164,12 @@ def main() -> None:
     factors = [float(f) for f in args.lr_factors.split(",")]
     data_dir = os.path.join(args.workdir, "sotu_cpu")
     demo.prepare_data(data_dir, dupe_factor=args.dupe_factor)
-    seed0 = {(s, f): run(args, data_dir, s, 0, f) for f in factors for s in settings}
+    seed0, best_sparse = seed0_runs(args, data_dir, settings, factors)
     best_factor = {
-        s: max(factors, key=lambda f: seed0[s, f]["curve"][METRIC][-1]) for s in settings
+        s: max((f for t, f in seed0 if t == s), key=lambda f: final_accuracy(seed0[s, f]))
+        for s in settings
     }
     runs = {s: [seed0[s, best_factor[s]]] for s in settings}
-    sparse = [s for s in settings if s != DENSE]
-    best_sparse = max(sparse, key=lambda s: runs[s][0]["curve"][METRIC][-1]) if sparse else None
     for seed in range(1, args.seeds):
         for s in (DENSE, best_sparse):
             if s in runs:
@@ -174,6 +193,10 @@ def main() -> None:
         "equal_steps": step,
         "settings": figures,
         "best_sparse": best_sparse,
+        "learning_rate_grid": {  # seed 0's accuracy at equal seconds, by factor of the recipe's rate
+            s: {f"{f:g}": final_accuracy(r) for (t, f), r in seed0.items() if t == s}
+            for s in settings
+        },
         "reused": [r["workdir"] for r in all_runs if r["final"].get("reused")],
     }
     if best_sparse and DENSE in figures:
@@ -186,11 +209,7 @@ def main() -> None:
         baseline,
         os.path.join(args.workdir, "block_sparse_learning.png"),
     )
-    if args.plot:
-        shutil.copyfile(path, args.plot)
-    print(f"plot: {path}")
-    if args.json:
-        publish("block_sparse_learning", result)
+    finish("block_sparse_learning", result, path, args.plot, args.json)
 
 
 if __name__ == "__main__":

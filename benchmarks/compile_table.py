@@ -50,7 +50,9 @@ CELLS = [
 FITTED = ("memory", "xla_flops", "collective_bytes", "compute_s", "collective_s")
 ROW_MULTIPLES = (1, 2)  # of the recipe's rows
 LAYERS = (1, 2)
-METHOD = __doc__.split("\n\n")[2]  # stored with the results: a rerun keeps cells of this method
+# Stored with the results; a rerun keeps only cells of this method. Change it when what a cell
+# compiles or how it is fitted changes (the docstring's paragraph on the method).
+METHOD = "layers (1, 2) x rows (1, 2) x recipe's, fitted a + bL + cR + dLR: version 1"
 
 
 def cell_config(model: str, length: int, packed: bool, layers: int, rows: int):

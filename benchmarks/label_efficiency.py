@@ -29,10 +29,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 
-from results import publish
+from results import finish
 
 from bert_flax import demo, finetune, parameters, train
 from bert_flax.plots import plot_label_efficiency
@@ -169,11 +168,7 @@ def main() -> None:
         result["baseline"],
         os.path.join(args.workdir, "label_efficiency.png"),
     )  # fmt: skip
-    if args.plot:
-        shutil.copyfile(path, args.plot)
-    print(f"plot: {path}")
-    if args.json:
-        publish("label_efficiency", result)
+    finish("label_efficiency", result, path, args.plot, args.json)
 
 
 if __name__ == "__main__":

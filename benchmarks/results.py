@@ -23,6 +23,7 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -91,6 +92,16 @@ def publish(name: str, result: dict, argv: Sequence[str] | None = None) -> None:
     path = write(name, command, result)
     print(f"published {path}", file=sys.stderr)
     print(json.dumps(result), flush=True)
+
+
+def finish(name: str, result: dict, plot: str, copy_plot_to: str, as_json: bool) -> None:
+    """A benchmark's last lines: its plot named (and copied to `copy_plot_to` when given), then
+    with `as_json` its result published."""
+    if copy_plot_to:
+        shutil.copyfile(plot, copy_plot_to)
+    print(f"plot: {plot}")
+    if as_json:
+        publish(name, result)
 
 
 def publish_run(workdir: str, name: str, command: str) -> str:

@@ -189,10 +189,14 @@ def test_block_sparse_learning(tmp_path, recipe_data):
     result = run_benchmark(
         "block_sparse_learning.py", f"--workdir={tmp_path}", "--dupe_factor=1",
         "--settings=dense,sparse25_small", "--minutes=0.2", "--eval_every=2", "--seeds=2",
-        "--speed_rounds=1",
+        "--lr_factors=1,2", "--speed_rounds=1",
     )  # fmt: skip
     dense, sparse = result["settings"]["dense"], result["settings"]["sparse25_small"]
     assert dense["seeds"] == sparse["seeds"] == 2 and result["best_sparse"] == "sparse25_small"
+    # One learning-rate grid for both sides.
+    assert {s: set(g) for s, g in result["learning_rate_grid"].items()} == {
+        "dense": {"1", "2"}, "sparse25_small": {"1", "2"}
+    }
     # As many nonzero weights: only the wider layer's biases (and block rounding) add parameters.
     assert 0 < sparse["parameters"] - dense["parameters"] < 0.01 * dense["parameters"]
     assert result["equal_steps"] >= 2 and dense["step_seconds"] > 0 < sparse["step_seconds"]

@@ -35,3 +35,17 @@ def test_the_markdown_command_prints_the_docs_block(load_benchmark):
     assert done.returncode == 0, done.stderr[-2000:]
     tables = load_benchmark("results_tables")
     assert done.stdout.strip() == tables.BLOCKS["compile_table"](tables.published)
+
+
+def test_a_rerun_resumes_cells_of_its_method_and_drops_others(load_benchmark, tmp_path):
+    bench = load_benchmark("compile_table")
+    path = str(tmp_path / "compile_table.json")
+    bench.save({"method": bench.METHOD, "cells": [{"cell": 1}], "check": {"x": 1}}, path)
+    assert bench.load(path)["cells"] == [{"cell": 1}]
+    bench.save({"method": "an older method", "cells": [{"cell": 1}], "check": {"x": 1}}, path)
+    assert bench.load(path) == {"method": bench.METHOD, "cells": [], "check": {"x": 1}}
+
+
+def test_the_published_table_is_of_the_current_method(load_benchmark):
+    bench = load_benchmark("compile_table")
+    assert bench.load(bench.RESULTS)["cells"], "the published cells would be dropped on a rerun"
