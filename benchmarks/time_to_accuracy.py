@@ -2,6 +2,8 @@ r"""Time to accuracy: the project's thesis in one number, packed + second-order 
 
     python benchmarks/time_to_accuracy.py --json                    # the full grid: many hours
     python benchmarks/time_to_accuracy.py --seeds=1 --grid=1 --rows=padded+lamb,packed+soap --json
+    python benchmarks/time_to_accuracy.py --rows=padded+lamb,packed+soap \
+        --learning_rates=padded+lamb=5e-3,packed+soap=2e-3 --name=time_to_accuracy_rerun --json
 
 The recipe of `configs/cpu_pretrain.py` on its data (`PREPARE`, prepared once in --workdir),
 trained by each row (a layout and an optimizer) until its eval masked-LM accuracy reaches
@@ -14,8 +16,11 @@ time, and the optimizers are compared per step and per second alike.
 Learning rates: every row gets the same budget, a grid of --grid points around its optimizer's
 centre (`CENTRE_LEARNING_RATES`, spaced by factors of 2), each run with seed 0; the rate that
 reaches the target soonest in seconds (or, when none does, ends highest) is then run with the
-other seeds. Runs are interleaved (for each grid point and seed, every row in turn), so a change
-in the machine's load falls on all rows alike; run it on an idle machine all the same, and alone.
+other seeds. `--learning_rates` gives rows a rate instead (a published choice: the rerun above
+repeats the headline's rows at the rates the grid chose, without the grid's hours, into its own
+results file, --name). Runs are interleaved (for each grid point and seed, every row in turn),
+so a change in the machine's load falls on all rows alike; run it on an idle machine all the
+same, and alone.
 
 Studies, run when named in --rows: SOAP's staleness, `packed+soap-sync` (eigenbases in the graph,
 never stale) and `packed+soap-every100` (on the host every 100 steps, not 10); and Shampoo's
@@ -25,8 +30,9 @@ Per row: the median over seeds of training seconds (steps only: not evaluation, 
 step, which is reported beside them as compile_seconds), steps and sequences to the target. With
 --json the last line is a JSON object: target, baseline, packing_factor, seconds_to_target,
 steps_to_target, sequences_to_target (dicts keyed by row, None where a seed missed the target),
-compile_seconds, learning_rates (chosen), speedup_vs_padded_lamb; race (the best second-order packed
-row over the best first-order one, in steps and in seconds, and which rows those are);
+compile_seconds, learning_rates (chosen; learning_rates_given: the rows not tuned),
+speedup_vs_padded_lamb; race (the best second-order packed row over the best first-order one,
+in steps and in seconds, and which rows those are);
 step_time_over_packed_lamb (each packed row's training-loop step, host work included, over packed +
 LAMB's, timed in turns on the same batches: [median, relative error]); reused (the workdirs of runs
 reused as they were: `train.reusable_run`, finished and of the same config, data and code; a workdir
@@ -101,12 +107,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max_steps", type=int, default=10_000)
     parser.add_argument("--eval_every", type=int, default=100)
     parser.add_argument("--speed_rounds", type=int, default=6, help="Step-time rounds (0: none).")
+    parser.add_argument(
+        "--learning_rates", default="",
+        help="ROW=RATE,...: these rows train at RATE only (no grid), e.g. a published choice.",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="End with one JSON line.")
+    parser.add_argument("--name", default="time_to_accuracy", help="The results file's name.")
     args = parser.parse_args(argv)
     args.rows = args.rows.split(",")
     unknown = sorted(set(args.rows) - set(ALL_ROWS))
     if unknown:
         parser.error(f"unknown rows {unknown}; choose from {list(ALL_ROWS)}")
+    pairs = [pair.split("=") for pair in args.learning_rates.split(",") if pair]
+    if any(len(pair) != 2 or pair[0] not in args.rows for pair in pairs):
+        parser.error(f"--learning_rates={args.learning_rates}: give ROW=RATE for rows of --rows")
+    args.learning_rates = {row: float(rate) for row, rate in pairs}
     if args.grid < 1 or args.grid % 2 == 0:
         parser.error(f"--grid={args.grid} must be odd (the centre and pairs around it)")
     return args
@@ -116,6 +131,16 @@ def learning_rate_grid(centre: float, points: int) -> list[float]:
     """``points`` rates around ``centre``, spaced by factors of 2 (the centre in the middle)."""
     half = points // 2
     return [centre * 2.0**k for k in range(-half, half + 1)]
+
+
+def row_grids(args: argparse.Namespace) -> dict[str, list[float]]:
+    """Each row's rates for seed 0: its --learning_rates rate alone, else the grid."""
+    return {
+        row: [args.learning_rates[row]]
+        if row in args.learning_rates
+        else learning_rate_grid(CENTRE_LEARNING_RATES[ALL_ROWS[row][1]], args.grid)
+        for row in args.rows
+    }
 
 
 def time_to_target(curve: dict[str, list[float]], target: float) -> dict[str, float] | None:
@@ -196,6 +221,7 @@ def summarize(args, trials: dict, chosen: dict, packing_factor: float, baseline:
         "packing_factor": packing_factor,
         "seeds": args.seeds,
         "grid": args.grid,
+        "learning_rates_given": sorted(args.learning_rates),  # rows not tuned: no grid run
         "learning_rates": chosen,
         "seconds_to_target": seconds,
         "steps_to_target": figures["steps"],
@@ -282,16 +308,14 @@ def main() -> None:
     args = parse_args()
     data_dir = os.path.join(args.workdir, "sotu_cpu")
     data = demo.prepare_data(data_dir)
-    grids = {
-        row: learning_rate_grid(CENTRE_LEARNING_RATES[ALL_ROWS[row][1]], args.grid)
-        for row in args.rows
-    }
+    grids = row_grids(args)
     trials: dict[str, dict] = {row: {} for row in args.rows}
     baseline = float("nan")
     for k in range(args.grid):  # the grid with seed 0, rows interleaved
         for row in args.rows:
-            trials[row][grids[row][k], 0] = run(args, data_dir, row, grids[row][k], 0)
-            baseline = trials[row][grids[row][k], 0]["baseline"]
+            if k < len(grids[row]):
+                trials[row][grids[row][k], 0] = run(args, data_dir, row, grids[row][k], 0)
+                baseline = trials[row][grids[row][k], 0]["baseline"]
     chosen = {
         row: best_learning_rate({lr: t for (lr, s), t in trials[row].items() if s == 0})
         for row in args.rows
@@ -305,7 +329,7 @@ def main() -> None:
     result["step_time_over_packed_lamb"] = step_times(args, data_dir, chosen)
     print_table(result)
     if args.json:
-        publish("time_to_accuracy", result)
+        publish(args.name, result)
 
 
 if __name__ == "__main__":

@@ -98,3 +98,14 @@ def test_a_run_says_whether_it_was_reused(bench, monkeypatch):
     trained = {"baseline": 0.07}
     monkeypatch.setattr(bench.train, "train_and_evaluate", lambda config, workdir: trained)
     assert not bench.run(args, "data", "packed+lamb", 1e-2, 0)["reused"]
+
+
+def test_given_learning_rates_replace_a_rows_grid(bench):
+    args = bench.parse_args(
+        ["--rows=padded+lamb,packed+soap", "--grid=3", "--learning_rates=packed+soap=2e-3"]
+    )
+    grids = bench.row_grids(args)
+    assert grids["packed+soap"] == [2e-3] and len(grids["padded+lamb"]) == 3
+    for wrong in ("packed+muon=1e-2", "packed+soap", "packed+soap=1=2"):  # a row not run, no rate
+        with pytest.raises(SystemExit):
+            bench.parse_args(["--rows=padded+lamb,packed+soap", f"--learning_rates={wrong}"])
