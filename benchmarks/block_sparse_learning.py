@@ -22,13 +22,15 @@ other --lr_factors rates (one grid for both: the wider sparse layer has another 
 best rate may differ), the rate highest at equal seconds kept; then their other seeds.
 
 Per setting: parameters, the training step timed side by side after the runs
-(`metrics.side_by_side`), and eval masked-LM accuracy at equal seconds (each run's last
+(`metrics.side_by_side`) and its FFN blocks alone (the sparse kernels' cost per FLOP against the
+dense products'), and eval masked-LM accuracy at equal seconds (each run's last
 evaluation, after the same minutes) and at equal steps (the last evaluated step every run
 reached), medians over seeds, beside the most-frequent-token baseline. A finished run of the same
 config, data and code is reused (`train.reusable_run`). A plot of accuracy against seconds and
 against sequences, with the step rates, goes to --workdir/block_sparse_learning.png (--plot copies
 it). With --json the last line is a JSON object: baseline, minutes, settings (per setting:
-learning_rate, parameters, step_seconds, accuracy_equal_seconds, accuracy_equal_steps, seeds),
+learning_rate, parameters, step_seconds, ffn_seconds (the FFN blocks alone, forward and
+backward on a step's tokens: `ffn_seconds`), accuracy_equal_seconds, accuracy_equal_steps, seeds),
 equal_steps (the step compared), best_sparse, learning_rate_grid (seed 0's accuracy at equal
 seconds by rate factor), gain_equal_seconds and gain_equal_steps (best sparse minus dense,
 medians), reused.
@@ -39,10 +41,15 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import time
 
+import jax
+import jax.numpy as jnp
 from results import finish
 
 from bert_flax import demo, train
+from bert_flax.config import BertConfig
+from bert_flax.layers import BertFeedForward
 from bert_flax.metrics import Timing, learning_curve, side_by_side
 from bert_flax.plots import plot_packed_vs_padded
 from bert_flax.train_setup import create_train_setup
@@ -151,11 +158,39 @@ def compare(runs: dict[str, list[dict]]) -> tuple[int, dict[str, dict]]:
     return step, figures
 
 
-def timed(runs: dict[str, list[dict]], rounds: int) -> dict[str, Timing]:
-    """Each setting's training-loop step, timed in turns on its own batches."""
+def timed(runs: dict[str, list[dict]], rounds: int) -> tuple[dict[str, Timing], dict[str, float]]:
+    """Each setting's training-loop step, timed in turns on its own batches; and its
+    feed-forward blocks alone (`ffn_seconds`) on a batch of the same shape."""
     setups = {s: create_train_setup(each[0]["config"]) for s, each in runs.items()}
     batches = {s: setup.first_train_batches(3) for s, setup in setups.items()}
-    return side_by_side(setups, batches, rounds=rounds, steps=3)
+    steps = side_by_side(setups, batches, rounds=rounds, steps=3)
+    rows, length = batches[DENSE if DENSE in batches else next(iter(batches))][0]["input_ids"].shape
+    model_configs = {s: setup.model_config for s, setup in setups.items()}
+    return steps, ffn_seconds(model_configs, rows * length, rounds=5 * rounds)
+
+
+def ffn_seconds(model_configs: dict[str, BertConfig], tokens: int, rounds: int) -> dict[str, float]:
+    """Each setting's feed-forward block (`BertFeedForward`: both products and the activation,
+    forward and backward) on `tokens` tokens, times its layers; timed in turns, median of
+    `rounds`. Dense and wide sparse do the same FLOPs, so the ratio is the sparse kernels' cost
+    per FLOP against the dense products' at these widths."""
+    programs = {}
+    for setting, model_config in model_configs.items():
+        module = BertFeedForward(model_config)
+        x = jax.random.normal(jax.random.key(0), (tokens, model_config.hidden_size))
+        params = module.init(jax.random.key(1), x)
+        loss = lambda p, x, module=module: jnp.sum(module.apply(p, x) ** 2)
+        programs[setting] = (jax.jit(jax.grad(loss, argnums=(0, 1))), params, x)
+    samples: dict[str, list[float]] = {s: [] for s in programs}
+    for round_index in range(rounds + 1):  # the first compiles and warms up
+        for setting, (step, params, x) in programs.items():
+            start = time.perf_counter()
+            jax.block_until_ready(step(params, x))
+            if round_index:
+                samples[setting].append(time.perf_counter() - start)
+    return {
+        s: statistics.median(t) * model_configs[s].num_layers for s, t in samples.items()
+    }
 
 
 def main() -> None:
@@ -176,15 +211,17 @@ def main() -> None:
                 runs[s].append(run(args, data_dir, s, seed, best_factor[s]))
     all_runs = [*seed0.values(), *(r for each in runs.values() for r in each[1:])]
     step, figures = compare(runs)
-    timings = timed(runs, args.speed_rounds)
+    timings, ffn = timed(runs, args.speed_rounds)
     for s, timing in timings.items():
         figures[s]["step_seconds"] = timing.step_seconds
+        figures[s]["ffn_seconds"] = ffn[s]
         figures[s]["learning_rate"] = runs[s][0]["config"].schedule.learning_rate
     baseline = runs[settings[0]][0]["final"]["baseline"]
     print(f"eval masked-LM accuracy (baseline {baseline:.4f}); equal steps: step {step}")
     for s, f in figures.items():
         print(f"{s:>16}: {f['parameters']:>10,} parameters, {f['step_seconds'] * 1e3:6.1f} ms a "
-              f"step; {f['accuracy_equal_seconds']:.4f} at {args.minutes:g} min, "
+              f"step ({f['ffn_seconds'] * 1e3:5.1f} of them FFN); "
+              f"{f['accuracy_equal_seconds']:.4f} at {args.minutes:g} min, "
               f"{f['accuracy_equal_steps']:.4f} at step {step} ({f['seeds']} seeds)")  # fmt: skip
     result = {
         "baseline": baseline,

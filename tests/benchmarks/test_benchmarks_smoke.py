@@ -200,4 +200,5 @@ def test_block_sparse_learning(tmp_path, recipe_data):
     # As many nonzero weights: only the wider layer's biases (and block rounding) add parameters.
     assert 0 < sparse["parameters"] - dense["parameters"] < 0.01 * dense["parameters"]
     assert result["equal_steps"] >= 2 and dense["step_seconds"] > 0 < sparse["step_seconds"]
+    assert 0 < dense["ffn_seconds"] < dense["step_seconds"] and sparse["ffn_seconds"] > 0
     assert (tmp_path / "block_sparse_learning.png").stat().st_size > 0
