@@ -74,7 +74,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--block_size", type=int, default=8)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument(
-        "--lr_factors", default="0.5,1,2",
+        "--lr_factors",
+        default="0.5,1,2",
         help="Of the recipe's rate, seed 0 of dense and the best sparse setting.",
     )
     parser.add_argument("--speed_rounds", type=int, default=6)
@@ -188,9 +189,7 @@ def ffn_seconds(model_configs: dict[str, BertConfig], tokens: int, rounds: int) 
             jax.block_until_ready(step(params, x))
             if round_index:
                 samples[setting].append(time.perf_counter() - start)
-    return {
-        s: statistics.median(t) * model_configs[s].num_layers for s, t in samples.items()
-    }
+    return {s: statistics.median(t) * model_configs[s].num_layers for s, t in samples.items()}
 
 
 def main() -> None:
@@ -230,7 +229,8 @@ def main() -> None:
         "equal_steps": step,
         "settings": figures,
         "best_sparse": best_sparse,
-        "learning_rate_grid": {  # seed 0's accuracy at equal seconds, by factor of the recipe's rate
+        # Seed 0's accuracy at equal seconds, by factor of the recipe's rate.
+        "learning_rate_grid": {
             s: {f"{f:g}": final_accuracy(r) for (t, f), r in seed0.items() if t == s}
             for s in settings
         },

@@ -1,7 +1,7 @@
 """Packed vs padded BERT steps: time, sequences/s, and XLA FLOPs against the machine's matmul rate.
 
     python benchmarks/model_bench.py                       # tiny and base, L = 128 and 512
-    python benchmarks/model_bench.py --models=tiny --lengths=128 --repeats=5 --json=out.json
+    python benchmarks/model_bench.py --models=tiny --lengths=128 --repeats=5 --json
 
 Both layouts use the same number of rows of the same length: a padded row holds one sequence
 (about half full), a packed row two (~80% full, three slots), so the compute per step is nearly
@@ -13,7 +13,6 @@ Utilisation = (XLA cost-analysis FLOPs / step time) / (measured dense float32 ma
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 
@@ -21,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
+from results import publish
 
 from bert_flax.config import BertConfig
 from bert_flax.data.contract import RowShape
@@ -34,7 +34,7 @@ flags.DEFINE_list("lengths", ["128", "512"], "Row lengths.")
 flags.DEFINE_string("batch", "tiny:8,base:1", "Rows per batch per preset (preset:rows,...).")
 flags.DEFINE_integer("repeats", 3, "Timed calls per measurement (after one warm-up).")
 flags.DEFINE_integer("matmul_size", 1024, "Square float32 matmul size for the peak rate.")
-flags.DEFINE_string("json", None, "Optional path for the results as JSON.")
+flags.DEFINE_bool("json", False, "End with one JSON line (benchmarks/results/model_bench.json).")
 
 MASKED_FRACTION = 0.15
 
@@ -160,8 +160,7 @@ def main(argv):
             f"step time ratio {packed['train_ms'] / padded['train_ms']:.2f}"
         )
     if FLAGS.json:
-        with open(FLAGS.json, "w") as f:
-            json.dump({"matmul_flops_per_s": peak, "results": results}, f, indent=2)
+        publish("model_bench", {"matmul_flops_per_s": peak, "results": results})
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ flags.DEFINE_list("scale_examples", [], "Synthetic split sizes for the scale stu
 flags.DEFINE_integer("scale_seq_length", 512, "max_seq_length of the synthetic splits.")
 flags.DEFINE_integer("scale_batches", 2500, "Batches of 64 rows read for the peak-memory figure.")
 flags.DEFINE_integer("resume_rows", 1_000_000, "The far resume position, in rows.")
-flags.DEFINE_bool("json", False, "End with one JSON line of the scale study.")
+flags.DEFINE_bool("json", False, "Publish the throughput and the scale study (JSON lines).")
 
 BERT_LARGE_A100_SEQ_PER_S = {128: 485.59, 512: 96.52}  # NVIDIA DLE TF2 README, 1x A100 80GB AMP
 BASE_OVER_LARGE = 340 / 110  # parameter (≈ FLOPs per token) ratio BERT-large / BERT-base
@@ -314,6 +314,8 @@ def main(argv) -> None:
         plot(results, os.path.join(FLAGS.workdir, "pipeline_bench.png"))
     print(f"load average at the end: {os.getloadavg()[0]:.1f} (shared machines skew all rates)")
     print(f"\nresults.json and pipeline_bench.png in {FLAGS.workdir}")
+    if FLAGS.json and results:
+        publish("pipeline_bench_throughput", {"lengths": {str(k): v for k, v in results.items()}})
     if FLAGS.json and scale:
         far = {size: r["resume_seconds"] for size, r in scale.items()}
         largest = scale[max(scale)]

@@ -20,7 +20,7 @@ in each one's profile, and the step time of each against threefry's, timed side 
 (`metrics.side_by_side`: the variants take turns, median of the rounds' ratios):
 
   python benchmarks/profile_report.py --dropout --models=tiny,base     # ~15 min on 2 CPU cores
-  python benchmarks/profile_report.py --dropout --models=base --lengths=512"""
+  python benchmarks/profile_report.py --dropout --models=base --lengths=512 --json"""
 
 from __future__ import annotations
 
@@ -161,8 +161,8 @@ def dropout_share(profile: StepProfile) -> float:
     return sum(c.time_ms for c in profile.classes if c.name == "dropout") / profile.step_ms
 
 
-def compare_dropout(model: str, seq_len: int) -> list[str]:
-    """Markdown rows: each variant's step time (profiled and side by side), dropout share."""
+def compare_dropout(model: str, seq_len: int) -> list[dict]:
+    """Each variant's step time (side by side and profiled), dropout share and speed-up."""
     base = make_config(model, seq_len, "float32", True, "lamb")
     configs = {name: configured.with_settings(base, o) for name, o in DROPOUT_VARIANTS.items()}
     name = label(model, seq_len, "float32", True, "lamb")
@@ -179,10 +179,17 @@ def compare_dropout(model: str, seq_len: int) -> list[str]:
     for variant, timing in timings.items():
         ratio, error = paired_ratio(reference, timing.round_step_seconds)
         ms, share = shares[variant]
-        rows.append(f"| {name} | {variant} | {1e3 * timing.step_seconds:.1f} | {ms:.1f} | "
-                    f"{100 * share:.1f} | {ratio:.3f} ± {ratio * error:.3f} |")  # fmt: skip
-        print(rows[-1], flush=True)
+        rows.append({"setting": name, "variant": variant, "step_ms": 1e3 * timing.step_seconds,
+                     "profiled_step_ms": ms, "dropout_share": share, "speedup": ratio,
+                     "speedup_error": error})  # fmt: skip
+        print(dropout_row(rows[-1]), flush=True)
     return rows
+
+
+def dropout_row(r: dict) -> str:
+    return (f"| {r['setting']} | {r['variant']} | {r['step_ms']:.1f} | {r['profiled_step_ms']:.1f} "
+            f"| {100 * r['dropout_share']:.1f} | {r['speedup']:.3f} ± "
+            f"{r['speedup'] * r['speedup_error']:.3f} |")  # fmt: skip
 
 
 def main_dropout() -> None:
@@ -194,9 +201,13 @@ def main_dropout() -> None:
     for model in _MODELS.value:
         for seq_len in _LENGTHS.value:
             rows += compare_dropout(model, int(seq_len))
-    print("\n".join(["", *header, *rows]))
+    print("\n".join(["", *header, *map(dropout_row, rows)]))
     print(f"\n{_ROUNDS.value} rounds of 3 steps per variant; {time.perf_counter() - start:.0f} s; "
           f"rows per step {ROWS}", flush=True)  # fmt: skip
+    if _JSON.value:
+        rows_per_step = {f"{model} {length}": n for (model, length), n in ROWS.items()}
+        result = {"rows": rows, "rounds": _ROUNDS.value, "rows_per_step": rows_per_step}
+        publish("profile_report_dropout", result)
 
 
 def main(argv):

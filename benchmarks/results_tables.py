@@ -278,7 +278,7 @@ def readme_table(read: Read) -> str:
     )
 
 
-# The results page's blocks: each shows one file whole (the block-sparse one, with its second run).
+# The results page's blocks: each shows one file whole (some with another run's file).
 
 Columns = dict[str, Callable[[dict], object]]  # header -> the cell of an item
 
@@ -473,6 +473,308 @@ def block_sparse_block(read: Read) -> str:
     )
 
 
+def whole(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def mb(value: float) -> str:
+    return f"{value:,.0f} MB"
+
+
+def plus_minus(ratio: float, relative_error: float, digits: int = 2) -> str:
+    """A ratio and its standard error (recorded relative, shown absolute)."""
+    return f"{ratio:.{digits}f} ± {ratio * relative_error:.{digits}f}"
+
+
+def either(value: object, spec: str) -> str:
+    """`value` formatted, "-" where a file does not record it."""
+    return "-" if value is None else format(value, spec)
+
+
+def pipeline_rate(mode: str, key: str) -> Callable[[dict], str]:
+    return lambda r: whole(r["pipeline"][mode][key])
+
+
+DEMAND = "accelerator_demand_seq_per_s"  # BERT-base seq/s of one A100: the script's estimate
+PIPELINE_THROUGHPUT_COLUMNS: Columns = {
+    "L": lambda r: r["length"],
+    "examples created/s, 1 / 2 workers": lambda r: " / ".join(
+        whole(c["examples_per_s"]) for c in r["creation"]
+    ),
+    "padded rows/s": pipeline_rate("padded", "rows_per_s"),
+    "packed rows/s": pipeline_rate("packed", "rows_per_s"),
+    "packed seq/s": pipeline_rate("packed", "sequences_per_s"),
+    "streaming seq/s": pipeline_rate("streaming", "sequences_per_s"),
+    "packed rows per CPU-second": pipeline_rate("packed", "rows_per_cpu_s"),
+    "efficiency achieved / predicted (padded)": lambda r: (
+        "{achieved:.2f}% / {predicted:.2f}% ({padded:.1f}%)".format(**r["efficiency"])
+    ),
+    "BERT-base, 1x A100 seq/s": lambda r: f"~{whole(float(f'{r[DEMAND]:.2g}'))}",
+    "headroom": lambda r: times(r["pipeline"]["packed"]["sequences_per_s"] / r[DEMAND]),
+}
+
+
+def pipeline_throughput_block(read: Read) -> str:
+    lengths = read("pipeline_bench_throughput")["result"]["lengths"]
+    items = [{"length": length, **r} for length, r in lengths.items()]
+    table = items_table(items, PIPELINE_THROUGHPUT_COLUMNS)
+    return f"{source('pipeline_bench_throughput', read)}\n\n{table}"
+
+
+def by_workers(r: dict, key: str) -> list[float]:
+    return [r["workers"][w][key] for w in ("1", "2")]
+
+
+def pipeline_scale_block(read: Read) -> str:
+    scale = read("pipeline_bench")["result"]["scale"]
+    items = [{"examples": int(size), **r} for size, r in scale.items()]
+    positions = " / ".join(whole(int(rows)) for rows in items[0]["resume_seconds"])
+    near, far = lambda r: r["resume_seconds"]["0"], lambda r: list(r["resume_seconds"].values())[-1]
+    rows = lambda r: by_workers(r, "rows_per_s")
+    columns: Columns = {
+        "split": lambda r: whole(r["examples"]),
+        "windows": lambda r: r["windows"],
+        "peak RSS (imports alone)": lambda r: (
+            f"{mb(r['peak_rss_mb'])} ({mb(r['baseline_rss_mb'])})"
+        ),
+        "pipeline's own": lambda r: mb(r["peak_rss_mb"] - r["baseline_rss_mb"]),
+        "efficiency windowed / whole split": lambda r: (
+            f"{r['efficiency_windowed']:.3f}% / {r['efficiency_whole_split']:.3f}%"
+        ),
+        "rows/s 1 worker / 2 workers": lambda r: "{} / {} ({})".format(
+            *map(whole, rows(r)), times(rows(r)[1] / rows(r)[0])
+        ),
+        "rows per CPU-s": lambda r: " / ".join(map(whole, by_workers(r, "rows_per_cpu_s"))),
+        f"resume at {positions} rows": lambda r: (
+            f"{near(r):.2f} s / {far(r):.2f} s ({times(far(r) / near(r))})"
+        ),
+    }
+    return f"{source('pipeline_bench', read)}\n\n{items_table(items, columns)}"
+
+
+PREPARE_COLUMNS: Columns = {
+    "documents": lambda s: whole(s["documents"]),
+    "examples": lambda s: whole(s["examples"]),
+    "records": lambda s: mb(s["record_mb"]),
+    "conversion to TFDS: peak RSS": lambda s: mb(s["convert_peak_rss_mb"]),
+    "examples phase: peak RSS": lambda s: mb(s["peak_rss_mb"]),
+    "previous design: peak RSS": lambda s: mb(s["reference_peak_rss_mb"]),
+    "examples/s ours / previous": lambda s: (
+        f"{whole(s['examples_per_s'])} / {whole(s['reference_examples_per_s'])} "
+        f"({s['examples_per_s'] / s['reference_examples_per_s']:.2f})"
+    ),
+}
+BEAM_MODES = {
+    "direct": "in-process (`DirectRunner`)",
+    "direct_2_processes": "2 processes (`--direct_num_workers=2 "
+    "--direct_running_mode=multi_processing`)",
+}
+BEAM_COLUMNS: Columns = {
+    "Beam mode": lambda b: BEAM_MODES[b["mode"]],
+    "local examples/s": lambda b: whole(b["local_examples_per_s"]),
+    "Beam examples/s": lambda b: whole(b["beam_examples_per_s"]),
+    "Beam / local": lambda b: f"{b['beam_over_local']:.2f}",
+    "byte-identical": lambda b: "yes" if b["identical"] else "no",
+}
+
+
+def prepare_block(read: Read) -> str:
+    r = read("prepare_bench")["result"]
+    beam = [{"mode": mode, **b} for mode, b in r["beam"].items()]
+    return (
+        f"{source('prepare_bench', read)}\n\nPeak resident memory of each phase (the imports "
+        f"alone: {mb(r['imports_rss_mb'])}):\n\n{items_table(r['sizes'], PREPARE_COLUMNS)}\n\n"
+        f"Beam on the smallest corpus, each run right after the local runner:\n\n"
+        f"{items_table(beam, BEAM_COLUMNS)}"
+    )
+
+
+MODEL_COLUMNS: Columns = {
+    "model": lambda r: r["model"],
+    "L": lambda r: r["length"],
+    "layout": lambda r: r["layout"],
+    "rows": lambda r: r["rows"],
+    "seqs/step": lambda r: f"{r['sequences']:.0f}",
+    "fill": lambda r: f"{r['fill']:.0%}",
+    "fwd ms": lambda r: whole(r["fwd_ms"]),
+    "fwd+bwd ms": lambda r: whole(r["train_ms"]),
+    "GFLOP/step": lambda r: f"{r['train_gflop']:.4g}",
+    "util fwd / fwd+bwd": lambda r: f"{r['fwd_utilisation']:.2f} / {r['train_utilisation']:.2f}",
+    "seq/s (fwd+bwd)": lambda r: f"{1e3 * r['sequences'] / r['train_ms']:.3g}",
+}
+
+
+def model_bench_block(read: Read) -> str:
+    r = read("model_bench")["result"]
+    padded = {(x["model"], x["length"]): x for x in r["results"] if x["layout"] == "padded"}
+    rate = lambda x: x["sequences"] / x["train_ms"]
+    over_padded = lambda x: times(rate(x) / rate(padded[x["model"], x["length"]]))
+    columns: Columns = {
+        **MODEL_COLUMNS,
+        "packed / padded seq/s": lambda x: "-" if x["layout"] == "padded" else over_padded(x),
+    }
+    return (
+        f"{source('model_bench', read)}\n\nDense float32 matmul measured at "
+        f"{r['matmul_flops_per_s'] / 1e9:.1f} GFLOP/s (utilisation's denominator):\n\n"
+        f"{items_table(r['results'], columns)}"
+    )
+
+
+STEP_COST_RUNS = ("step_cost_first_run", "step_cost")  # transcribed: two runs the same day
+
+
+def step_cost_block(read: Read) -> str:
+    items = [
+        {"run": read(name)["date"], "layout": layout, **read(name)["result"]}
+        for name in STEP_COST_RUNS
+        for layout in read(name)["result"]["step_ms"]
+    ]
+    at = lambda r, key: r[key][r["layout"]]
+    line = lambda r: at(r, "fixed_ms") + at(r, "per_row_ms") * at(r, "recipe_rows")
+    columns: Columns = {
+        "run": lambda r: r["run"],
+        "layout": lambda r: r["layout"],
+        **{
+            f"{rows} rows": (lambda r, rows=rows: at(r, "step_ms")[rows])
+            for rows in items[0]["step_ms"]["packed"]
+        },
+        "fixed ms a step": lambda r: at(r, "fixed_ms"),
+        "ms a row": lambda r: at(r, "per_row_ms"),
+        "fixed share at the recipe's rows": lambda r: share(at(r, "fixed_ms") / line(r)),
+        "recipe's step: speed-up": lambda r: (
+            f"{times(r['recipe_speedup'])} = {r['recipe_speedup_over_packing_factor']:.2f} p"
+            if r["layout"] == "packed"
+            else ""
+        ),
+    }
+    sources = "\n\n".join(source(name, read) for name in STEP_COST_RUNS)
+    r = items[-1]
+    return (
+        f"{sources}\n\nMedian step ms by rows a step, {r['optimizer'].upper()}; the recipe's step "
+        f"is {r['recipe_rows']['padded']} padded rows or {r['recipe_rows']['packed']} packed "
+        f"(packing factor p = {r['packing_factor']}):\n\n{items_table(items, columns)}"
+    )
+
+
+FIRST_ORDER = ("adamw", "lamb")
+RACES = ("optimizer_race", "optimizer_race_short_documents")  # on the plateau; short documents
+STUDY_COLUMNS: Columns = {
+    "final eval MLM loss": lambda row: f"{row['final_eval_mlm_loss']:.3f}",
+    "s/step": lambda row: either(row.get("step_seconds"), ".3f"),
+    "host wait s/step": lambda row: either(row.get("host_wait_seconds_per_step"), ".3g"),
+}
+
+
+def steps_to(row: dict) -> str:
+    return "never" if row["steps_to_target"] == float("inf") else f"{row['steps_to_target']:g}"
+
+
+def optimizer_race_block(name: str) -> Callable[[Read], str]:
+    """The block of one optimizer_race.py run: the race, then Shampoo's studies, if any."""
+
+    def block(read: Read) -> str:
+        r = read(name)["result"]
+        table = [{"optimizer": optimizer, **row} for optimizer, row in r["table"].items()]
+        first = min(FIRST_ORDER, key=lambda n: r["table"][n]["seconds_to_target"])
+        vs = lambda row, key: row[key] / r["table"][first][key]
+        columns: Columns = {
+            "optimizer": lambda row: row["optimizer"],
+            "lr, warm-up": lambda row: f"{row['learning_rate']:g}, {row['warmup']}",
+            "steps to target": steps_to,
+            "s to target": lambda row: f"{row['seconds_to_target']:.1f}",
+            f"steps / seconds vs {first}": lambda row: (
+                f"{vs(row, 'steps_to_target'):.2f}x / {vs(row, 'seconds_to_target'):.2f}x"
+            ),
+            **STUDY_COLUMNS,
+            "state bytes/param": lambda row: either(row.get("state_bytes_per_param"), ".1f"),
+        }
+        studies = [
+            {"study": study, "setting": setting, **row}
+            for study in ("ablation", "staleness", "max_staleness")
+            for setting, row in r[study].items()
+        ]
+        text = (
+            f"{source(name, read)}\n\nTarget eval MLM loss {r['target']}; step times side by "
+            f"side: asynchronous Shampoo over LAMB {r['async_over_lamb_step_time']:.3f} (± "
+            f"{r['async_over_lamb_step_time_error']:.1%}), synchronous roots over asynchronous "
+            f"{r['sync_over_async_step_time']:.2f}:\n\n{items_table(table, columns)}"
+        )
+        if studies:
+            shampoo = {"study": lambda s: s["study"], "setting": lambda s: s["setting"]}
+            text += (
+                "\n\nShampoo's winner (seed 0) with one setting changed:\n\n"
+                f"{items_table(studies, {**shampoo, **STUDY_COLUMNS})}"
+            )
+        return text
+
+    return block
+
+
+def time_to_accuracy_race_block(read: Read) -> str:
+    race = read("time_to_accuracy")["result"]["race"]
+    rows = [{"by": by, "rows": race.get(f"by_{by}")} for by in ("steps", "seconds")]
+    named = lambda row, i: row["rows"][i] if row["rows"] else "not recorded"
+    columns: Columns = {
+        "to target": lambda row: row["by"],
+        "best first-order row": lambda row: named(row, 0),
+        "best second-order row": lambda row: named(row, 1),
+        "second-order over first-order": lambda row: times(
+            race[f"{row['by']}_second_over_first_order"]
+        ),
+    }
+    return (
+        f"{source('time_to_accuracy', read)}\n\nIts `race`: the best second-order packed row "
+        f"against the best first-order one:\n\n{items_table(rows, columns)}"
+    )
+
+
+LOSS_TIMES: Columns = {
+    "optax + argmax": lambda r: f"{r['reference_ms']:.1f} ms",
+    "one max": lambda r: f"{r['ours_ms']:.1f} ms",
+}
+LOSS_SHAPE_COLUMNS: Columns = {
+    "masked positions x vocabulary": lambda r: (
+        f"{r['shape']}: {whole(r['positions'])} x {whole(r['vocab'])}"
+    ),
+    **LOSS_TIMES,
+    "speed-up": lambda r: plus_minus(r["speedup"], r["speedup_error"]),
+}
+LOSS_STEP_COLUMNS: Columns = {
+    "config": lambda r: r["config"],
+    **LOSS_TIMES,
+    "speed-up": lambda r: plus_minus(r["speedup"], r["speedup_error"], 3),
+}
+
+
+def loss_bench_block(read: Read) -> str:
+    shapes = [{"shape": shape, **r} for shape, r in read("loss_bench")["result"].items()]
+    steps = [{"config": config, **r} for config, r in read("loss_bench_steps")["result"].items()]
+    return (
+        f"{source('loss_bench', read)}\n\nThe loss, its accuracy and its gradient with respect "
+        f"to the logits:\n\n{items_table(shapes, LOSS_SHAPE_COLUMNS)}\n\n"
+        f"{source('loss_bench_steps', read)}\n\nThe whole train step of `configs/<config>.py`:"
+        f"\n\n{items_table(steps, LOSS_STEP_COLUMNS)}"
+    )
+
+
+DROPOUT_COLUMNS: Columns = {
+    "setting": lambda r: r["setting"],
+    "dropout bits": lambda r: r["variant"],
+    "step ms (side by side)": lambda r: either(r.get("step_ms"), ".1f"),
+    "step ms (profiled)": lambda r: either(r.get("profiled_step_ms"), ".1f"),
+    "dropout share of step": lambda r: share(r["dropout_share"]) if "dropout_share" in r else "-",
+    "speed-up vs threefry": lambda r: plus_minus(r["speedup"], r["speedup_error"], 3),
+}
+DROPOUT_RUNS = ("profile_report_dropout", "profile_report_dropout_second_run")
+
+
+def dropout_block(read: Read) -> str:
+    return "\n\n".join(
+        f"{source(name, read)}\n\n{items_table(read(name)['result']['rows'], DROPOUT_COLUMNS)}"
+        for name in DROPOUT_RUNS
+    )
+
+
 def demo_block(read: Read) -> str:
     record = read("demo")
     return (
@@ -500,6 +802,15 @@ BLOCKS: dict[str, Callable[[Read], str]] = {
     "profile_report": profile_block,
     "block_sparse_bench": block_sparse_block,
     "compile_table": compile_block,
+    "pipeline_bench_throughput": pipeline_throughput_block,
+    "pipeline_bench": pipeline_scale_block,
+    "prepare_bench": prepare_block,
+    "model_bench": model_bench_block,
+    "step_cost": step_cost_block,
+    "time_to_accuracy_race": time_to_accuracy_race_block,
+    **{name: optimizer_race_block(name) for name in RACES},
+    "loss_bench": loss_bench_block,
+    "profile_report_dropout": dropout_block,
 }
 
 

@@ -104,6 +104,18 @@ def test_block_sparse_bench(benchmark_results_dir, readme_row):
         assert f.read() == before  # the published figures stay untouched
 
 
+def test_model_bench(benchmark_results_dir, load_benchmark):
+    args = ["--models=tiny", "--lengths=128", "--batch=tiny:1", "--repeats=1", "--matmul_size=64"]
+    result = run_benchmark("model_bench.py", *args)
+    assert [r["layout"] for r in result["results"]] == ["padded", "packed"]
+    assert result["matmul_flops_per_s"] > 0 and all(r["train_ms"] > 0 for r in result["results"])
+    with open(os.path.join(benchmark_results_dir, "model_bench.json")) as f:
+        record = json.load(f)
+    assert record["result"] == result
+    block = load_benchmark("results_tables").BLOCKS["model_bench"](lambda name: record)
+    assert "| tiny | 128 | packed | 1 | 2 |" in block  # the results page's block renders it
+
+
 @pytest.mark.slow(seconds=50)
 def test_packing_bench(readme_row):
     stdout = run_command("benchmarks/packing_bench.py", "--quick", "--json")
@@ -195,7 +207,8 @@ def test_block_sparse_learning(tmp_path, recipe_data):
     assert dense["seeds"] == sparse["seeds"] == 2 and result["best_sparse"] == "sparse25_small"
     # One learning-rate grid for both sides.
     assert {s: set(g) for s, g in result["learning_rate_grid"].items()} == {
-        "dense": {"1", "2"}, "sparse25_small": {"1", "2"}
+        "dense": {"1", "2"},
+        "sparse25_small": {"1", "2"},
     }
     # As many nonzero weights: only the wider layer's biases (and block rounding) add parameters.
     assert 0 < sparse["parameters"] - dense["parameters"] < 0.01 * dense["parameters"]
