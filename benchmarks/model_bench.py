@@ -7,7 +7,8 @@ Both layouts use the same number of rows of the same length: a padded row holds 
 (about half full), a packed row two (~80% full, three slots), so the compute per step is nearly
 the same (a few more MLM prediction slots) and the packed step processes twice the sequences.
 "fwd" is the evaluation forward pass; "fwd+bwd" the loss gradient with dropout (a train step
-without the optimizer update).
+without the optimizer update). The four calls of a shape (padded and packed, fwd and fwd+bwd)
+take turns in each of --repeats rounds, each figure the median of its rounds.
 Utilisation = (XLA cost-analysis FLOPs / step time) / (measured dense float32 matmul FLOP/s).
 """
 
@@ -32,7 +33,7 @@ FLAGS = flags.FLAGS
 flags.DEFINE_list("models", ["tiny", "base"], "BertConfig presets.")
 flags.DEFINE_list("lengths", ["128", "512"], "Row lengths.")
 flags.DEFINE_string("batch", "tiny:8,base:1", "Rows per batch per preset (preset:rows,...).")
-flags.DEFINE_integer("repeats", 3, "Timed calls per measurement (after one warm-up).")
+flags.DEFINE_integer("repeats", 3, "Rounds of timed calls, the layouts in turns (after a warm-up).")
 flags.DEFINE_integer("matmul_size", 1024, "Square float32 matmul size for the peak rate.")
 flags.DEFINE_bool("json", False, "End with one JSON line (benchmarks/results/model_bench.json).")
 
@@ -52,24 +53,32 @@ def synthetic_batch(rng, rows: int, length: int, per_row: int, slots: int) -> di
     return batch_from_lengths(lengths.tolist(), shape, seed=int(rng.integers(1 << 30)))
 
 
-def measure(fn: Callable, args: tuple, repeats: int) -> tuple[float, float]:
-    """(median seconds per call, XLA FLOPs per call) of a jitted fn; compile excluded."""
-    compiled = jax.jit(fn).lower(*args).compile()
-    cost = compiled.cost_analysis()
+def compiled(fn: Callable, args: tuple) -> tuple[Callable[[], object], float]:
+    """A call of jitted `fn` on `args` (compiled and warmed up), and its XLA FLOPs."""
+    executable = jax.jit(fn).lower(*args).compile()
+    cost = executable.cost_analysis()
     cost = cost[0] if isinstance(cost, list) else cost
-    jax.block_until_ready(compiled(*args))  # warm-up
-    times = []
+    call = lambda: jax.block_until_ready(executable(*args))
+    call()  # warm-up
+    return call, float(cost.get("flops", float("nan")))
+
+
+def in_turns(calls: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Median seconds of each call, the calls taking turns in every repeat (so that a shared
+    machine's load falls on all of them alike)."""
+    times: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(compiled(*args))
-        times.append(time.perf_counter() - start)
-    return float(np.median(times)), float(cost.get("flops", float("nan")))
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            times[name].append(time.perf_counter() - start)
+    return {name: float(np.median(t)) for name, t in times.items()}
 
 
 def matmul_rate(size: int, repeats: int) -> float:
     a = jnp.asarray(np.random.default_rng(0).standard_normal((size, size)), jnp.float32)
-    seconds, _ = measure(lambda x, y: x @ y, (a, a), max(repeats, 5))
-    return 2.0 * size**3 / seconds
+    call, _ = compiled(lambda x, y: x @ y, (a, a))
+    return 2.0 * size**3 / in_turns({"matmul": call}, max(repeats, 5))["matmul"]
 
 
 def bench_one(preset: str, length: int, rows: int, repeats: int, peak: float) -> list[dict]:
@@ -94,12 +103,20 @@ def bench_one(preset: str, length: int, rows: int, repeats: int, peak: float) ->
 
         return jax.grad(loss_fn)(p)
 
+    calls, flops = {}, {}
+    for layout, batch in layouts.items():
+        for kind, fn, args in (
+            ("fwd", forward, (params, batch)),
+            ("train", train_grad, (params, batch, jax.random.key(1))),
+        ):
+            calls[layout, kind], flops[layout, kind] = compiled(fn, args)
+    seconds = in_turns(calls, repeats)
     results = []
     for layout, batch in layouts.items():
         sequences = float(batch["sequence_mask"].sum())
         tokens = float((batch["segment_ids"] > 0).sum())
-        fwd_s, fwd_flops = measure(forward, (params, batch), repeats)
-        bwd_s, bwd_flops = measure(train_grad, (params, batch, jax.random.key(1)), repeats)
+        fwd_s, bwd_s = seconds[layout, "fwd"], seconds[layout, "train"]
+        fwd_flops, bwd_flops = flops[layout, "fwd"], flops[layout, "train"]
         results.append(
             dict(
                 model=preset,
