@@ -23,15 +23,15 @@ best rate may differ), the rate highest at equal seconds kept; then their other 
 
 Per setting: parameters, the training step timed side by side after the runs
 (`metrics.side_by_side`) and its FFN blocks alone (the sparse kernels' cost per FLOP against the
-dense products'), and eval masked-LM accuracy at equal seconds (each run's last
-evaluation, after the same minutes) and at equal steps (the last evaluated step every run
-reached), medians over seeds, beside the most-frequent-token baseline. A finished run of the same
-config, data and code is reused (`train.reusable_run`). A plot of accuracy against seconds and
-against sequences, with the step rates, goes to --workdir/block_sparse_learning.png (--plot copies
-it). With --json the last line is a JSON object: baseline, minutes, settings (per setting:
-learning_rate, parameters, step_seconds, ffn_seconds (the FFN blocks alone, forward and
-backward on a step's tokens: `ffn_seconds`), accuracy_equal_seconds, accuracy_equal_steps, seeds),
-equal_steps (the step compared), best_sparse, learning_rate_grid (seed 0's accuracy at equal
+dense products'), and eval masked-LM accuracy at equal seconds (each run's last evaluation,
+after the same minutes) and at equal steps (the last step a setting's runs and dense's all
+evaluated, dense's accuracy there beside it), medians over seeds, beside the most-frequent-token
+baseline. A finished run of the same config, data and code is reused (`train.reusable_run`). A
+plot of accuracy against seconds and against sequences, with the step rates, goes to
+--workdir/block_sparse_learning.png (--plot copies it). With --json the last line is a JSON
+object: baseline, minutes, settings (per setting: learning_rate, parameters, step_seconds,
+sequences_per_second, ffn_seconds, accuracy_equal_seconds, equal_steps, accuracy_equal_steps,
+dense_accuracy_equal_steps, seeds), best_sparse, learning_rate_grid (seed 0's accuracy at equal
 seconds by rate factor), gain_equal_seconds and gain_equal_steps (best sparse minus dense,
 medians), reused.
 """
@@ -69,7 +69,7 @@ def parse_args() -> argparse.Namespace:
         "--dupe_factor", type=int, default=cpu_pretrain.PREPARE["dupe_factor"],
         help="Maskings of the corpus in the prepared data (the recipe's).",
     )  # fmt: skip
-    parser.add_argument("--minutes", type=float, default=6.0)
+    parser.add_argument("--minutes", type=float, default=5.0)
     parser.add_argument("--eval_every", type=int, default=200)
     parser.add_argument("--block_size", type=int, default=8)
     parser.add_argument("--seeds", type=int, default=3)
@@ -118,10 +118,6 @@ def run(args, data_dir: str, setting: str, seed: int, factor: float) -> dict:
     }
 
 
-def at_step(curve: dict, step: int) -> float:
-    return curve[METRIC][curve["step"].index(step)]
-
-
 def final_accuracy(one_run: dict) -> float:
     return one_run["curve"][METRIC][-1]
 
@@ -139,24 +135,33 @@ def seed0_runs(args, data_dir: str, settings: list[str], factors: list[float]):
     return seed0, best_sparse
 
 
-def compare(runs: dict[str, list[dict]]) -> tuple[int, dict[str, dict]]:
-    """The last step every run evaluated, and per setting the medians at equal seconds and steps."""
-    every = [r for each in runs.values() for r in each]
-    common = set.intersection(*(set(r["curve"]["step"]) for r in every))
+def last_common_step(runs: list[dict]) -> int:
+    common = set.intersection(*(set(r["curve"]["step"]) for r in runs))
     if not common:
         raise SystemExit("No step was evaluated by every run: lower --eval_every.")
-    step = max(common)
-    figures = {
-        setting: {
+    return max(common)
+
+
+def median_at(runs: list[dict], step: int) -> float:
+    return statistics.median(r["curve"][METRIC][r["curve"]["step"].index(step)] for r in runs)
+
+
+def compare(runs: dict[str, list[dict]]) -> dict[str, dict]:
+    """Per setting, medians over seeds at equal seconds (each run's last evaluation) and at equal
+    steps: the last step its runs and dense's all evaluated, dense's accuracy there beside it."""
+    figures = {}
+    for setting, each in runs.items():
+        step = last_common_step(each + runs.get(DENSE, []))
+        figures[setting] = {
             "accuracy_equal_seconds": statistics.median(r["curve"][METRIC][-1] for r in each),
-            "accuracy_equal_steps": statistics.median(at_step(r["curve"], step) for r in each),
+            "equal_steps": step,
+            "accuracy_equal_steps": median_at(each, step),
+            "dense_accuracy_equal_steps": median_at(runs[DENSE], step) if DENSE in runs else None,
             "seeds": len(each),
             "steps": statistics.median(r["final"]["step"] for r in each),
             "parameters": each[0]["final"]["setup"]["params"],
         }
-        for setting, each in runs.items()
-    }
-    return step, figures
+    return figures
 
 
 def timed(runs: dict[str, list[dict]], rounds: int) -> tuple[dict[str, Timing], dict[str, float]]:
@@ -209,24 +214,25 @@ def main() -> None:
             if s in runs:
                 runs[s].append(run(args, data_dir, s, seed, best_factor[s]))
     all_runs = [*seed0.values(), *(r for each in runs.values() for r in each[1:])]
-    step, figures = compare(runs)
+    figures = compare(runs)
     timings, ffn = timed(runs, args.speed_rounds)
     for s, timing in timings.items():
         figures[s]["step_seconds"] = timing.step_seconds
         figures[s]["ffn_seconds"] = ffn[s]
+        figures[s]["sequences_per_second"] = timing.sequences_per_second
         figures[s]["learning_rate"] = runs[s][0]["config"].schedule.learning_rate
     baseline = runs[settings[0]][0]["final"]["baseline"]
-    print(f"eval masked-LM accuracy (baseline {baseline:.4f}); equal steps: step {step}")
+    print(f"eval masked-LM accuracy (baseline {baseline:.4f})")
     for s, f in figures.items():
         print(f"{s:>16}: {f['parameters']:>10,} parameters, {f['step_seconds'] * 1e3:6.1f} ms a "
               f"step ({f['ffn_seconds'] * 1e3:5.1f} of them FFN); "
               f"{f['accuracy_equal_seconds']:.4f} at {args.minutes:g} min, "
-              f"{f['accuracy_equal_steps']:.4f} at step {step} ({f['seeds']} seeds)")  # fmt: skip
+              f"{f['accuracy_equal_steps']:.4f} at step {f['equal_steps']} "
+              f"(dense {f['dense_accuracy_equal_steps']:.4f}; {f['seeds']} seeds)")  # fmt: skip
     result = {
         "baseline": baseline,
         "minutes": args.minutes,
         "block_size": args.block_size,
-        "equal_steps": step,
         "settings": figures,
         "best_sparse": best_sparse,
         # Seed 0's accuracy at equal seconds, by factor of the recipe's rate.
@@ -237,9 +243,13 @@ def main() -> None:
         "reused": [r["workdir"] for r in all_runs if r["final"].get("reused")],
     }
     if best_sparse and DENSE in figures:
-        for key in ("equal_seconds", "equal_steps"):
-            gain = figures[best_sparse][f"accuracy_{key}"] - figures[DENSE][f"accuracy_{key}"]
-            result[f"gain_{key}"] = gain
+        best, dense = figures[best_sparse], figures[DENSE]
+        result["gain_equal_seconds"] = (
+            best["accuracy_equal_seconds"] - dense["accuracy_equal_seconds"]
+        )
+        result["gain_equal_steps"] = (
+            best["accuracy_equal_steps"] - best["dense_accuracy_equal_steps"]
+        )
     path = plot_packed_vs_padded(
         {s: runs[s][0]["curve"] for s in settings},
         {s: timings[s].sequences_per_second for s in settings},

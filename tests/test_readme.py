@@ -82,6 +82,10 @@ TESTED_BY = {
         f"{SMOKE}::test_block_sparse_bench",
         '"block_sparse_bench.py"',
     ),
+    "benchmarks/block_sparse_learning.py": (
+        f"{SMOKE}::test_block_sparse_learning",
+        '"block_sparse_learning.py"',
+    ),
 }
 
 FENCED = re.compile(r"^```bash\n(.*?)^```", re.M | re.S)

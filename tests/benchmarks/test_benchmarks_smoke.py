@@ -212,6 +212,9 @@ def test_block_sparse_learning(tmp_path, recipe_data):
     }
     # As many nonzero weights: only the wider layer's biases (and block rounding) add parameters.
     assert 0 < sparse["parameters"] - dense["parameters"] < 0.01 * dense["parameters"]
-    assert result["equal_steps"] >= 2 and dense["step_seconds"] > 0 < sparse["step_seconds"]
+    assert sparse["equal_steps"] >= 2 and dense["step_seconds"] > 0 < sparse["step_seconds"]
+    assert sparse["dense_accuracy_equal_steps"] == dense["accuracy_equal_steps"] or (
+        sparse["equal_steps"] != dense["equal_steps"]
+    )
     assert 0 < dense["ffn_seconds"] < dense["step_seconds"] and sparse["ffn_seconds"] > 0
     assert (tmp_path / "block_sparse_learning.png").stat().st_size > 0
