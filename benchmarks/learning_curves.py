@@ -71,6 +71,7 @@ def pretrain(args, data_dir: str, layout: str, seed: int) -> tuple[str, dict]:
     )
     workdir = os.path.join(args.workdir, f"{layout}_seed{seed}")
     final = train.reusable_run(workdir, config) or train.train_and_evaluate(config, workdir)
+    train.exit_if_preempted(final)  # SIGTERM stops the benchmark, not only the run it hit
     return workdir, final
 
 

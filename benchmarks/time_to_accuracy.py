@@ -190,6 +190,7 @@ def run(args, data_dir: str, row: str, learning_rate: float, seed: int) -> dict:
     workdir = os.path.join(args.workdir, row, f"lr{learning_rate:.2e}_seed{seed}")
     reused = train.reusable_run(workdir, config)
     final = reused or train.train_and_evaluate(config, workdir)
+    train.exit_if_preempted(final)  # SIGTERM stops the benchmark, not only the run it hit
     curve = learning_curve(workdir, METRIC)
     return {
         "workdir": workdir,
