@@ -823,7 +823,7 @@ def dropout_block(read: Read) -> str:
     )
 
 
-def factor(item: tuple[str, float]) -> float:
+def rate_factor(item: tuple[str, float]) -> float:
     return float(item[0])
 
 
@@ -847,7 +847,8 @@ def block_sparse_learning_block(read: Read) -> str:
         "seeds": lambda s: s["seeds"],
     }
     grid = "; ".join(
-        f"{name} " + ", ".join(f"{f} x: {a:.4f}" for f, a in sorted(by_factor.items(), key=factor))
+        f"{name} "
+        + ", ".join(f"{f} x: {a:.4f}" for f, a in sorted(by_factor.items(), key=rate_factor))
         for name, by_factor in r["learning_rate_grid"].items()
         if len(by_factor) > 1
     )
