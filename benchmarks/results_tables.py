@@ -377,25 +377,29 @@ def time_to_accuracy_rerun_block(read: Read) -> str:
         read(name)["result"] for name in ("time_to_accuracy", "time_to_accuracy_rerun")
     )
     missed = lambda value, spec: "missed" if value is None else format(value, spec)
-    both = lambda key, spec: (
-        lambda row: f"{missed(before[key][row], spec)} / {missed(after[key][row], spec)}"
+    speedup = lambda r, row: (
+        "-" if r["speedup_vs_padded_lamb"][row] is None else times(r["speedup_vs_padded_lamb"][row])
     )
     columns: Columns = {
         "row": lambda row: row,
         "learning rate": lambda row: f"{after['learning_rates'][row]:g}",
-        "seconds to target, before / after": both("seconds_to_target", ".1f"),
+        "steps, before / after": lambda row: (
+            f"{missed(before['steps_to_target'][row], ',')} / "
+            f"{missed(after['steps_to_target'][row], ',')}"
+        ),
+        "seconds, after": lambda row: missed(after["seconds_to_target"][row], ".1f"),
         "compile (s), after": lambda row: f"{after['compile_seconds'][row]:.1f}",
-        "steps, before / after": both("steps_to_target", ","),
         "speed-up vs padded + LAMB, before / after": lambda row: (
-            f"{times(before['speedup_vs_padded_lamb'][row])} / "
-            f"{times(after['speedup_vs_padded_lamb'][row])}"
+            f"{speedup(before, row)} / {speedup(after, row)}"
         ),
     }
     return (
         f"{source('time_to_accuracy_rerun', read)}\n\nBefore: the published run above (its "
         f"training seconds then included compiling the first step); after: the same rows at the "
-        f"same rates, training seconds from the compiled step on, compile seconds beside them; "
-        f"target {after['target']}, medians of {after['seeds']} seeds:\n\n"
+        f"same rates with the fixes (training seconds from the compiled step on, compile seconds "
+        f"beside them), target {after['target']}, medians of {after['seeds']} seeds. Seconds are "
+        f"not compared across the two runs (machines differ in speed from session to session); "
+        f"the speed-ups are ratios within each run:\n\n"
         f"{items_table(list(after['seconds_to_target']), columns)}"
     )
 
