@@ -384,8 +384,8 @@ def time_to_accuracy_rerun_block(read: Read) -> str:
         "row": lambda row: row,
         "learning rate": lambda row: f"{after['learning_rates'][row]:g}",
         "steps, before / after": lambda row: (
-            f"{missed(before['steps_to_target'][row], ',')} / "
-            f"{missed(after['steps_to_target'][row], ',')}"
+            f"{missed(before['steps_to_target'][row], ',.0f')} / "
+            f"{missed(after['steps_to_target'][row], ',.0f')}"
         ),
         "seconds, after": lambda row: missed(after["seconds_to_target"][row], ".1f"),
         "compile (s), after": lambda row: f"{after['compile_seconds'][row]:.1f}",

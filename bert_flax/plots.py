@@ -124,7 +124,7 @@ def plot_packed_vs_padded(
 ) -> str:
     """Eval masked-LM accuracy of several runs against training seconds and against sequences
     seen (`metrics.learning_curve`), the most-frequent-token baseline drawn, and their training
-    sequences per second side by side."""
+    sequences per second side by side (titled with the first over the last when there are two)."""
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), gridspec_kw={"width_ratios": [3, 3, 2]})
     for x_key, ax, title in (
         ("train_seconds", axes[0], "Learning against time"),
@@ -141,7 +141,10 @@ def plot_packed_vs_padded(
     names = list(sequences_per_second)
     rates = [sequences_per_second[k] for k in names]
     axes[2].bar(names, rates, color=[f"C{i}" for i in range(len(names))])
-    axes[2].set(ylabel="training sequences / s", title=f"Speed: {rates[0] / rates[-1]:.2f}x")
+    title = f"Speed: {rates[0] / rates[-1]:.2f}x" if len(rates) == 2 else "Speed"
+    axes[2].set(ylabel="training sequences / s", title=title)
+    if len(names) > 2:
+        plt.setp(axes[2].get_xticklabels(), rotation=30, ha="right")
     return _save(fig, os.path.dirname(path) or ".", os.path.basename(path))
 
 
