@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
 
 import jax
 import jax.numpy as jnp
@@ -50,7 +49,7 @@ from results import finish
 from bert_flax import demo, train
 from bert_flax.config import BertConfig
 from bert_flax.layers import BertFeedForward
-from bert_flax.metrics import Timing, learning_curve, side_by_side
+from bert_flax.metrics import Timing, in_turns, learning_curve, side_by_side
 from bert_flax.plots import plot_packed_vs_padded
 from bert_flax.train_setup import create_train_setup
 from configs import cpu_pretrain
@@ -187,14 +186,14 @@ def ffn_seconds(model_configs: dict[str, BertConfig], tokens: int, rounds: int) 
         params = module.init(jax.random.key(1), x)
         loss = lambda p, x, module=module: jnp.sum(module.apply(p, x) ** 2)
         programs[setting] = (jax.jit(jax.grad(loss, argnums=(0, 1))), params, x)
-    samples: dict[str, list[float]] = {s: [] for s in programs}
-    for round_index in range(rounds + 1):  # the first compiles and warms up
-        for setting, (step, params, x) in programs.items():
-            start = time.perf_counter()
-            jax.block_until_ready(step(params, x))
-            if round_index:
-                samples[setting].append(time.perf_counter() - start)
-    return {s: statistics.median(t) * model_configs[s].num_layers for s, t in samples.items()}
+    for step, params, x in programs.values():  # compile and warm up
+        jax.block_until_ready(step(params, x))
+    calls = {
+        s: (lambda step=step, params=params, x=x: jax.block_until_ready(step(params, x)))
+        for s, (step, params, x) in programs.items()
+    }
+    medians = in_turns(calls, rounds)
+    return {s: seconds * model_configs[s].num_layers for s, seconds in medians.items()}
 
 
 def main() -> None:

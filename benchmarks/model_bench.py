@@ -14,7 +14,6 @@ Utilisation = (XLA cost-analysis FLOPs / step time) / (measured dense float32 ma
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import jax
@@ -27,6 +26,7 @@ from bert_flax.config import BertConfig
 from bert_flax.data.contract import RowShape
 from bert_flax.data.synthetic import batch_from_lengths
 from bert_flax.losses import pretraining_loss
+from bert_flax.metrics import in_turns
 from bert_flax.model import BertForPreTraining
 
 FLAGS = flags.FLAGS
@@ -61,18 +61,6 @@ def compiled(fn: Callable, args: tuple) -> tuple[Callable[[], object], float]:
     call = lambda: jax.block_until_ready(executable(*args))
     call()  # warm-up
     return call, float(cost.get("flops", float("nan")))
-
-
-def in_turns(calls: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
-    """Median seconds of each call, the calls taking turns in every repeat (so that a shared
-    machine's load falls on all of them alike)."""
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(repeats):
-        for name, call in calls.items():
-            start = time.perf_counter()
-            call()
-            times[name].append(time.perf_counter() - start)
-    return {name: float(np.median(t)) for name, t in times.items()}
 
 
 def matmul_rate(size: int, repeats: int) -> float:

@@ -16,7 +16,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -224,6 +224,18 @@ def paired_ratio(numerator: Sequence[float], denominator: Sequence[float]) -> tu
     q1, q2, q3 = np.percentile(ratios, [25, 50, 75])
     sigma = (q3 - q1) / 1.349
     return float(q2), float(1.253 * sigma / np.sqrt(len(ratios)) / q2)
+
+
+def in_turns(calls: Mapping[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Median seconds of each call (which blocks until its result is ready), the calls taking
+    turns in every repeat, so that a shared machine's load falls on all of them alike."""
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            times[name].append(time.perf_counter() - start)
+    return {name: float(np.median(t)) for name, t in times.items()}
 
 
 def side_by_side(

@@ -84,3 +84,16 @@ def test_paired_ratio_error_shrinks_with_rounds_like_a_normal_sample():
         assert ratio == pytest.approx(2.0, abs=0.1)
         # The median of a normal sample: standard error 1.253 sigma / sqrt(n).
         assert error == pytest.approx(1.253 * 0.05 / np.sqrt(rounds), rel=0.5)
+
+
+def test_in_turns_alternates_the_calls_and_takes_each_ones_median():
+    order = []
+    sleeps = {"fast": iter([0.0, 0.05, 0.0]), "slow": iter([0.02, 0.02, 0.08])}
+
+    def call(name):
+        order.append(name)
+        time.sleep(next(sleeps[name]))
+
+    medians = metrics.in_turns({name: lambda name=name: call(name) for name in sleeps}, repeats=3)
+    assert order == ["fast", "slow"] * 3  # turns, not one call's repeats in a row
+    assert medians["fast"] < 0.015 < medians["slow"] < 0.05  # medians, not means or last
