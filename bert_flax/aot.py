@@ -190,16 +190,28 @@ def collectives(module: hlo.HloModule) -> list[Collective]:
 
 def roofline_by_class(module: hlo.HloModule, chip: targets.Chip, vocab_size: int):
     """`OpClassCost` per op class: each executed op at max(FLOPs / peak, bytes / bandwidth)."""
-    executed = module.executed_ops()
+
+    def cost_of(inst: hlo.HloInstruction) -> tuple[float, float]:
+        """(FLOPs on arrays, not scalars; roofline seconds). Collectives are timed at the
+        interconnect's bandwidth (`Report.roofline_step_s`), not here."""
+        if inst.opcode.removesuffix("-start").removesuffix("-done") in _COLLECTIVE_KINDS:
+            return 0.0, 0.0
+        cost = hlo.op_cost(module, inst)
+        seconds = max(cost.flops / chip.peak_flops, cost.bytes / chip.hbm_bytes_per_s)
+        on_arrays = any(a.size > 1 for a in inst.shape.arrays())
+        return (cost.flops if on_arrays else 0.0), seconds
+
+    # A conditional by the branch a finite step takes (`HloModule.executed_ops`).
+    executed = module.executed_ops(branch_cost=cost_of)
     classes = classify.Classifier(module, vocab_size=vocab_size).classify(executed)
     totals: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0.0])
     for op in executed:
         inst = op.instruction
-        if inst.opcode.removesuffix("-start").removesuffix("-done") in _COLLECTIVE_KINDS:
-            continue  # timed at the interconnect's bandwidth (`Report.roofline_step_s`)
+        seconds = cost_of(inst)[1]
+        if not seconds:
+            continue
         cost = hlo.op_cost(module, inst)
         times = op.count or 1
-        seconds = max(cost.flops / chip.peak_flops, cost.bytes / chip.hbm_bytes_per_s)
         entry = totals[classes[inst.name].op_class]
         entry[0] += cost.flops * times
         entry[1] += cost.bytes * times

@@ -17,8 +17,12 @@ An executed op is usually a fusion of many HLO instructions, so it is classified
    `tanh`/`erf` activation, random bits dropout, gather/scatter on a table embedding), weighted
    by the elements it produces; the largest vote wins;
 4. with no votes, an add of two full-size tensors is a residual add, other arithmetic inside a
-   Dense layer's scope is its bias add (or, backward, the bias gradient's reduction), pure
-   copies/transposes/broadcasts/slices are data movement, and anything left is `other`;
+   Dense layer's scope is its bias add (or, backward, the bias gradient's reduction); of pure
+   data movement, asynchronous copies and slices with an end in on-chip memory (TPU's
+   memory-space assignment prefetching into VMEM and evicting out of it) are `memory_moves`,
+   ops that only convert dtypes `casts`, concatenates and pads `concat_pad`, the other
+   copies/transposes/broadcasts/slices `data_movement`; anything left is `other`, the one
+   class the report calls unnamed;
 5. an op XLA created without metadata takes the class of the op that feeds it.
 """
 
@@ -52,10 +56,15 @@ NON_MATMUL_CLASSES = (
     "embedding",
     "loss",
     "optimizer",
+    "memory_moves",
+    "casts",
+    "concat_pad",
     "data_movement",
     "collectives",
     "other",
 )
+# The classes that say what an op does by no more than its opcodes.
+UNNAMED_CLASSES = ("other",)
 CLASSES = MATMUL_CLASSES + NON_MATMUL_CLASSES
 
 LABELS = {
@@ -77,6 +86,9 @@ LABELS = {
     "embedding": "embedding gather/scatter",
     "loss": "loss",
     "optimizer": "optimizer update (elementwise)",
+    "memory_moves": "prefetch/evict HBM <-> on-chip memory",
+    "casts": "dtype casts (float32 <-> bfloat16)",
+    "concat_pad": "concatenates and pads",
     "data_movement": "data movement (copy/transpose)",
     "collectives": "collectives",
     "other": "other elementwise",
@@ -89,6 +101,7 @@ _MOVEMENT_OPCODES = frozenset(
      "copy-done", "gather", "scatter", "bitcast-convert", "get-tuple-element", "tuple",
      "parameter", "constant"}
 )  # fmt: skip
+_ASYNC_MOVE_OPCODES = frozenset({"copy-start", "copy-done", "slice-start", "slice-done"})
 _TABLE_OPCODES = frozenset({"gather", "scatter", "dynamic-slice", "dynamic-update-slice"})
 _RNG_OPCODES = frozenset({"rng", "rng-bit-generator", "rng-get-and-update-state"})
 _GEMM_TARGETS = re.compile(r"gemm|matmul|cublas|onednn\$matmul|ynn", re.I)
@@ -288,9 +301,12 @@ class Classifier:
     def _is_attention_product(self, outer: hlo.HloInstruction, dot: hlo.HloInstruction) -> bool:
         """A batched dot in an attention scope: by its module path or frame or, for dots XLA
         rewrote without metadata, by the ops that produce its operands."""
+        path = set(_lower_tokens(dot))
+        if dot.opcode == "convolution":  # TPU writes batched products as convolutions
+            return bool(path & _ATTENTION_SCOPES) and not path & (_QKV | _ATTENTION_OUT)
         if dot.opcode != "dot" or not dot.int_list_attr("lhs_batch_dims"):
             return False
-        if set(_lower_tokens(dot)) & _ATTENTION_SCOPES:
+        if path & _ATTENTION_SCOPES:
             return True
         stack = self.module.stack(dot)
         if stack and "attention" in f"{stack[0].file}:{stack[0].function}".lower():
@@ -411,6 +427,27 @@ class Classifier:
         for i in named:
             if set(_lower_tokens(i)) & dense_scopes and i.opcode not in _MOVEMENT_OPCODES:
                 return OpClass("bias", f"elementwise/reduce in a Dense scope {i.op_name}")
-        if opcodes <= _MOVEMENT_OPCODES:
-            return OpClass("data_movement", ",".join(sorted(opcodes)))
-        return OpClass("other", ",".join(sorted(opcodes)))
+        return self._movement_class(inst, opcodes)
+
+    def _movement_class(self, inst: hlo.HloInstruction, opcodes: set[str]) -> OpClass:
+        """Names an op that computes nothing (see rule 4), or `other`."""
+        what = ",".join(sorted(opcodes))
+        moves = opcodes <= _ASYNC_MOVE_OPCODES | {"custom-call"} and (
+            opcodes & _ASYNC_MOVE_OPCODES or inst.custom_call_target == "ConcatBitcast"
+        )
+        if moves:
+            on_chip = [
+                a
+                for shape in [inst.shape]
+                + [self.module.instructions[o].shape for o in inst.operands]
+                for a in shape.arrays()
+                if a.memory_space not in hlo.OFF_CHIP_MEMORY_SPACES and a.dims
+            ]
+            return OpClass("memory_moves" if on_chip else "data_movement", what)
+        if not opcodes <= _MOVEMENT_OPCODES:
+            return OpClass("other", what)
+        if "convert" in opcodes and opcodes <= {"convert", "bitcast", "reshape", "copy", "tuple"}:
+            return OpClass("casts", what)
+        if opcodes & {"concatenate", "pad"}:
+            return OpClass("concat_pad", what)
+        return OpClass("data_movement", what)

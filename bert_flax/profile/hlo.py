@@ -10,7 +10,10 @@ op's FLOPs and bytes from its shapes, the same way XLA's HloCostAnalysis does:
 - elementwise and reduce ops: one FLOP per element (transcendentals counted separately);
 - bytes: operands read + outputs written at the op's boundary (for a fusion: its parameters and
   results, never its internal temporaries), with gathers/slices reading only what they take and
-  in-place updates writing only the update.
+  in-place updates writing only the update. Only off-chip memory counts: an array whose layout
+  places it in an on-chip memory space (TPU's `S(1)` VMEM, `S(2)`/`S(6)` scalar memories, where
+  XLA's memory-space assignment prefetches operands) moves no HBM bytes, so a prefetch into VMEM
+  is charged its HBM read alone and the op that reads the prefetched array nothing for it.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import functools
 import json
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 _DTYPE_BYTES = {
     "pred": 1, "s2": 0.25, "u2": 0.25, "s4": 0.5, "u4": 0.5, "s8": 1, "u8": 1, "s16": 2,
@@ -55,6 +58,8 @@ _PARTIAL_READ_OPCODES = frozenset({"gather", "dynamic-slice", "slice"})
 _IN_PLACE_OPCODES = frozenset({"dynamic-update-slice", "scatter"})
 # Asynchronous copies between memories (TPU): each reads and writes the array it moves.
 _ASYNC_MOVES = frozenset({"copy-start", "slice-start"})
+# Layout memory spaces `S(n)` off the chip: default device memory (HBM) and pinned host memory.
+OFF_CHIP_MEMORY_SPACES = frozenset({0, 5})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +69,7 @@ class Shape:
     dtype: str
     dims: tuple[int, ...] = ()
     elements: tuple[Shape, ...] = ()
+    memory_space: int = 0  # the layout's `S(n)`; 0 is device memory (HBM)
 
     @property
     def is_tuple(self) -> bool:
@@ -81,6 +87,11 @@ class Shape:
         if self.is_tuple:
             return sum(e.bytes for e in self.elements)
         return self.size * _DTYPE_BYTES.get(self.dtype, 4)
+
+    @property
+    def off_chip_bytes(self) -> float:
+        """`bytes` of the arrays held off the chip (see `OFF_CHIP_MEMORY_SPACES`)."""
+        return sum(a.bytes for a in self.arrays() if a.memory_space in OFF_CHIP_MEMORY_SPACES)
 
     def arrays(self) -> Iterator[Shape]:
         if self.is_tuple:
@@ -192,8 +203,16 @@ class HloModule:
                 out.extend(self.fused_instructions(inner))
         return out
 
-    def executed_ops(self) -> list[ExecutedOp]:
-        """Every op the runtime runs, in program order, with its static execution count."""
+    def executed_ops(
+        self, branch_cost: Callable[[HloInstruction], tuple[float, float]] | None = None
+    ) -> list[ExecutedOp]:
+        """Every op the runtime runs, in program order, with its static execution count.
+
+        A conditional's branches are all listed, of unknown count, unless `branch_cost` gives an
+        op's (FLOPs, seconds): then only the branch that does the most arithmetic is, the
+        quicker one of a tie, run as often as the conditional. A branch without arithmetic only
+        moves data: a train step's "skip a non-finite update" branch, which keeps the old state
+        (copying it), while a finite step takes the branch that applies the update."""
         out: list[ExecutedOp] = []
 
         def visit(computation: str, count: int | None):
@@ -206,12 +225,37 @@ class HloModule:
                     inner = None if count is None or trips is None else count * trips
                     for callee in inst.called:
                         visit(callee, inner)
+                elif inst.opcode == "conditional" and branch_cost is not None:
+                    costs = {c: self._cost(c, branch_cost) for c in inst.called}
+                    visit(max(costs, key=lambda c: (costs[c][0], -costs[c][1])), count)
                 elif inst.opcode in ("conditional", "call", "async-start"):
                     for callee in inst.called:
                         visit(callee, None if inst.opcode == "conditional" else count)
 
         visit(self.entry, 1)
         return out
+
+    def _cost(
+        self, computation: str, op_cost: Callable[[HloInstruction], tuple[float, float]]
+    ) -> tuple[float, float]:
+        """`op_cost` summed over one run of `computation` (loops by their trip counts,
+        conditionals by the branch `executed_ops` picks)."""
+        flops = seconds = 0.0
+        for inst in self.computations[computation].instructions:
+            if inst.opcode in FREE_OPCODES:
+                continue
+            parts = [op_cost(inst)]
+            if inst.opcode == "while":
+                trips = inst.known_trip_count or 1
+                parts += [tuple(trips * x for x in self._cost(c, op_cost)) for c in inst.called]
+            elif inst.opcode == "conditional":
+                branches = [self._cost(c, op_cost) for c in inst.called]
+                parts.append(max(branches, key=lambda fs: (fs[0], -fs[1])))
+            elif inst.opcode in ("call", "async-start"):
+                parts += [self._cost(c, op_cost) for c in inst.called]
+            flops += sum(p[0] for p in parts)
+            seconds += sum(p[1] for p in parts)
+        return flops, seconds
 
 
 # ----------------------------------------------------------------------------------------------
@@ -238,7 +282,8 @@ def _split_balanced(text: str, start: int, open_ch: str, close_ch: str) -> int:
     raise ValueError(f"unbalanced {open_ch}{close_ch} in HLO text: {text[start : start + 80]!r}")
 
 
-_ARRAY_SHAPE = re.compile(r"([a-z]+[0-9]*)\[([^\]]*)\](?:\{[^}]*\})?")
+_ARRAY_SHAPE = re.compile(r"([a-z]+[0-9]*)\[([^\]]*)\](?:\{([^}]*)\})?")
+_MEMORY_SPACE = re.compile(r"S\((\d+)\)")
 
 
 def parse_shape(text: str) -> Shape:
@@ -261,7 +306,8 @@ def parse_shape(text: str) -> Shape:
     if not m:
         return Shape(text.split("[")[0] or "opaque")
     dims = tuple(int(d.lstrip("<=")) for d in m.group(2).split(",") if d.strip())
-    return Shape(m.group(1), dims)
+    space = _MEMORY_SPACE.search(m.group(3) or "")
+    return Shape(m.group(1), dims, memory_space=int(space.group(1)) if space else 0)
 
 
 _INSTRUCTION_HEAD = re.compile(r"^\s*(ROOT\s+)?%?([^\s=]+)\s*=\s*")
@@ -463,15 +509,18 @@ def _window_taps(module: HloModule, inst: HloInstruction) -> float:
 
 
 def _operand_read_bytes(module: HloModule, inst: HloInstruction, index: int) -> float:
-    """Bytes an op reads from operand `index`, accounting for partial reads."""
+    """Off-chip bytes an op reads from operand `index`, accounting for partial reads."""
     operand = module.instructions[inst.operands[index]]
+    full = operand.shape.off_chip_bytes
+    if not full:
+        return 0.0
     if inst.opcode in _PARTIAL_READ_OPCODES and index == 0:
-        return inst.shape.bytes
+        return min(inst.shape.bytes, full)
     if inst.opcode in _IN_PLACE_OPCODES and index == 0:
         return 0.0
     if inst.opcode == "fusion":
-        return _fusion_parameter_read_bytes(module, inst, index, operand.shape.bytes)
-    return operand.shape.bytes
+        return _fusion_parameter_read_bytes(module, inst, index, full)
+    return full
 
 
 def _fusion_parameter_read_bytes(
@@ -504,19 +553,37 @@ def _fusion_parameter_read_bytes(
 
 
 def _written_bytes(module: HloModule, inst: HloInstruction) -> float:
+    """Off-chip bytes an op writes (in-place updates: the update only)."""
     if inst.opcode in _IN_PLACE_OPCODES:
+        if inst.shape.memory_space not in OFF_CHIP_MEMORY_SPACES:
+            return 0.0
         update = module.instructions[inst.operands[-1 if inst.opcode == "scatter" else 1]]
         return update.shape.bytes
     if inst.opcode == "fusion":
         root = next(i for i in module.computations[inst.called[0]].instructions if i.is_root)
-        roots = (
-            [module.instructions[o] for o in root.operands] if root.opcode == "tuple" else [root]
-        )
+        if root.opcode != "tuple":
+            pairs = [(root, inst.shape)]
+        else:  # the fusion's own results carry the memory spaces, its inner roots the shapes
+            pairs = zip((module.instructions[o] for o in root.operands), inst.shape.elements)
         total = 0.0
-        for r in roots:
-            total += _written_bytes(module, r) if r.opcode in _IN_PLACE_OPCODES else r.shape.bytes
+        for r, out in pairs:
+            if out.memory_space in OFF_CHIP_MEMORY_SPACES:
+                in_place = r.opcode in _IN_PLACE_OPCODES
+                total += _written_bytes(module, r) if in_place else r.shape.bytes
         return total
-    return inst.shape.bytes
+    return inst.shape.off_chip_bytes
+
+
+def _async_move_bytes(module: HloModule, inst: HloInstruction) -> float:
+    """Off-chip bytes of a `copy-start`/`slice-start` ((destination, source, context) for a
+    copy; ((source), destination, context) for a slice): the array moved, once for each of its
+    two ends off the chip (a prefetch from HBM into VMEM reads HBM once)."""
+    source = module.instructions[inst.operands[0]].shape
+    arrays = [a for a in inst.shape.arrays() if a.dims]
+    moved = min((a.bytes for a in arrays), default=0.0)
+    destination = arrays[1] if inst.opcode == "slice-start" and len(arrays) > 1 else arrays[0]
+    ends = [source.memory_space, destination.memory_space] if arrays else []
+    return moved * sum(space in OFF_CHIP_MEMORY_SPACES for space in ends)
 
 
 def op_cost(module: HloModule, inst: HloInstruction) -> OpCost:
@@ -530,9 +597,8 @@ def op_cost(module: HloModule, inst: HloInstruction) -> OpCost:
             cost.matmul_flops += flops
     if inst.opcode in ("while", "conditional", "call") or inst.opcode.endswith("-done"):
         return OpCost()  # bodies are counted as separate executed ops; async pairs at -start
-    if inst.opcode in _ASYNC_MOVES:  # (source, destination, context): moves its destination
-        moved = min((a.bytes for a in inst.shape.arrays() if a.dims), default=0.0)
-        return dataclasses.replace(cost, bytes=2 * moved)
+    if inst.opcode in _ASYNC_MOVES:
+        return dataclasses.replace(cost, bytes=_async_move_bytes(module, inst))
     seen = set()
     for index, name in enumerate(inst.operands):
         if name in seen:
