@@ -79,12 +79,29 @@ class Collective:
 
 
 @dataclasses.dataclass(frozen=True)
+class TopOp:
+    """One executed op of a class, by its predicted time per device per step."""
+
+    name: str  # the HLO op or fusion
+    computes: str  # its root opcode, result and operands (shapes, dtypes)
+    source: str  # where in the model: the flax module path of its largest named instruction
+    flops: float
+    bytes: float
+    seconds: float
+    count: int  # executions per step
+
+
+@dataclasses.dataclass(frozen=True)
 class OpClassCost:
     """Roofline of one op class (`profile.classify`) per device per step."""
 
     flops: float
     bytes: float
     seconds: float  # sum over its ops of max(FLOPs / peak, bytes / HBM bandwidth)
+    top: tuple[TopOp, ...] = ()  # its costliest ops (`TOP_OPS` of them), costliest first
+
+
+TOP_OPS = 5
 
 
 @dataclasses.dataclass
@@ -111,6 +128,8 @@ class Report:
     classes: dict[str, OpClassCost]
     link_bytes_per_s: float
     peak_flops: float
+    # Custom kernels the roofline charges no FLOPs (`hlo.kernel_flops` knows none of them).
+    uncounted_kernels: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def fits(self) -> bool:
@@ -205,6 +224,7 @@ def roofline_by_class(module: hlo.HloModule, chip: targets.Chip, vocab_size: int
     executed = module.executed_ops(branch_cost=cost_of)
     classes = classify.Classifier(module, vocab_size=vocab_size).classify(executed)
     totals: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0.0])
+    ops: dict[str, list[TopOp]] = collections.defaultdict(list)
     for op in executed:
         inst = op.instruction
         seconds = cost_of(inst)[1]
@@ -212,11 +232,55 @@ def roofline_by_class(module: hlo.HloModule, chip: targets.Chip, vocab_size: int
             continue
         cost = hlo.op_cost(module, inst)
         times = op.count or 1
-        entry = totals[classes[inst.name].op_class]
+        name = classes[inst.name].op_class
+        entry = totals[name]
         entry[0] += cost.flops * times
         entry[1] += cost.bytes * times
         entry[2] += seconds * times
-    return {name: OpClassCost(*totals[name]) for name in classify.CLASSES if name in totals}
+        ops[name].append(_top_op(module, inst, cost, seconds * times, times))
+    return {
+        name: OpClassCost(
+            *totals[name], top=tuple(sorted(ops[name], key=lambda o: -o.seconds)[:TOP_OPS])
+        )
+        for name in classify.CLASSES
+        if name in totals
+    }
+
+
+def _top_op(
+    module: hlo.HloModule, inst: hlo.HloInstruction, cost: hlo.OpCost, seconds: float, count: int
+) -> TopOp:
+    inner = [i for i in module.fused_instructions(inst) if i.opcode not in hlo.FREE_OPCODES]
+    root = next((i for i in inner if i.is_root), inner[-1] if inner else inst)
+    operands = ", ".join(str(module.instructions[o].shape) for o in inst.operands[:4])
+    more = ", ..." if len(inst.operands) > 4 else ""
+    # The deepest module path inside, the largest op of it: where in the model the op is.
+    paths = [(classify.op_name_parts(i.op_name), i.shape.size) for i in inner if i.op_name]
+    (tokens, primitive), _ = max(paths, key=lambda p: (len(p[0][0]), p[1]), default=(([], ""), 0))
+    source = "/".join([*tokens, primitive]) if primitive else ""
+    return TopOp(
+        name=inst.name,
+        computes=f"{root.opcode} -> {inst.shape} <- ({operands}{more})",
+        source=source,
+        flops=cost.flops * count,
+        bytes=cost.bytes * count,
+        seconds=seconds,
+        count=count,
+    )
+
+
+def uncounted_kernels(module: hlo.HloModule) -> list[str]:
+    """The executed custom calls that compute something the roofline cannot count."""
+    return sorted(
+        {
+            inst.custom_call_target
+            for op in module.executed_ops()
+            for inst in module.fused_instructions(op.instruction)
+            if inst.opcode == "custom-call"
+            and inst.custom_call_target not in hlo.FREE_CUSTOM_CALLS
+            and hlo.kernel_flops(module, inst) is None
+        }
+    )
 
 
 def parameter_count(params: Any) -> int:
@@ -340,6 +404,7 @@ def report(compiled: Compiled, target: targets.Target) -> Report:
         classes=classes,
         link_bytes_per_s=chip.link_bytes_per_s,
         peak_flops=chip.peak_flops,
+        uncounted_kernels=uncounted_kernels(module),
     )
 
 
@@ -415,8 +480,9 @@ def packing_factor(config: ml_collections.ConfigDict, spec: str) -> float | None
         ) from None
 
 
-def format_report(r: Report, largest: int | None = None) -> str:
-    """The report as a person reads it (every time a roofline prediction)."""
+def format_report(r: Report, largest: int | None = None, top_classes: int = 6) -> str:
+    """The report as a person reads it (every time a roofline prediction), with the costliest
+    ops of its `top_classes` costliest classes."""
     m = r.model
     t, e = r.train_memory, r.eval_memory
     over = max(t.total, e.total if e else 0) - r.hbm_bytes
@@ -448,7 +514,8 @@ def format_report(r: Report, largest: int | None = None) -> str:
         "",
         "predicted (roofline, per device):",
     ]
-    for name, c in sorted(r.classes.items(), key=lambda kv: -kv[1].seconds):
+    ranked = sorted(r.classes.items(), key=lambda kv: -kv[1].seconds)
+    for name, c in ranked:
         lines.append(
             f"  {name:<18} {c.seconds * 1e3:9.3f} ms  {_num(c.flops)} FLOPs  {_num(c.bytes)} B"
         )
@@ -459,6 +526,21 @@ def format_report(r: Report, largest: int | None = None) -> str:
     )
     if largest is not None:
         lines.append(f"largest batch that fits: {largest} rows a step")
+    if r.uncounted_kernels:
+        lines.append(
+            f"WARNING: custom kernels charged no FLOPs (the step is predicted too fast): "
+            f"{', '.join(r.uncounted_kernels)}"
+        )
+    lines += ["", f"costliest ops of the {top_classes} costliest classes (predicted, per device):"]
+    for name, c in ranked[:top_classes]:
+        lines.append(f"  {name}:")
+        for op in c.top:
+            lines.append(
+                f"    {op.seconds * 1e3:7.3f} ms  {_num(op.bytes)} B  {_num(op.flops)} FLOPs  "
+                f"x{op.count}  {op.name}: {op.computes}"
+            )
+            if op.source:
+                lines.append(f"{'':12}at {op.source}")
     return "\n".join(lines)
 
 

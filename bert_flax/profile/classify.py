@@ -229,6 +229,7 @@ def _matmul_instruction(
         if inst.opcode == "custom-call" and (
             _GEMM_TARGETS.search(inst.custom_call_target)
             or _ATTENTION_TARGETS.search(inst.custom_call_target + " " + inst.op_name)
+            or hlo.kernel_flops(module, inst)  # a Pallas kernel of matrix products
         ):
             return inst
     return None

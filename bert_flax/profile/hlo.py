@@ -349,7 +349,7 @@ def _parse_instruction(line: str, computation: str) -> HloInstruction | None:
         is_root=bool(head.group(1)),
         parameter_number=parameter_number,
     )
-    meta = re.search(r"metadata=\{(.*?)\}(?:, [\w_]+=|$)", attrs)
+    meta = re.search(r"(?<![\w_])metadata=\{(.*?)\}(?:, [\w_]+=|$)", attrs)  # not kernel_metadata
     if meta:
         body = meta.group(1)
         op = re.search(r'op_name="((?:[^"\\]|\\.)*)"', body)
@@ -473,7 +473,48 @@ def _instruction_flops(module: HloModule, inst: HloInstruction) -> tuple[float, 
     if op == "scatter":
         updates = module.instructions[inst.operands[-1]].shape
         return float(updates.size), 0.0
+    if op == "custom-call":
+        return kernel_flops(module, inst) or (0.0, 0.0)
     return 0.0, 0.0
+
+
+# -- Custom kernels: what XLA cannot see into, counted from their operands' shapes -------------
+
+# Matrix products per (query, key) pair and head dimension in each splash attention kernel
+# (jax.experimental.pallas.ops.tpu.splash_attention), every block computed (segment ids mask
+# inside blocks, nothing is skipped): the forward QK^T and PV; the dK/dV kernel recomputes
+# QK^T and takes dO V^T, P^T dO and dS^T Q; the dQ kernel recomputes QK^T and takes dO V^T and
+# dS K. Each product is 2 FLOPs per multiply-add; each kernel exponentiates every logit once.
+_SPLASH_PRODUCTS = {"splash_mha_fwd": 2, "splash_mha_dkv": 4, "splash_mha_dq": 3}
+_FLOAT_DTYPES = frozenset({"f32", "bf16", "f16", "f8e4m3fn", "f8e5m2"})
+# The names `bert_flax.block_sparse.pallas` and `pallas_tpu` give their kernels.
+_BLOCK_SPARSE_KERNELS = ("block_sparse_product", "block_sparse_weight_grad")
+# Custom calls that compute nothing (layout bookkeeping XLA inserts on TPU).
+FREE_CUSTOM_CALLS = frozenset(
+    {"ConcatBitcast", "AssumeGatherIndicesInBound", "GatherScatterIndicesBitpacked", "Sharding",
+     "SPMDFullToShardShape", "SPMDShardToFullShape", "MoveToHost", "MoveToDevice"}
+)  # fmt: skip
+
+
+def kernel_flops(module: HloModule, inst: HloInstruction) -> tuple[float, float] | None:
+    """(FLOPs, transcendentals) of a known custom kernel (splash attention, the block-sparse
+    matmul) from its operands' shapes; None for a custom call it does not know."""
+    operands = [module.instructions[o].shape for o in inst.operands]
+    for name, products in _SPLASH_PRODUCTS.items():
+        if name in inst.op_name or inst.name.startswith(name):
+            # q, k: [rows, heads, length, head_dim] (rows absent outside a vmap).
+            q, k = [s for s in operands if len(s.dims) >= 3 and s.dtype in _FLOAT_DTYPES][:2]
+            *lead, q_len, head_dim = q.dims
+            pairs = math.prod(lead) * q_len * k.dims[-2]
+            return 2.0 * products * pairs * head_dim, float(pairs)
+    if any(name in inst.op_name or inst.name.startswith(name) for name in _BLOCK_SPARSE_KERNELS):
+        # Every stored block [nnz, b, b] (an operand, or the weight gradient's result) meets
+        # every row of the activations [rows, features] once.
+        arrays = [s for s in (*operands, *inst.shape.arrays()) if s.dtype in _FLOAT_DTYPES]
+        blocks = next(s for s in arrays if len(s.dims) == 3)
+        rows = next(s.dims[0] for s in arrays if len(s.dims) == 2)
+        return 2.0 * rows * blocks.size, 0.0
+    return None
 
 
 def _window_taps(module: HloModule, inst: HloInstruction) -> float:
@@ -593,7 +634,7 @@ def op_cost(module: HloModule, inst: HloInstruction) -> OpCost:
         flops, trans = _instruction_flops(module, inner)
         cost.flops += flops
         cost.transcendentals += trans
-        if inner.opcode in ("dot", "convolution"):
+        if inner.opcode in ("dot", "convolution") or (inner.opcode == "custom-call" and flops):
             cost.matmul_flops += flops
     if inst.opcode in ("while", "conditional", "call") or inst.opcode.endswith("-done"):
         return OpCost()  # bodies are counted as separate executed ops; async pairs at -start

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from bert_flax import aot, targets
+from bert_flax.profile import classify
 from configs import tiny
 
 V5E_4 = targets.target("v5e-4")
@@ -85,6 +86,15 @@ def test_attention_backends_compile_for_tpu_on_a_data_mesh(impl):
     assert "all-reduce" in kinds(report) and "all-gather" not in kinds(report)
     assert report.train_memory.total > report.param_bytes + report.optimizer_bytes > 0
     assert report.fits and report.roofline_step_s > 0
+    # Every kernel charged its FLOPs; XLA's count cannot see into the splash kernels.
+    assert not report.uncounted_kernels
+    if impl == "splash":
+        fused = report.classes["attention_fused"].flops
+        assert fused > 0 and report.hlo_flops == pytest.approx(report.xla_flops + fused, rel=0.02)
+    assert not set(report.classes) & set(classify.UNNAMED_CLASSES) or (
+        sum(report.classes[c].seconds for c in classify.UNNAMED_CLASSES)
+        < 0.1 * report.roofline_step_s
+    )
 
 
 @pytest.mark.slow(seconds=30)
@@ -99,6 +109,13 @@ def test_block_sparse_ffn_compiles_its_mosaic_kernels():
     assert "tpu_custom_call" not in custom_calls(dense_steps.train)
     ffn = 2 * 2 * 256 * 1024 * 4  # two layers of two float32 FFN kernels
     assert report.param_bytes == pytest.approx(dense.param_bytes - ffn / 2, rel=0.01)
+    # The kernels' FLOPs counted from their shapes: forward, input and weight gradients of 2 x 2
+    # layers, 2 FLOPs per multiply-add of each stored half of a 256 x 1024 kernel, with each of
+    # a device's 256 tokens (8 rows of 128 over 4 devices).
+    assert not report.uncounted_kernels
+    kernels = 3 * 2 * 2 * 2 * 256 * (256 * 1024 * 0.5)
+    assert kernels <= report.classes["feed_forward"].flops < 1.05 * kernels
+    assert report.classes["feed_forward"].flops < dense.classes["feed_forward"].flops / 1.8
 
 
 @pytest.mark.slow(seconds=40)

@@ -127,6 +127,36 @@ def test_splash_interpret_matches_xla_forward_and_backward(qkv_segments):
         np.testing.assert_allclose(g_s, g_x, atol=1e-5, err_msg=f"d{name}")
 
 
+def test_splash_kernels_compute_in_the_inputs_dtype(qkv_segments):
+    """bfloat16 q, k, v reach the kernels as bfloat16 (a float32 scale on q once made the
+    forward and backward kernels float32: slower products, twice the bytes)."""
+    q, k, v, segments = (x.astype(jnp.bfloat16) if x.dtype == jnp.float32 else x
+                         for x in qkv_segments)  # fmt: skip
+
+    def loss(q, k, v):
+        out = attention.splash_attention(q, k, v, segments, interpret=True)
+        return jnp.sum(out.astype(jnp.float32))
+
+    jaxpr = jax.make_jaxpr(jax.grad(loss, argnums=(0, 1, 2)))(q, k, v)
+    kernels = [e for e in _equations(jaxpr.jaxpr) if e.primitive.name == "pallas_call"]
+    assert len(kernels) == 3  # forward, dK/dV, dQ
+    rows, length, heads, head_dim = q.shape
+    for kernel in kernels:  # q, k, v (and dO) in the kernels' [rows, heads, length, head_dim]
+        operands = [
+            v.aval for v in kernel.invars if v.aval.shape == (rows, heads, length, head_dim)
+        ]
+        assert len(operands) >= 3 and {str(a.dtype) for a in operands} == {"bfloat16"}
+
+
+def _equations(jaxpr):
+    for equation in jaxpr.eqns:
+        yield equation
+        for param in equation.params.values():
+            inner = getattr(param, "jaxpr", param)
+            if hasattr(inner, "eqns"):
+                yield from _equations(inner)
+
+
 def test_dropout_stays_within_sequences(qkv_segments):
     q, k, v, segments = qkv_segments
 
