@@ -75,6 +75,12 @@ class BertConfig:
         the neighbours that predict a masked token (docs/training.md).
       remat_policy: activation rematerialisation per layer: "none", "full" or "dots"
         (save matmul outputs only).
+      scan_layers: run the identical encoder layers as one `nn.scan` over parameters stacked
+        along a leading "layers" axis, so XLA compiles one layer's program (a 24-layer model
+        compiles about as fast as one layer) and the step's buffers are reused layer after
+        layer. Parameters live at `bert/layers/layer/...` instead of `bert/layer_{i}/...`
+        (`bert_flax.model.stack_layers` / `unstack_layers`; conversion and `init_from` convert
+        between the two). Not with block-sparse layers (each layer has its own layout).
       block_sparse: None for dense layers, otherwise the block-sparse layer settings consulted by
         `bert_flax.layers.make_dense` (see docs/block_sparse.md).
     """
@@ -101,6 +107,7 @@ class BertConfig:
     relative_attention_max_distance: int = 128
     relative_attention_neighbour_bias: float = 0.0
     remat_policy: str = "none"
+    scan_layers: bool = False
     block_sparse: Any = None
 
     def __post_init__(self):
@@ -137,6 +144,11 @@ class BertConfig:
         if self.attention_dropout_bits == 8 and self.attention_dropout_rate > 0:
             attention.byte_keep_threshold(1.0 - self.attention_dropout_rate)  # raises if too fine
         self._check_relative_attention()
+        if self.scan_layers and self.block_sparse is not None:
+            raise ValueError(
+                "scan_layers=True stacks identical layers, but block-sparse layers each have "
+                "their own layout: set scan_layers=False (or disable block_sparse)."
+            )
 
     def _check_relative_attention(self) -> None:
         buckets, distance = self.relative_attention_buckets, self.relative_attention_max_distance

@@ -32,7 +32,7 @@ from absl import app, flags, logging
 from bert_flax import cli
 from bert_flax.config import BertConfig
 from bert_flax.data.contract import PRETRAINING_INPUTS
-from bert_flax.model import BertForPreTraining
+from bert_flax.model import BertForPreTraining, stack_layers, unstack_layers
 
 Params = dict[str, Any]
 
@@ -263,8 +263,11 @@ def expected_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
 
 
 def from_hf_state_dict(state_dict: Mapping[str, Any], config: BertConfig) -> Params:
-    """HF `BertForPreTraining` state dict (torch tensors or numpy arrays) -> our `params`."""
+    """HF `BertForPreTraining` state dict (torch tensors or numpy arrays) -> our `params`
+    (layers stacked where `config.scan_layers`)."""
     _check_hf_compatible(config)
+    if config.scan_layers:
+        return stack_layers(from_hf_state_dict(state_dict, config.replace(scan_layers=False)))
     arrays = {_normalise_hf_name(k): _to_numpy(v) for k, v in state_dict.items()}
     expected = expected_shapes(config)
     flat, used = {}, set()
@@ -294,7 +297,8 @@ def from_hf_state_dict(state_dict: Mapping[str, Any], config: BertConfig) -> Par
 def to_hf_state_dict(params: Params, config: BertConfig) -> dict[str, np.ndarray]:
     """Our `params` -> HF `BertForPreTraining` state dict (numpy, including the tied copies)."""
     _check_hf_compatible(config)
-    flat = _flatten(params)
+    config = config.replace(scan_layers=False)
+    flat = _flatten(unstack_layers(params))
     out = {}
     for p in _param_table(config):
         value = flat.pop(p.ours)
@@ -390,6 +394,8 @@ def from_tf_variables(variables: Mapping[str, np.ndarray], config: BertConfig) -
     an error.
     """
     _check_hf_compatible(config)
+    if config.scan_layers:
+        return stack_layers(from_tf_variables(variables, config.replace(scan_layers=False)))
     expected = expected_shapes(config)
     flat, used = {}, set()
     for p in _param_table(config):

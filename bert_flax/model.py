@@ -26,6 +26,7 @@ import flax.linen as nn
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from bert_flax.config import BertConfig
 from bert_flax.data.contract import CLASSIFICATION_INPUTS, PRETRAINING_INPUTS
@@ -58,23 +59,99 @@ def _remat_policy(name: str):
     return {"full": None, "dots": jax.checkpoint_policies.checkpoint_dots}[name]
 
 
+# Where `BertModel` keeps its layers' parameters: `layer_{i}` each, or with
+# `BertConfig.scan_layers` the parameters of every layer stacked along a leading axis (logical
+# axis "layers") under `layers/layer`.
+SCANNED_LAYERS = ("layers", "layer")
+
+
+def _layer_names(encoder: Mapping) -> list[str]:
+    names = [k for k in encoder if k.startswith("layer_") and k[6:].isdigit()]
+    return sorted(names, key=lambda k: int(k[6:]))
+
+
+def stack_layers(params: Mapping) -> dict:
+    """Parameters with `bert/layer_{i}` -> the `scan_layers` layout (unchanged if already)."""
+    encoder = dict(params["bert"])
+    names = _layer_names(encoder)
+    if not names:
+        return dict(params)
+    layers = [encoder.pop(name) for name in names]
+    stacked = jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *layers)
+    encoder[SCANNED_LAYERS[0]] = {SCANNED_LAYERS[1]: stacked}
+    return {**params, "bert": encoder}
+
+
+def unstack_layers(params: Mapping) -> dict:
+    """Parameters in the `scan_layers` layout -> `bert/layer_{i}` (unchanged if already)."""
+    encoder = dict(params["bert"])
+    if SCANNED_LAYERS[0] not in encoder or _layer_names(encoder):
+        return dict(params)
+    stacked = encoder.pop(SCANNED_LAYERS[0])[SCANNED_LAYERS[1]]
+    count = len(jax.tree.leaves(stacked)[0])
+    for i in range(count):
+        encoder[f"layer_{i}"] = jax.tree.map(lambda x, i=i: np.asarray(x[i]), stacked)
+    return {**params, "bert": encoder}
+
+
+def match_layer_layout(params: Mapping, like: Mapping) -> dict:
+    """`params` in the layer layout of `like` (both with a `bert` encoder)."""
+    scanned = SCANNED_LAYERS[0] in like["bert"] and not _layer_names(like["bert"])
+    return stack_layers(params) if scanned else unstack_layers(params)
+
+
+class _ScanStep(nn.Module):
+    """One layer as an `nn.scan` step: (hidden states, row inputs) -> (hidden states, None)."""
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, x, segment_ids, attention_bias, deterministic: bool):
+        layer_cls = BertLayer
+        if self.config.remat_policy != "none":
+            # static_argnums counts `self` as 0: `deterministic` is argument 4.
+            policy = _remat_policy(self.config.remat_policy)
+            layer_cls = nn.remat(BertLayer, static_argnums=(4,), policy=policy)
+        return layer_cls(self.config, name="layer")(
+            x, segment_ids, attention_bias, deterministic
+        ), None
+
+
+def _scanned_layers(config: BertConfig) -> nn.Module:
+    """The encoder's identical layers as one `nn.scan`: XLA compiles one layer's program."""
+    scan = nn.scan(
+        _ScanStep,
+        variable_axes={"params": 0},
+        split_rngs={"params": True, "dropout": True},
+        in_axes=(nn.broadcast, nn.broadcast, nn.broadcast),
+        length=config.num_layers,
+        metadata_params={nn.PARTITION_NAME: "layers"},
+    )
+    return scan(config)
+
+
 class BertModel(nn.Module):
-    """The BERT encoder: embeddings and `num_layers` layers -> hidden states [B, L, H]."""
+    """The BERT encoder: embeddings and `num_layers` layers -> hidden states [B, L, H]. With
+    `config.scan_layers` the layers run as one `nn.scan` over stacked parameters
+    (`stack_layers` / `unstack_layers` convert between the two layouts)."""
 
     config: BertConfig
 
     def setup(self):
         cfg = self.config
-        layer_cls = BertLayer
-        if cfg.remat_policy != "none":
-            # static_argnums counts `self` as 0: `deterministic` is argument 4.
-            layer_cls = nn.remat(
-                BertLayer, static_argnums=(4,), policy=_remat_policy(cfg.remat_policy)
-            )
         self.embeddings = BertEmbeddings(cfg)
         if cfg.relative_attention_buckets:
             self.relative_position_bias = RelativePositionBias(cfg)
-        self.layers = [layer_cls(cfg, name=f"layer_{i}") for i in range(cfg.num_layers)]
+        if cfg.scan_layers:
+            self.layers = _scanned_layers(cfg)
+        else:
+            layer_cls = BertLayer
+            if cfg.remat_policy != "none":
+                # static_argnums counts `self` as 0: `deterministic` is argument 4.
+                layer_cls = nn.remat(
+                    BertLayer, static_argnums=(4,), policy=_remat_policy(cfg.remat_policy)
+                )
+            self.layers = [layer_cls(cfg, name=f"layer_{i}") for i in range(cfg.num_layers)]
         if cfg.pre_layer_norm:
             self.final_layer_norm = make_layer_norm(cfg, "final_layer_norm")
 
@@ -92,8 +169,11 @@ class BertModel(nn.Module):
         if self.config.relative_attention_buckets:
             # One table for every layer, as in T5.
             bias = self.relative_position_bias(input_ids.shape[1])
-        for layer in self.layers:
-            x = layer(x, segment_ids, bias, deterministic)
+        if self.config.scan_layers:
+            x, _ = self.layers(x, segment_ids, bias, deterministic)
+        else:
+            for layer in self.layers:
+                x = layer(x, segment_ids, bias, deterministic)
         if self.config.pre_layer_norm:
             x = nn.with_logical_constraint(self.final_layer_norm(x), BATCH_LENGTH_EMBED)
         return x

@@ -57,6 +57,7 @@ LOGICAL_AXIS_RULES: Rules = (
     ("norm", None),
     ("relative_buckets", None),  # the relative-position bias table [buckets, heads]: small
     ("relative_heads", None),
+    ("layers", None),  # the stacked layers of `BertConfig.scan_layers`: every device holds all
 )
 
 

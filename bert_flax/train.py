@@ -36,6 +36,7 @@ from absl import logging
 
 import optim
 from bert_flax import checkpointing, fingerprint, metrics, parameters, sharding
+from bert_flax import model as bert_model
 from bert_flax.block_sparse import resolve_impl
 from bert_flax.config import BertConfig, resolved_config_section
 from bert_flax.tasks import PreTrainingTask, Task
@@ -188,6 +189,7 @@ def with_pretrained_params(setup: TrainSetup, path: str, step: int | None) -> Tr
     """`setup.state` with the parameters of checkpoint `path` (any `parameters.checkpoint_kind`),
     placed with the state's shardings; every misfit parameter is named."""
     _, params = parameters.load_pretrained(path, step)
+    params = bert_model.match_layer_layout(params, setup.state.params)  # scanned or not
     params = setup.task.pretrained_params(params, setup.state.params)
     parameters.check_params_fit(params, parameters.flat_shapes(setup.state.params), path)
     params = jax.tree_util.tree_map(

@@ -29,6 +29,7 @@ from jax.sharding import Mesh
 import optim
 import packing
 from bert_flax import attention, sharding, train_step
+from bert_flax import model as bert_model
 from bert_flax.config import BertConfig
 from bert_flax.losses import Objective
 from bert_flax.tasks import PreTrainingTask, Task
@@ -201,8 +202,8 @@ def create_train_program(
         dict(mesh.shape),
     )
 
-    # Optimizer.
-    tx, schedule = create_optimizer(config, adjustment)
+    # Optimizer (layer by layer over the stacked parameters of scanned layers).
+    tx, schedule = create_optimizer(config, adjustment, scanned_layers=model_config.scan_layers)
 
     # State: traced from an example of one row per data shard (kernels that run per shard in
     # `shard_map`, such as splash attention, need every shard to hold a row).
@@ -386,9 +387,11 @@ def learning_rate_schedule(
 
 
 def create_optimizer(
-    config: ml_collections.ConfigDict, adjustment: PackingAdjustment
+    config: ml_collections.ConfigDict, adjustment: PackingAdjustment, scanned_layers: bool = False
 ) -> tuple[optax.GradientTransformation, optax.Schedule]:
-    """`optim.create(config.optimizer)` with the schedule, clipping and packing-adjusted betas.
+    """`optim.create(config.optimizer)` with the schedule, clipping and packing-adjusted betas;
+    `scanned_layers`: the model's layers are stacked (`BertConfig.scan_layers`), and the
+    optimizer updates them layer by layer (`optim.layerwise`).
 
     Keep the returned transformation itself for `optim.after_step` (host work, e.g. Shampoo).
     """
@@ -400,6 +403,8 @@ def create_optimizer(
         overrides.update(b1=adjustment.b1, b2=adjustment.b2)
     if config.train.grad_clip_norm:
         overrides["grad_clip_norm"] = config.train.grad_clip_norm
+    if scanned_layers:
+        overrides["layerwise"] = lambda names: names[:2] == ["bert", bert_model.SCANNED_LAYERS[0]]
     return optim.create(config.optimizer, **overrides), schedule
 
 

@@ -9,6 +9,7 @@ opt_state = optim.after_step(tx, opt_state, step)         # host work (Shampoo, 
 
 from optim.first_order import adamw, adjust_betas_for_packing, lamb, sgd
 from optim.host import HostTransformation, after_step, host_metrics
+from optim.layerwise import layerwise
 from optim.masks import weight_decay_mask
 from optim.muon import muon
 from optim.registry import (
@@ -36,6 +37,7 @@ __all__ = [
     "host_metrics",
     "hyperparameters",
     "lamb",
+    "layerwise",
     "muon",
     "register",
     "settings_of",

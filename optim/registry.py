@@ -13,6 +13,8 @@ from ml_collections.config_dict import placeholder
 
 from optim.first_order import adamw, lamb, sgd
 from optim.host import HostTransformation
+from optim.layerwise import NOT_LAYERWISE
+from optim.layerwise import layerwise as per_layer
 from optim.muon import muon
 from optim.shampoo import shampoo
 from optim.soap import soap
@@ -85,13 +87,17 @@ def settings_of(config: Any) -> tuple[str, dict[str, Any]]:
     return name, {k: v for k, v in settings.items() if v is not None}
 
 
-def create(name_or_config: Any, **hparams: Any) -> optax.GradientTransformation:
+def create(
+    name_or_config: Any, *, layerwise: Callable[[list[str]], bool] | None = None, **hparams: Any
+) -> optax.GradientTransformation:
     """Build the optimizer ``name`` (a key of `OPTIMIZERS`) with its hyperparameters.
 
     ``name_or_config`` is a name, or a ``ConfigDict``/dict holding ``name`` and hyperparameters
     (flat, or in a section named after the optimizer as ``config_section`` builds it); keyword
     arguments override the config. ``learning_rate`` may be a float or an optax schedule.
-    ``grad_clip_norm`` (any optimizer) clips the gradients' global norm first.
+    ``grad_clip_norm`` (any optimizer) clips the gradients' global norm first. ``layerwise``
+    selects, by parameter path names, leaves stacked along a leading layer axis, which the
+    optimizer then updates slice by slice (`optim.layerwise`; not Shampoo or SOAP).
 
         tx = optim.create("lamb", learning_rate=optax.linear_schedule(0.0, 1e-3, 1000))
     """
@@ -116,6 +122,14 @@ def create(name_or_config: Any, **hparams: Any) -> optax.GradientTransformation:
             f"Optimizer {name!r} needs a learning_rate (a float or an optax schedule)."
         )
     tx = builder(**settings)
+    if layerwise is not None:
+        if name in NOT_LAYERWISE:
+            raise ValueError(
+                f"Optimizer {name!r} cannot update stacked layers slice by slice "
+                "(optim.layerwise.NOT_LAYERWISE): set model.scan_layers=False, or use one of "
+                f"{sorted(set(OPTIMIZERS) - set(NOT_LAYERWISE))}."
+            )
+        tx = per_layer(tx, layerwise)
     if clip_norm is None:
         return tx
     clipped = optax.chain(optax.clip_by_global_norm(clip_norm), tx)

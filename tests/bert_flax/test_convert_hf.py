@@ -88,6 +88,18 @@ def test_logits_match_transformers(hidden_act, hf_model):
     _compare_logits(hf, config, params)
 
 
+def test_scanned_layers_convert_both_ways(hf_model):
+    """A `scan_layers` model reads and writes Hugging Face checkpoints as the unrolled one."""
+    state = hf_model.state_dict()
+    config = convert.config_from_hf(hf_model.config.to_dict(), scan_layers=True)
+    params = convert.from_hf_state_dict(state, config)
+    assert "layers" in params["bert"] and "layer_0" not in params["bert"]
+    _compare_logits(hf_model, config, params)
+    back = convert.to_hf_state_dict(params, config)
+    for name, value in state.items():
+        np.testing.assert_array_equal(back[name], value.numpy(), err_msg=name)
+
+
 def test_round_trip_is_exact(hf_model):
     state = hf_model.state_dict()
     config = convert.config_from_hf(hf_model.config.to_dict())

@@ -1,4 +1,5 @@
-"""Model options: attention backends, bfloat16, pre-LN, rematerialisation, dropout."""
+"""Model options: attention backends, bfloat16, pre-LN, rematerialisation, scanned layers,
+dropout."""
 
 import flax.linen as nn
 import jax
@@ -6,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from bert_flax import model as bert_model
 from bert_flax.losses import pretraining_loss
 from bert_flax.model import BertForPreTraining
 
@@ -79,6 +81,46 @@ def test_remat_gives_the_same_gradients(tiny_config, packed, random_variables):
 
     plain, remat = grads(config), grads(config.replace(remat_policy="dots"))
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7), plain, remat)
+
+
+@pytest.mark.parametrize("remat", ["none", "dots"])
+def test_scanned_layers_equal_the_unrolled_ones(tiny_config, packed, random_variables, remat):
+    """The same parameters, stacked: the same logits and, unstacked, the same gradients."""
+    config = tiny_config.replace(num_layers=3, remat_policy=remat)
+    variables = random_variables(BertForPreTraining(config), packed)
+    scanned_config = config.replace(scan_layers=True)
+    stacked = {"params": bert_model.stack_layers(variables["params"])}
+    shapes = jax.eval_shape(
+        lambda b: BertForPreTraining(scanned_config).init(jax.random.key(0), b, deterministic=True),
+        packed,
+    )
+    assert jax.tree.map(np.shape, nn.unbox(shapes)) == jax.tree.map(np.shape, stacked)
+
+    def grads(config, variables):
+        model = BertForPreTraining(config)
+
+        def loss(v):
+            return pretraining_loss(model.apply(v, packed, deterministic=True), packed)[0]
+
+        return jax.jit(jax.value_and_grad(loss))(variables)
+
+    (loss, plain), (scanned_loss, scanned) = (
+        grads(config, variables),
+        grads(scanned_config, stacked),
+    )
+    np.testing.assert_allclose(scanned_loss, loss, rtol=1e-6)
+    unstacked = {"params": bert_model.unstack_layers(scanned["params"])}
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7), plain, unstacked
+    )
+    assert bert_model.match_layer_layout(variables["params"], stacked["params"]).keys() == (
+        stacked["params"].keys()
+    )
+
+
+def test_scan_layers_rejects_block_sparse_layers(tiny_config):
+    with pytest.raises(ValueError, match="scan_layers"):
+        tiny_config.replace(scan_layers=True, block_sparse={"density": 0.5})
 
 
 def test_pre_layer_norm_has_final_norm_and_runs(tiny_config, packed, random_variables):
