@@ -19,6 +19,9 @@ import optax
 
 from optim.masks import path_names
 
+# Optimizers whose step of a leaf depends on nothing but its own elements (and its path): they
+# need no slicing, and get none.
+ELEMENTWISE = ("adamw", "sgd")
 # Optimizers whose state or host work cannot be split per layer by `jax.vmap`: Shampoo's and
 # SOAP's root / eigenbasis refreshes are step-counted branches (a vmapped branch runs both
 # sides every step) and, asynchronously, host callbacks.

@@ -13,7 +13,7 @@ from ml_collections.config_dict import placeholder
 
 from optim.first_order import adamw, lamb, sgd
 from optim.host import HostTransformation
-from optim.layerwise import NOT_LAYERWISE
+from optim.layerwise import ELEMENTWISE, NOT_LAYERWISE
 from optim.layerwise import layerwise as per_layer
 from optim.muon import muon
 from optim.shampoo import shampoo
@@ -97,7 +97,8 @@ def create(
     arguments override the config. ``learning_rate`` may be a float or an optax schedule.
     ``grad_clip_norm`` (any optimizer) clips the gradients' global norm first. ``layerwise``
     selects, by parameter path names, leaves stacked along a leading layer axis, which the
-    optimizer then updates slice by slice (`optim.layerwise`; not Shampoo or SOAP).
+    optimizer then updates slice by slice (`optim.layerwise`; element-wise ones need not,
+    Shampoo and SOAP cannot).
 
         tx = optim.create("lamb", learning_rate=optax.linear_schedule(0.0, 1e-3, 1000))
     """
@@ -122,7 +123,7 @@ def create(
             f"Optimizer {name!r} needs a learning_rate (a float or an optax schedule)."
         )
     tx = builder(**settings)
-    if layerwise is not None:
+    if layerwise is not None and name not in ELEMENTWISE:
         if name in NOT_LAYERWISE:
             raise ValueError(
                 f"Optimizer {name!r} cannot update stacked layers slice by slice "

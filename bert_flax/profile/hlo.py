@@ -129,6 +129,7 @@ class HloInstruction:
     source: tuple[str, int] | None = None  # (file, line) from older metadata
     called: list[str] = dataclasses.field(default_factory=list)
     parameter_number: int = -1
+    literal: str = ""  # a constant's value, as printed
 
     def attr(self, key: str) -> str | None:
         m = re.search(rf"(?:^|, ){re.escape(key)}=(\{{[^}}]*\}}|\"[^\"]*\"|[^,\s]+)", self.attrs)
@@ -203,6 +204,35 @@ class HloModule:
                 out.extend(self.fused_instructions(inner))
         return out
 
+    def trip_count(self, loop: HloInstruction) -> int | None:
+        """Iterations of a `while`: XLA's `known_trip_count`, or (TPU programs print none) a
+        counted loop's: its condition `counter < N` on a tuple element that starts at a
+        constant (a `lax.scan` or `fori_loop`). None when neither says."""
+        known = loop.known_trip_count
+        if known is not None or len(loop.called) < 2:
+            return known
+        condition = self.computations.get((loop.attr("condition") or "").lstrip("%"))
+        root = next((i for i in condition.instructions if i.is_root), None) if condition else None
+        if root is None or root.opcode != "compare" or "direction=LT" not in root.attrs:
+            return None
+        counter, bound = (self.instructions.get(o) for o in root.operands)
+        if counter is None or bound is None or counter.opcode != "get-tuple-element":
+            return None
+        if bound.opcode != "constant" or not bound.literal.lstrip("-").isdigit():
+            return None
+        start = self._tuple_element(loop.operands[0], int(counter.attr("index") or 0))
+        begin = int(start.literal) if start is not None and start.literal.isdigit() else 0
+        return max(int(bound.literal) - begin, 0)
+
+    def _tuple_element(self, tuple_name: str, index: int) -> HloInstruction | None:
+        tuple_inst = self.instructions.get(tuple_name)
+        if tuple_inst is None or tuple_inst.opcode != "tuple" or index >= len(tuple_inst.operands):
+            return None
+        element = self.instructions.get(tuple_inst.operands[index])
+        while element is not None and element.opcode == "copy" and element.operands:
+            element = self.instructions.get(element.operands[0])
+        return element if element is not None and element.opcode == "constant" else None
+
     def executed_ops(
         self, branch_cost: Callable[[HloInstruction], tuple[float, float]] | None = None
     ) -> list[ExecutedOp]:
@@ -221,7 +251,7 @@ class HloModule:
                     continue
                 out.append(ExecutedOp(inst, count, len(out)))
                 if inst.opcode == "while":
-                    trips = inst.known_trip_count
+                    trips = self.trip_count(inst)
                     inner = None if count is None or trips is None else count * trips
                     for callee in inst.called:
                         visit(callee, inner)
@@ -246,7 +276,7 @@ class HloModule:
                 continue
             parts = [op_cost(inst)]
             if inst.opcode == "while":
-                trips = inst.known_trip_count or 1
+                trips = self.trip_count(inst) or 1
                 parts += [tuple(trips * x for x in self._cost(c, op_cost)) for c in inst.called]
             elif inst.opcode == "conditional":
                 branches = [self._cost(c, op_cost) for c in inst.called]
@@ -348,6 +378,7 @@ def _parse_instruction(line: str, computation: str) -> HloInstruction | None:
         computation=computation,
         is_root=bool(head.group(1)),
         parameter_number=parameter_number,
+        literal=operand_text.strip() if opcode == "constant" else "",
     )
     meta = re.search(r"(?<![\w_])metadata=\{(.*?)\}(?:, [\w_]+=|$)", attrs)  # not kernel_metadata
     if meta:
@@ -489,9 +520,11 @@ _SPLASH_PRODUCTS = {"splash_mha_fwd": 2, "splash_mha_dkv": 4, "splash_mha_dq": 3
 _FLOAT_DTYPES = frozenset({"f32", "bf16", "f16", "f8e4m3fn", "f8e5m2"})
 # The names `bert_flax.block_sparse.pallas` and `pallas_tpu` give their kernels.
 _BLOCK_SPARSE_KERNELS = ("block_sparse_product", "block_sparse_weight_grad")
-# Custom calls that compute nothing (layout bookkeeping XLA inserts on TPU).
+# Custom calls that compute and move nothing (bookkeeping XLA inserts on TPU: views of adjacent
+# slices, an uninitialised buffer, index annotations).
 FREE_CUSTOM_CALLS = frozenset(
-    {"ConcatBitcast", "AssumeGatherIndicesInBound", "GatherScatterIndicesBitpacked", "Sharding",
+    {"ConcatBitcast", "AllocateBuffer", "AssumeGatherIndicesInBound",
+     "GatherScatterIndicesBitpacked", "Sharding",
      "SPMDFullToShardShape", "SPMDShardToFullShape", "MoveToHost", "MoveToDevice"}
 )  # fmt: skip
 
@@ -567,6 +600,9 @@ def _operand_read_bytes(module: HloModule, inst: HloInstruction, index: int) -> 
 def _fusion_parameter_read_bytes(
     module: HloModule, fusion: HloInstruction, index: int, full: float
 ) -> float:
+    """Bytes a fusion reads of its operand `index`: what its slices take where it only slices
+    it (through bitcasts and nested fusions: a loop body's fusion that takes one layer of a
+    stacked array), else all of it."""
     computation = module.computations[fusion.called[0]]
     param = next(
         (
@@ -578,19 +614,33 @@ def _fusion_parameter_read_bytes(
     )
     if param is None:
         return full
-    users = [i for i in computation.instructions if param.name in i.operands]
-    if not users:
-        return 0.0
+    return min(_value_read_bytes(module, computation, param, full), full)
+
+
+def _value_read_bytes(
+    module: HloModule,
+    computation: HloComputation,
+    value: HloInstruction,
+    full: float,
+    depth: int = 0,
+) -> float:
+    users = [i for i in computation.instructions if value.name in i.operands]
     total = 0.0
     for user in users:
-        position = user.operands.index(param.name)
+        position = user.operands.index(value.name)
         if user.opcode in _PARTIAL_READ_OPCODES and position == 0:
             total += user.shape.bytes
         elif user.opcode in _IN_PLACE_OPCODES and position == 0:
             total += 0.0
+        elif user.opcode == "bitcast" and depth < 8:
+            total += _value_read_bytes(module, computation, user, full, depth + 1)
+        elif user.opcode == "fusion" and depth < 8:  # a nested fusion: how it reads its operand
+            total += _fusion_parameter_read_bytes(module, user, position, full)
         else:
             return full
-    return min(total, full)
+        if total >= full:
+            return full
+    return total
 
 
 def _written_bytes(module: HloModule, inst: HloInstruction) -> float:
@@ -638,6 +688,8 @@ def op_cost(module: HloModule, inst: HloInstruction) -> OpCost:
             cost.matmul_flops += flops
     if inst.opcode in ("while", "conditional", "call") or inst.opcode.endswith("-done"):
         return OpCost()  # bodies are counted as separate executed ops; async pairs at -start
+    if inst.opcode == "custom-call" and inst.custom_call_target in FREE_CUSTOM_CALLS:
+        return OpCost()
     if inst.opcode in _ASYNC_MOVES:
         return dataclasses.replace(cost, bytes=_async_move_bytes(module, inst))
     seen = set()

@@ -90,3 +90,56 @@ def test_a_conditional_is_charged_the_branch_that_does_arithmetic():
     classes = aot.roofline_by_class(module, chip, vocab_size=30522)
     assert sum(c.flops for c in classes.values()) == 4096
     assert sum(c.bytes for c in classes.values()) == 2 * 4 * 4096  # the add's, not the copy's
+
+
+# A counted loop as TPU programs print it (no known_trip_count): i from 0 while i < 12, each trip
+# reading one [1, 256] layer of a stacked [12, 256] array through a nested fusion's slice.
+LOOP = """HloModule loop
+
+%slice_layer (input: f32[12,256], index: s32[]) -> f32[1,256] {
+  %input = f32[12,256]{1,0} parameter(0)
+  %index = s32[] parameter(1)
+  %zero = s32[] constant(0)
+  ROOT %dynamic-slice = f32[1,256]{1,0} dynamic-slice(%input, %index, %zero), dynamic_slice_sizes={1,256}
+}
+
+%layer (layers: f32[12,256], li: s32[]) -> f32[1,256] {
+  %layers = f32[12,256]{1,0} parameter(0)
+  %li = s32[] parameter(1)
+  %slice = f32[1,256]{1,0} fusion(%layers, %li), kind=kLoop, calls=%slice_layer
+  ROOT %negate = f32[1,256]{1,0} negate(%slice)
+}
+
+%body (state: (s32[], f32[12,256], f32[1,256])) -> (s32[], f32[12,256], f32[1,256]) {
+  %state = (s32[], f32[12,256]{1,0}, f32[1,256]{1,0}) parameter(0)
+  %i = s32[] get-tuple-element(%state), index=0
+  %stacked = f32[12,256]{1,0} get-tuple-element(%state), index=1
+  %one = s32[] constant(1)
+  %next = s32[] add(%i, %one)
+  %out = f32[1,256]{1,0} fusion(%stacked, %i), kind=kLoop, calls=%layer
+  ROOT %tuple = (s32[], f32[12,256]{1,0}, f32[1,256]{1,0}) tuple(%next, %stacked, %out)
+}
+
+%condition (cstate: (s32[], f32[12,256], f32[1,256])) -> pred[] {
+  %cstate = (s32[], f32[12,256]{1,0}, f32[1,256]{1,0}) parameter(0)
+  %ci = s32[] get-tuple-element(%cstate), index=0
+  %trips = s32[] constant(12)
+  ROOT %lt = pred[] compare(%ci, %trips), direction=LT
+}
+
+ENTRY %main (p0: f32[12,256], p1: f32[1,256]) -> (s32[], f32[12,256], f32[1,256]) {
+  %p0 = f32[12,256]{1,0} parameter(0)
+  %p1 = f32[1,256]{1,0} parameter(1)
+  %start = s32[] constant(0)
+  %init = (s32[], f32[12,256]{1,0}, f32[1,256]{1,0}) tuple(%start, %p0, %p1)
+  ROOT %while = (s32[], f32[12,256]{1,0}, f32[1,256]{1,0}) while(%init), condition=%condition, body=%body
+}
+"""
+
+
+def test_a_counted_loop_runs_its_trips_and_a_layer_read_is_its_slice():
+    module = hlo.parse_module(LOOP)
+    assert module.trip_count(module.instructions["while"]) == 12
+    counts = {op.instruction.name: op.count for op in module.executed_ops()}
+    assert counts["out"] == 12
+    assert hlo.op_cost(module, module.instructions["out"]).bytes == 4 * 256 + 4 + 4 * 256
