@@ -7,6 +7,7 @@ and tensor parallelism by changing only the rule table and mesh.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import flax.linen as nn
@@ -93,6 +94,41 @@ def activation(name: str, x: Array) -> Array:
     raise ValueError(f"Unknown hidden_act {name!r}.")
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _dropout(x: Array, key: Array, keep_prob: float) -> Array:
+    mask = jax.random.bernoulli(key, p=keep_prob, shape=x.shape)
+    return jax.lax.select(mask, x / keep_prob, jnp.zeros_like(x))
+
+
+def _dropout_forward(x: Array, key: Array, keep_prob: float) -> tuple[Array, Array]:
+    return _dropout(x, key, keep_prob), key  # the key, not the mask, waits for the backward
+
+
+def _dropout_backward(keep_prob: float, key: Array, grad: Array) -> tuple[Array, None]:
+    mask = jax.random.bernoulli(key, p=keep_prob, shape=grad.shape)  # drawn again
+    return jax.lax.select(mask, grad / keep_prob, jnp.zeros_like(grad)), None
+
+
+_dropout.defvjp(_dropout_forward, _dropout_backward)
+
+
+class Dropout(nn.Dropout):
+    """`nn.Dropout` that keeps no mask for the backward pass: the backward draws it again from
+    the same key. Outputs and gradients are those of `nn.Dropout` (bit for bit, with the same
+    name: tested), but no [batch, length, features] mask is written in the forward pass and
+    read back in the backward one (two per layer; docs/compile.md, "Naming the traffic")."""
+
+    @nn.compact
+    def __call__(self, inputs: Array, deterministic: bool | None = None, rng=None) -> Array:
+        deterministic = nn.merge_param("deterministic", self.deterministic, deterministic)
+        if self.rate == 0.0 or deterministic:
+            return inputs
+        if self.rate == 1.0 or self.broadcast_dims:
+            raise ValueError(f"Dropout takes 0 <= rate < 1 and no broadcast_dims ({self}).")
+        rng = self.make_rng(self.rng_collection) if rng is None else rng
+        return _dropout(inputs, rng, 1.0 - self.rate)
+
+
 def _embed(config: BertConfig, num: int, axes: tuple[str, str], name: str) -> nn.Embed:
     return nn.Embed(
         num,
@@ -123,7 +159,7 @@ class BertEmbeddings(nn.Module):
             cfg, cfg.type_vocab_size, ("type_table", "embed"), "token_type_embeddings"
         )
         self.layer_norm = make_layer_norm(cfg, "layer_norm")
-        self.dropout = nn.Dropout(cfg.hidden_dropout_rate)
+        self.dropout = Dropout(cfg.hidden_dropout_rate)
 
     def __call__(
         self, input_ids: Array, token_type_ids: Array, positions: Array, *, deterministic: bool
@@ -285,7 +321,7 @@ class BertLayer(nn.Module):
         ffn = BertFeedForward(cfg, name="ffn")
         attn_norm = make_layer_norm(cfg, "attention_layer_norm")
         ffn_norm = make_layer_norm(cfg, "ffn_layer_norm")
-        drop = nn.Dropout(cfg.hidden_dropout_rate)
+        drop = Dropout(cfg.hidden_dropout_rate)
 
         def sublayer(x, fn, norm):
             if cfg.pre_layer_norm:

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from bert_flax import layers
 from bert_flax import model as bert_model
 from bert_flax.losses import pretraining_loss
 from bert_flax.model import BertForPreTraining
@@ -143,6 +144,45 @@ def test_dropout_uses_the_dropout_rng(tiny_config, variables, packed, reference)
     np.testing.assert_array_equal(a.mlm_logits, b.mlm_logits)
     assert not np.allclose(a.mlm_logits, c.mlm_logits)
     assert not np.allclose(a.mlm_logits, reference.mlm_logits)
+
+
+def test_mask_free_dropout_equals_flax_dropout(tiny_config, variables, packed, monkeypatch):
+    """The model's dropout (mask drawn again in the backward) gives flax's outputs and
+    gradients bit for bit, with the same keys."""
+    config = tiny_config.replace(hidden_dropout_rate=0.2, attention_dropout_rate=0.0)
+
+    def loss_and_grads():
+        model = BertForPreTraining(config)
+
+        def loss(v):
+            out = model.apply(v, packed, deterministic=False, rngs={"dropout": jax.random.key(3)})
+            return pretraining_loss(out, packed)[0]
+
+        return jax.jit(jax.value_and_grad(loss))(variables)
+
+    ours = loss_and_grads()
+    monkeypatch.setattr(layers, "Dropout", nn.Dropout)
+    flax_dropout = loss_and_grads()
+    jax.tree.map(np.testing.assert_array_equal, ours, flax_dropout)
+
+
+def test_mask_free_dropout_keeps_no_mask_for_the_backward():
+    x = jnp.ones((4, 16, 32))
+    key = jax.random.key(0)
+
+    def residuals(dropout):
+        _, backward = jax.vjp(
+            lambda x: dropout.apply({}, x, deterministic=False, rngs={"dropout": key}), x
+        )
+        return [r for r in jax.tree.leaves(backward) if getattr(r, "dtype", None) == jnp.bool_]
+
+    assert residuals(nn.Dropout(0.1))  # flax keeps the [4, 16, 32] mask
+    assert not residuals(layers.Dropout(0.1))
+    grad = jax.grad(lambda x: layers.Dropout(0.1).apply(
+        {}, x, deterministic=False, rngs={"dropout": key}).sum())(x)  # fmt: skip
+    kept = np.asarray(grad) != 0
+    np.testing.assert_allclose(np.asarray(grad)[kept], 1 / 0.9, rtol=1e-6)
+    assert 0.85 < kept.mean() < 0.95
 
 
 def test_attention_dropout_bits_reach_the_attention(tiny_config, variables, packed):
