@@ -30,6 +30,12 @@ def get_config(phase: str = "phase1") -> ml_collections.ConfigDict:
     max_seq_length, max_predictions, steps = PHASES[phase]
     config = default.get_config()
     config.model.preset = "base"
+    # For accelerators: the identical layers as one scan (one layer's compile; the optimizer
+    # steps layer by layer), saving only the matrix products' outputs for the backward pass
+    # (LayerNorm, GELU and dropout recomputed): the compile table's best predicted step
+    # (docs/compile.md, "Naming the traffic").
+    config.model.scan_layers = True
+    config.model.remat_policy = "dots"
     config.data.max_seq_length = max_seq_length
     config.data.max_predictions_per_seq = max_predictions
     config.data.packed = True

@@ -19,6 +19,8 @@ from configs import bert_base
 def get_config(phase: str = "phase1") -> ml_collections.ConfigDict:
     config = bert_base.get_config(phase)
     config.optimizer.name = "shampoo"
+    # Shampoo's statistics are per parameter: it takes the layers unrolled (optim.layerwise).
+    config.model.scan_layers = False
     config.optimizer.shampoo.update(
         asynchronous=True,
         block_size=128,

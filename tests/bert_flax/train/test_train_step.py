@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from bert_flax import losses, sharding, train, train_step
+from bert_flax import model as bert_model
 from bert_flax.data.synthetic import random_batch
 from bert_flax.tasks import pretraining
 from bert_flax.train_setup import PRNG_IMPLS, create_train_setup, dropout_key
@@ -51,6 +52,43 @@ def test_pure_step_bound_with_partial_equals_the_setups(make_config):
     assert float(jitted["masked_lm_accuracy/count"]) == float(batch["masked_lm_weights"].sum())
     for name, value in evaluated.items():
         assert float(jitted[name]) == pytest.approx(float(value), rel=1e-5), name
+
+
+@pytest.mark.slow(seconds=30)
+@pytest.mark.parametrize("optimizer", ["lamb", "adamw"])
+def test_a_scanned_step_equals_the_unrolled_step(make_config, optimizer):
+    """The same initial weights, stacked: after two LAMB (layer-wise trust ratios) or AdamW
+    steps, the same parameters and loss (without dropout: the scan draws each layer's keys
+    its own way)."""
+
+    def two_steps(scan):
+        config = make_config()
+        config.schedule.warmup_steps = 0
+        config.optimizer.name = optimizer
+        config.model.update(scan_layers=scan, hidden_dropout_rate=0.0, attention_dropout_rate=0.0)
+        setup = create_train_setup(config)
+        batch = random_batch(config.train.batch_size, setup.task.row_shape, vocab_size=512, seed=3)
+        batch = sharding.global_batch(setup.mesh, batch)
+        state = setup.state
+        if scan:  # start from the unrolled run's initial weights
+            stacked = bert_model.stack_layers(two_steps.initial)
+            state = state.replace(params=jax.device_put(stacked, setup.state_shardings.params))
+            state = state.replace(opt_state=setup.tx.init(state.params))
+        else:
+            two_steps.initial = jax.device_get(state.params)  # the step donates the state
+        for step in range(2):
+            state, metrics = setup.train_step(state, batch, jax.random.key(step))
+        return jax.device_get(state.params), float(metrics["loss"])
+
+    plain, plain_loss = two_steps(False)
+    scanned, scanned_loss = two_steps(True)
+    assert scanned_loss == pytest.approx(plain_loss, rel=1e-5)
+    # Within float32 summation order (the steps themselves are about 1e-2 of the learning rate).
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5),
+        plain,
+        bert_model.unstack_layers(scanned),
+    )
 
 
 def test_the_loop_checks_its_first_batch(make_config, tmp_path, monkeypatch):
