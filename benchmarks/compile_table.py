@@ -1,22 +1,26 @@
 r"""The table a researcher reads before booking TPUs: BERT-base and BERT-large, packed and padded,
-compiled for TPU slices on this (CPU) host. Every time and rate in it is a roofline prediction.
+compiled for TPU slices (and single GPUs) on this CPU host. Every time and rate in it is a
+roofline prediction.
 
     python benchmarks/compile_table.py             # writes benchmarks/results/compile_table.json
     python benchmarks/compile_table.py --markdown  # the table docs/compile.md shows
-    python benchmarks/compile_table.py --check_largest  # the whole model at one cell's largest
-                                                        # batch and one row a device more
+    PYTHONPATH=/tmp/cuda_plugin python benchmarks/compile_table.py --targets h100 h200
+                                                   # the GPU rows (docs/compile.md, GPU targets)
 
-A full BERT-large step takes minutes to compile on 2 cores, so each cell compiles the real step
-(`bert_flax.aot.compile_steps`: the config's rules, optimizer, attention, row shapes) at 1 and 2
-layers, at the recipe's rows and twice as many, and every figure (HBM per device, FLOPs,
-collective bytes, roofline seconds) is fitted exactly as a + b L + c R + d L R over layers L and
-rows R, then read at the model's depth (a transformer's layers are identical, so each figure is
-affine in L, and affine in R at a fixed L). Compiling at the rows read keeps XLA's tiling and
-buffer choices those of the real step (2 to 4 rows a device, below a TPU tile, doubled the HBM
-read at 16). `--check` compiles BERT-base at full depth at the rows of the v5e-8 512 packed cell
-and adds the fit's error there to the JSON. Rows: the recipe's 256 sequences a step (packed:
-256 / p rows, p from `packing.synthetic.corpus_like_histogram`, the figures of a real Wikipedia
-histogram), or the most that fit, whichever is fewer; one micro-batch.
+Each cell compiles the real train step of the config (`bert_flax.aot.compile_steps`: its rules,
+optimizer, attention, remat policy, scanned layers) at the model's full depth, once, at the
+recipe's rows: BERT's 256 sequences a step (packed: 256 / p rows, p from
+`packing.synthetic.corpus_like_histogram`, the figures of a real Wikipedia histogram), one
+micro-batch. Two readings of that compile, both linear in the rows:
+- the largest batch: the train state's bytes are fixed, the temporaries grow with the rows, so
+  the most rows a data shard takes is where fixed + temporaries per row x rows meets the chip's
+  HBM; a cell whose recipe does not fit is compiled again at that batch;
+- the best batch: the optimizer's update and the collectives cost the same at any batch, every
+  other class grows with the rows, so the predicted sequences a second rise with the batch up to
+  the largest one, and the table gives that rate.
+`REMAT_CELLS` are compiled at every remat policy too (largest batch and rate at each). A rerun
+resumes: cells of this `METHOD` already in the JSON are kept; the figures of a previous method
+stay beside the new ones as "before".
 """
 
 from __future__ import annotations
@@ -27,11 +31,9 @@ import json
 import math
 import os
 import sys
-import time
 
-import numpy as np
-
-from bert_flax import aot, sharding, targets, train_setup
+from bert_flax import aot, targets
+from bert_flax import config as config_lib
 from configs import bert_base, bert_large
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "compile_table.json")
@@ -46,48 +48,79 @@ CELLS = [
     ("large", 512, "v5p-8"),
     ("base", 512, "v6e-8"),
     ("large", 512, "v6e-8"),
+    ("base", 512, "h100"),
+    ("base", 512, "h200"),
 ]
-FITTED = ("memory", "xla_flops", "collective_bytes", "compute_s", "collective_s")
-ROW_MULTIPLES = (1, 2)  # of the recipe's rows
-LAYERS = (1, 2)
+# (model, length, target, packed) cells also compiled at every remat policy.
+REMAT_CELLS = [("base", 512, "v5e-8", True), ("large", 512, "v5e-8", True)]
+# Classes whose cost does not grow with the batch (`profile.classify`): the update of the state.
+PER_STEP_CLASSES = ("optimizer",)
 # Stored with the results; a rerun keeps only cells of this method. Change it when what a cell
-# compiles or how it is fitted changes (the docstring's paragraph on the method).
-METHOD = "layers (1, 2) x rows (1, 2) x recipe's, fitted a + bL + cR + dLR: version 1"
+# compiles or how it is read changes (the docstring).
+METHOD = "whole model, one compile at the recipe's rows, linear in the rows: version 2"
 
 
-def cell_config(model: str, length: int, packed: bool, layers: int, rows: int):
+def cell_config(model: str, length: int, packed: bool, rows: int, target: targets.Target,
+                remat: str | None = None):  # fmt: skip
+    """The config's own step at `rows` a step, one micro-batch, on synthetic data."""
     config = MODELS[model].get_config("phase1" if length == 128 else "phase2")
     config.data.synthetic = True
     config.data.packed = packed
-    config.model.num_layers = layers
     config.train.packing_hparams, config.train.accumulation = "none", 1
     config.train.batch_size = config.eval.batch_size = rows
+    if remat is not None:
+        config.model.remat_policy = remat
+    if target.platform != "tpu" and config.model.attention_impl == "splash":
+        # Splash is a TPU kernel; deviceless, the cudnn back-end is XLA attention (see docs).
+        config.model.attention_impl = "xla"
     return config
 
 
-def figures(report: aot.Report) -> dict[str, float]:
-    compute = sum(c.seconds for c in report.classes.values())
-    return {
-        "memory": report.train_memory.total,
-        "xla_flops": report.xla_flops,
-        "collective_bytes": report.collective_bytes,
-        "compute_s": compute,
-        "collective_s": report.collective_bytes / report.link_bytes_per_s,
-    }
+@dataclasses.dataclass
+class Compiled:
+    """What one compile of a cell says, per device."""
+
+    rows: int
+    memory: float  # HBM of the train step
+    state_memory: float  # what does not grow with the rows: all but the temporaries
+    flops: float  # XLA's count (the profiler's where XLA gives none: CUDA)
+    collective_bytes: float
+    classes: dict[str, float]  # roofline seconds per op class
+    collective_s: float
+    model_flops: float  # per step, all devices (`aot.model_flops_per_step`)
+    model: dict  # layers, parameters, attention, ... (`aot.Report.model`)
+    compile_s: float
+
+    @property
+    def step_s(self) -> float:
+        return sum(self.classes.values()) + self.collective_s
+
+    def largest_rows(self, hbm_bytes: float, shards: int) -> int:
+        per_row = (self.memory - self.state_memory) / self.rows
+        return max(0, math.floor((hbm_bytes - self.state_memory) / per_row / shards) * shards)
+
+    def step_s_at(self, rows: int) -> float:
+        """The step at `rows`: per-step classes and collectives fixed, the rest per row."""
+        fixed = sum(self.classes.get(c, 0.0) for c in PER_STEP_CLASSES) + self.collective_s
+        return fixed + (self.step_s - fixed) * rows / self.rows
 
 
-def fit(points: dict[tuple[int, int], dict[str, float]]) -> dict[str, np.ndarray]:
-    """Per figure, (a, b, c, d) of a + b L + c R + d L R through the four (L, R) points."""
-    keys = sorted(points)
-    design = np.array([[1, layers, rows, layers * rows] for layers, rows in keys], float)
-    return {
-        name: np.linalg.solve(design, np.array([points[k][name] for k in keys], float))
-        for name in FITTED
-    }
-
-
-def at(coefficients: dict[str, np.ndarray], layers: int, rows: float) -> dict[str, float]:
-    return {k: float(c @ [1, layers, rows, layers * rows]) for k, c in coefficients.items()}
+def compile_cell(config, target: targets.Target, devices, factor: float) -> Compiled:
+    steps = aot.compile_steps(config, devices, factor, evaluate=False)
+    report = aot.report(steps, target)
+    memory = report.train_memory
+    return Compiled(
+        rows=report.rows_per_step,
+        memory=memory.total,
+        state_memory=memory.total - memory.temporaries,
+        flops=report.xla_flops or report.hlo_flops,
+        collective_bytes=report.collective_bytes,
+        classes={name: c.seconds for name, c in report.classes.items()},
+        collective_s=report.collective_bytes / report.link_bytes_per_s,
+        model_flops=report.model_flops_per_step,
+        model=report.model,
+        compile_s=steps.seconds["train"],
+    )
 
 
 @dataclasses.dataclass
@@ -97,181 +130,174 @@ class Cell:
     target: str
     packed: bool
     packing_factor: float
-    layers: int
-    parameters: int
+    remat: str
     recipe_rows: int
     largest_rows: int
-    rows: int
-    fits_recipe: bool
-    figures: dict[str, float]
-    model_flops_per_step: float
-    compile_s: float
+    compiled: Compiled  # at min(recipe rows, largest rows)
+    remat_policies: dict[str, dict[str, float]]  # REMAT_CELLS: per policy, largest and rate
 
     @property
-    def step_s(self) -> float:
-        return self.figures["compute_s"] + self.figures["collective_s"]
+    def rows(self) -> int:
+        return self.compiled.rows
 
     @property
     def sequences_per_s(self) -> float:
-        return self.rows * self.packing_factor / self.step_s
+        return self.rows * self.packing_factor / self.compiled.step_s
+
+    @property
+    def best_sequences_per_s(self) -> float:
+        rows = self.largest_rows
+        return rows * self.packing_factor / self.compiled.step_s_at(rows) if rows else 0.0
+
+    def mfu(self, rows: int, step_s: float) -> float:
+        slice_ = targets.target(self.target)
+        flops = self.compiled.model_flops / self.rows * rows
+        return flops / (step_s * slice_.chip.peak_flops * slice_.chips)
+
+    def as_dict(self) -> dict:
+        derived = {
+            "rows": self.rows,
+            "step_s": self.compiled.step_s,
+            "sequences_per_s": self.sequences_per_s,
+            "mfu": self.mfu(self.rows, self.compiled.step_s),
+            "best_sequences_per_s": self.best_sequences_per_s,
+            "predicted": ["step_s", "sequences_per_s", "mfu", "best_sequences_per_s"],
+        }
+        return dataclasses.asdict(self) | derived
 
 
 def measure_cell(model: str, length: int, target_name: str, packed: bool) -> Cell:
     target = targets.target(target_name)
     devices = targets.compile_only_devices(target)
-    started = time.perf_counter()
-    points = {}
-    factor = aot.packing_factor(cell_config(model, length, packed, 1, 8), "corpus_like")
     shards = len(devices)
+    config = cell_config(model, length, packed, shards, target)
+    factor = aot.packing_factor(config, "corpus_like")
     recipe = shards * math.ceil(RECIPE_SEQUENCES / factor / shards)
-    for layers in LAYERS:
-        for multiple in ROW_MULTIPLES:
-            rows = multiple * recipe
-            config = cell_config(model, length, packed, layers, rows)
-            steps = aot.compile_steps(config, devices, factor, evaluate=False)
-            report = aot.report(steps, target)
-            points[layers, rows] = figures(report)
-            print(f"  {model} {length} {target_name} packed={packed} L={layers} rows={rows}: "
-                  f"{steps.seconds['train']:.0f} s", file=sys.stderr, flush=True)  # fmt: skip
-    coefficients = fit(points)
-    full = cell_config(model, length, packed, MODELS[model].get_config().model.num_layers, 8)
-    mesh = sharding.create_mesh(full.mesh.shape, full.mesh.axes, devices)
-    program = train_setup.create_train_program(full, mesh, packing_factor_override=factor)
-    depth, params = program.model_config.num_layers, program.abstract_state.params
-    # Memory at the full depth: fixed + per_row x rows; the most rows that fit, per data shard.
-    fixed, per_row = (coefficients["memory"] @ v for v in ([1, depth, 0, 0], [0, 0, 1, depth]))
-    largest = max(0, math.floor((target.chip.hbm_bytes - fixed) / per_row / shards) * shards)
-    rows = min(recipe, largest)
-    flops = aot.model_flops_per_step(params, program.model_config, rows, program.task.row_shape)
-    return Cell(
-        model, length, target_name, packed, factor, depth, aot.parameter_count(params), recipe,
-        largest, rows,
-        recipe <= largest, at(coefficients, depth, rows), flops,
-        time.perf_counter() - started,
-    )  # fmt: skip
+    compiled = compile_cell(cell_config(model, length, packed, recipe, target), target, devices,
+                            factor)  # fmt: skip
+    largest = compiled.largest_rows(target.chip.hbm_bytes, shards)
+    if 0 < largest < recipe:  # the recipe does not fit: the figures at the largest batch
+        config = cell_config(model, length, packed, largest, target)
+        compiled = compile_cell(config, target, devices, factor)
+    remat = cell_config(model, length, packed, recipe, target).model.remat_policy
+    policies = {}
+    if (model, length, target_name, packed) in REMAT_CELLS:
+        for policy in config_lib.REMAT_POLICIES:
+            config = cell_config(model, length, packed, recipe, target, policy)
+            reuse = policy == remat and compiled.rows == recipe
+            at = compiled if reuse else compile_cell(config, target, devices, factor)
+            rows = at.largest_rows(target.chip.hbm_bytes, shards)
+            policies[policy] = {
+                "largest_rows": rows,
+                "step_s": at.step_s,
+                "best_sequences_per_s": rows * factor / at.step_s_at(rows) if rows else 0.0,
+            }
+    print(f"  {model} {length} {target_name} packed={packed}: {compiled.compile_s:.0f} s",
+          file=sys.stderr, flush=True)  # fmt: skip
+    return Cell(model, length, target_name, packed, factor, remat, recipe, largest, compiled,
+                policies)  # fmt: skip
 
 
-def check(cells: list[dict], model="base", length=512, target_name="v5e-8") -> dict:
-    """The fitted figures of one packed cell against a compile of the whole model at its rows."""
-    (cell,) = [
-        c for c in cells
-        if (c["model"], c["length"], c["target"], c["packed"]) == (model, length, target_name, True)
-    ]  # fmt: skip
-    target = targets.target(target_name)
-    config = cell_config(model, length, True, None, cell["rows"])
-    devices = targets.compile_only_devices(target)
-    steps = aot.compile_steps(config, devices, cell["packing_factor"], evaluate=False)
-    compiled = figures(aot.report(steps, target))
-    return {
-        "cell": [model, length, target_name, "packed", cell["rows"]],
-        "compile_s": steps.seconds["train"],
-        "compiled": compiled,
-    }
+def _key(c: dict) -> tuple:
+    return c["model"], c["length"], c["target"], c["packed"]
 
 
-def check_largest(cells: list[dict], model="base", length=512, target_name="v5e-8") -> dict:
-    """The whole model of one packed cell compiled at its fitted largest batch and at one row a
-    data shard more: the first should fit the chip's HBM and the second not."""
-    (cell,) = [
-        c for c in cells
-        if (c["model"], c["length"], c["target"], c["packed"]) == (model, length, target_name, True)
-    ]  # fmt: skip
-    target = targets.target(target_name)
-    devices = targets.compile_only_devices(target)
-    compiled = {}
-    for rows in (cell["largest_rows"], cell["largest_rows"] + len(devices)):
-        config = cell_config(model, length, True, None, rows)
-        steps = aot.compile_steps(config, devices, cell["packing_factor"], evaluate=False)
-        memory = aot.report(steps, target).train_memory.total
-        compiled[str(rows)] = {"memory": memory, "fits": memory <= target.chip.hbm_bytes}
-    return {"cell": [model, length, target_name, "packed"], "compiled": compiled}
-
-
-def largest_line(check: dict) -> str:
-    """`check_largest`'s compiles, as docs/compile.md shows them."""
-    model, length, target, _ = check["cell"]
-    (first, above), (second, below) = check["compiled"].items()
-    said = lambda rows, c: (
-        f"{rows} rows {c['memory'] / 2**30:.2f} GiB ({'fits' if c['fits'] else 'does not fit'})"
-    )
-    verdict = {
-        (True, False): "as the fit says",
-        (True, True): "both fit, so the fitted largest batch is conservative here",
-        (False, False): "neither fits, so the fitted largest batch is too large here",
-    }.get((above["fits"], below["fits"]), "the larger fits and the smaller does not")
-    return (
-        f"Largest batch, BERT-{model} packed at {length} on {target}, the whole model compiled "
-        f"at the fitted largest batch and one row a device more: {said(first, above)}, "
-        f"{said(second, below)}: {verdict}."
-    )
-
-
-def fit_error(check: dict, cells: list[dict]) -> dict[str, float]:
-    """The fitted figures of the checked cell over the whole-model compile's, minus one."""
-    model, length, target, _, rows = check["cell"]
-    for cell in cells:
-        if (cell["model"], cell["length"], cell["target"], cell["packed"], cell["rows"]) == (
-            model, length, target, True, rows
-        ):  # fmt: skip
-            compiled = check["compiled"]
-            return {k: cell["figures"][k] / compiled[k] - 1 for k in FITTED if compiled[k]}
-    return {}  # that cell is not compiled yet
-
-
-def markdown(cells: list[dict]) -> str:
+def markdown(cells: list[dict], previous: list[dict]) -> str:
     """The table as docs/compile.md shows it (from the JSON, so the docs cannot drift)."""
-    head = (
-        "| model | length | slice | rows | fits 256 seq. | largest batch (rows) | HBM / device "
-        "(GiB) | TFLOPs / step | collectives (MiB / device) | step (ms) | sequences / s | "
-        "MFU |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
-    )
-    lines = [head]
+    before = {_key(c): c for c in previous}
+    lines = [
+        "| model | length | slice | attention, remat | rows | fits 256 seq. | largest batch "
+        "(rows) | HBM / device (GiB) | TFLOPs / step | step (ms) | sequences / s | MFU | at the "
+        "largest batch: sequences / s | before: step (ms), sequences / s, MFU |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for c in cells:
-        f = c["figures"]
-        if not c["rows"]:  # the fit's memory per row was not positive: no batch to read at
-            lines.append(f"| BERT-{c['model']} {'packed' if c['packed'] else 'padded'} | "
-                         f"{c['length']} | {c['target']} |" + " fit failed |" * 9)  # fmt: skip
-            continue
         layout = f"packed ({c['packing_factor']:.2f})" if c["packed"] else "padded"
-        devices = targets.target(c["target"]).chips
-        peak = targets.target(c["target"]).chip.peak_flops * devices
-        mfu = c["model_flops_per_step"] / (c["step_s"] * peak) if c["rows"] else 0.0
+        chips = targets.target(c["target"]).chips
+        old = before.get(_key(c))
+        was = "-" if old is None else (
+            f"{old['step_s'] * 1e3:.0f}, {old['sequences_per_s']:,.0f}, {_old_mfu(old):.0%}"
+        )  # fmt: skip
+        compiled = c["compiled"]
         lines.append(
-            f"| BERT-{c['model']} {layout} | {c['length']} | {c['target']} | {c['rows']} | "
-            f"{'yes' if c['fits_recipe'] else 'no'} | {c['largest_rows']} | "
-            f"{f['memory'] / 2**30:.1f} | {f['xla_flops'] * devices / 1e12:.1f} | "
-            f"{f['collective_bytes'] / 2**20:.0f} | {c['step_s'] * 1e3:.0f} | "
-            f"{c['sequences_per_s']:,.0f} | {mfu:.0%} |"
+            f"| BERT-{c['model']} {layout} | {c['length']} | {c['target']} | "
+            f"{compiled['model']['attention']}, {c['remat']} | {c['rows']} | "
+            f"{'yes' if c['rows'] == c['recipe_rows'] else 'no'} | {c['largest_rows']} | "
+            f"{compiled['memory'] / 2**30:.1f} | {compiled['flops'] * chips / 1e12:.1f} | "
+            f"{c['step_s'] * 1e3:.1f} | {c['sequences_per_s']:,.0f} | {c['mfu']:.0%} | "
+            f"{c['best_sequences_per_s']:,.0f} | {was} |"
         )
     return "\n".join(lines)
 
 
-def check_lines(check: dict, cells: list[dict]) -> str:
-    """The `--check` compile against the fit, as docs/compile.md shows it."""
-    model, length, target, _, rows = check["cell"]
-    errors = ", ".join(f"{k} {v:+.0%}" for k, v in fit_error(check, cells).items())
-    errors = errors or "not known yet (that cell is not compiled yet)"
-    c = check["compiled"]
-    step = c["compute_s"] + c["collective_s"]
-    return (
-        f"Check, BERT-{model} packed at {length} on {target}, {rows} rows, the whole model "
-        f"compiled ({check['compile_s']:.0f} s): HBM {c['memory'] / 2**30:.2f} GiB per device, "
-        f"{c['xla_flops'] * targets.target(target).chips / 1e12:.1f} TFLOPs a step, "
-        f"collectives {c['collective_bytes'] / 2**20:.0f} MiB, step {step * 1e3:.0f} ms "
-        f"(prediction). The fit's error there: {errors}."
+def _old_mfu(cell: dict) -> float:
+    slice_ = targets.target(cell["target"])
+    peak = slice_.chip.peak_flops * slice_.chips
+    return cell["model_flops_per_step"] / (cell["step_s"] * peak)
+
+
+def packing_gain(cells: list[dict]) -> str:
+    """Packed over padded sequences a second per slice, against the packing factor."""
+    padded = {_key(c)[:3]: c for c in cells if not c["packed"]}
+    lines = [
+        "| model | length | slice | packing factor | packed / padded sequences a second | "
+        "of the factor |",
+        "|---|---|---|---|---|---|",
+    ]
+    for c in cells:
+        if c["packed"] and _key(c)[:3] in padded:
+            gain = c["sequences_per_s"] / padded[_key(c)[:3]]["sequences_per_s"]
+            lines.append(
+                f"| BERT-{c['model']} | {c['length']} | {c['target']} | "
+                f"{c['packing_factor']:.2f} | {gain:.2f} | {gain / c['packing_factor']:.2f} |"
+            )
+    return "\n".join(lines)
+
+
+def remat_table(cells: list[dict]) -> str:
+    """`REMAT_CELLS` at every remat policy."""
+    lines = [
+        "| cell | remat | largest batch (rows) | step at the recipe's rows (ms) | sequences / s "
+        "at the largest batch |",
+        "|---|---|---|---|---|",
+    ]
+    for c in cells:
+        for policy, p in c["remat_policies"].items():
+            lines.append(
+                f"| BERT-{c['model']} packed {c['length']} {c['target']} | {policy} | "
+                f"{p['largest_rows']} | {p['step_s'] * 1e3:.1f} | "
+                f"{p['best_sequences_per_s']:,.0f} |"
+            )
+    return "\n".join(lines)
+
+
+def breakdown(cells: list[dict], key=("base", 512, "v5e-8", True)) -> str:
+    """Where the step of one cell goes, by op class (`profile.classify`)."""
+    (cell,) = [c for c in cells if _key(c) == key] or [None]
+    if cell is None:
+        return ""
+    classes = cell["compiled"]["classes"] | {"collectives": cell["compiled"]["collective_s"]}
+    step = sum(classes.values())
+    rows = [f"| {name} | {s * 1e3:.2f} | {s / step:.0%} |"
+            for name, s in sorted(classes.items(), key=lambda kv: -kv[1]) if s >= 5e-5]  # fmt: skip
+    head = (
+        f"BERT-{key[0]} packed at {key[1]} on {key[2]}, {cell['rows']} rows, predicted per "
+        f"device by op class:\n\n| class | ms | share |\n|---|---|---|"
     )
+    return "\n".join([head, *rows])
 
 
 def load(path: str) -> dict:
-    """The results so far: cells compiled by this method are kept (a rerun resumes), others
-    dropped; the whole-model check does not depend on the method."""
+    """The results so far: cells compiled by this method are kept (a rerun resumes); the cells
+    of an older method become `previous`, shown beside the new ones."""
     if not os.path.exists(path):
-        return {"method": METHOD, "cells": []}
+        return {"method": METHOD, "cells": [], "previous": {"method": None, "cells": []}}
     with open(path, encoding="utf-8") as f:
         results = json.load(f)
     if results["method"] == METHOD:
         return results
-    return {"method": METHOD, "cells": [], **{k: v for k, v in results.items() if k == "check"}}
+    previous = {"method": results["method"], "cells": results["cells"]}
+    return {"method": METHOD, "cells": [], "previous": previous}
 
 
 def save(results: dict, path: str) -> None:
@@ -280,55 +306,38 @@ def save(results: dict, path: str) -> None:
         json.dump(results, f, indent=1)
 
 
-def missing_cells(cells: list[dict]) -> list[tuple[str, int, str, bool]]:
-    done = {(c["model"], c["length"], c["target"], c["packed"]) for c in cells}
+def missing_cells(cells: list[dict], names=None) -> list[tuple[str, int, str, bool]]:
+    done = {_key(c) for c in cells}
     return [(*cell, packed) for cell in CELLS for packed in (True, False)
-            if (*cell, packed) not in done]  # fmt: skip
+            if (*cell, packed) not in done and (names is None or cell[2] in names)]  # fmt: skip
 
 
 def rendered(results: dict) -> str:
-    """The table, the cells not compiled yet and the check, as docs/compile.md shows them."""
-    parts = [markdown(results["cells"])]
-    todo = missing_cells(results["cells"])
+    """The tables and the cells not compiled yet, as docs/compile.md shows them."""
+    cells = results["cells"]
+    parts = [markdown(cells, results["previous"]["cells"]), packing_gain(cells)]
+    parts += [part for part in (remat_table(cells), breakdown(cells)) if part]
+    todo = missing_cells(cells)
     if todo:
         names = [f"BERT-{m} {'packed' if p else 'padded'} {n} on {t}" for m, n, t, p in todo]
-        parts.append("Not compiled yet: " + ", ".join(names))
-    if "check" in results:
-        parts.append(check_lines(results["check"], results["cells"]))
-    if "largest_check" in results:
-        parts.append(largest_line(results["largest_check"]))
+        parts.append("Not compiled yet: " + ", ".join(names) + ".")
     return "\n\n".join(parts)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--markdown", action="store_true", help="Print the table from the JSON.")
+    parser.add_argument("--markdown", action="store_true", help="Print the tables from the JSON.")
     parser.add_argument("--out", default=RESULTS)
-    parser.add_argument("--check", action="store_true", help="Check the fit (see above).")
-    parser.add_argument(
-        "--check_largest", action="store_true", help="Check one cell's largest batch (see above)."
-    )
+    parser.add_argument("--targets", nargs="+", help="Compile only the cells on these slices.")
     args = parser.parse_args()
     results = load(args.out)
     if args.markdown:
         print(rendered(results))
         return
-    if args.check:
-        results["check"] = check(results["cells"])
-        print(json.dumps(results["check"], indent=1))
+    for model, length, target, packed in missing_cells(results["cells"], args.targets):
+        results["cells"].append(measure_cell(model, length, target, packed).as_dict())
         save(results, args.out)
-        return
-    if args.check_largest:
-        results["largest_check"] = check_largest(results["cells"])
-        print(largest_line(results["largest_check"]))
-        save(results, args.out)
-        return
-    for model, length, target, packed in missing_cells(results["cells"]):
-        cell = measure_cell(model, length, target, packed)
-        results["cells"].append(dataclasses.asdict(cell) | {
-            "step_s": cell.step_s, "sequences_per_s": cell.sequences_per_s})  # fmt: skip
-        save(results, args.out)
-    print(markdown(results["cells"]))
+    print(rendered(results))
 
 
 if __name__ == "__main__":

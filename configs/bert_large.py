@@ -34,16 +34,11 @@ def get_config(phase: str = "phase1") -> ml_collections.ConfigDict:
     step_offset = 0 if phase == "phase1" else PHASES["phase1"][5]
     config = default.get_config()
     config.model.preset = "large"
-    # For accelerators: the identical layers as one scan (one layer's compile; the optimizer
-    # steps layer by layer), saving only the matrix products' outputs for the backward pass
-    # (LayerNorm, GELU and dropout recomputed): the compile table's best predicted step
-    # (docs/compile.md, "Naming the traffic").
-    config.model.scan_layers = True
-    config.model.remat_policy = "dots"
     config.data.max_seq_length = max_seq_length
     config.data.max_predictions_per_seq = max_predictions
     config.data.packed = True
     config.data.max_sequences_per_pack = 3
+    default.for_accelerators(config)
 
     config.optimizer.name = "lamb"
     config.optimizer.lamb.update(b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01)

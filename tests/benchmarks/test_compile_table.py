@@ -1,8 +1,9 @@
-"""The TPU table: its fit over layers and rows (tests/benchmarks/test_results.py keeps
-docs/compile.md equal to its JSON)."""
+"""The TPU table: its readings of one compile (largest batch, rate at a batch) and its rerun
+(tests/benchmarks/test_results.py keeps docs/compile.md equal to its JSON)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -12,19 +13,26 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def test_fit_recovers_a_bilinear_figure_and_reads_it_at_depth(load_benchmark):
+def compiled(bench, rows=16, memory=10.0, state=4.0):
+    return bench.Compiled(
+        rows=rows, memory=memory, state_memory=state, flops=1.0, collective_bytes=0.0,
+        classes={"optimizer": 2.0, "feed_forward": 6.0}, collective_s=1.0, model_flops=1.0,
+        model={"attention": "splash"}, compile_s=0.0,
+    )  # fmt: skip
+
+
+def test_the_largest_batch_is_where_state_and_temporaries_per_row_meet_the_hbm(load_benchmark):
     bench = load_benchmark("compile_table")
+    # 6 bytes of temporaries at 16 rows: 3/8 a row; 40 - 4 bytes free -> 96 rows, 8 shards.
+    assert compiled(bench).largest_rows(hbm_bytes=40.0, shards=8) == 96
+    assert compiled(bench).largest_rows(hbm_bytes=41.0, shards=8) == 96  # whole shards only
 
-    def figure(layers, rows):  # fixed + per layer + per row + per layer-row (activations)
-        return 5.0 + 3.0 * layers + 2.0 * rows + 0.5 * layers * rows
 
-    points = {
-        (layers, rows): {name: figure(layers, rows) for name in bench.FITTED}
-        for layers in bench.LAYERS
-        for rows in (16, 32)
-    }
-    at_depth = bench.at(bench.fit(points), 24, 100)
-    assert at_depth["memory"] == pytest.approx(figure(24, 100))
+def test_only_the_per_row_classes_grow_with_the_batch(load_benchmark):
+    bench = load_benchmark("compile_table")
+    c = compiled(bench)
+    assert c.step_s == 9.0
+    assert c.step_s_at(32) == pytest.approx(2.0 + 1.0 + 6.0 * 2)  # optimizer, collectives fixed
 
 
 def test_the_markdown_command_prints_the_docs_block(load_benchmark):
@@ -37,13 +45,30 @@ def test_the_markdown_command_prints_the_docs_block(load_benchmark):
     assert done.stdout.strip() == tables.BLOCKS["compile_table"](tables.published)
 
 
-def test_a_rerun_resumes_cells_of_its_method_and_drops_others(load_benchmark, tmp_path):
+def test_a_rerun_resumes_its_method_and_keeps_an_older_one_as_before(load_benchmark, tmp_path):
     bench = load_benchmark("compile_table")
     path = str(tmp_path / "compile_table.json")
-    bench.save({"method": bench.METHOD, "cells": [{"cell": 1}], "check": {"x": 1}}, path)
+    bench.save({"method": bench.METHOD, "cells": [{"cell": 1}], "previous": {}}, path)
     assert bench.load(path)["cells"] == [{"cell": 1}]
-    bench.save({"method": "an older method", "cells": [{"cell": 1}], "check": {"x": 1}}, path)
-    assert bench.load(path) == {"method": bench.METHOD, "cells": [], "check": {"x": 1}}
+    bench.save({"method": "an older method", "cells": [{"cell": 1}]}, path)
+    assert bench.load(path) == {
+        "method": bench.METHOD,
+        "cells": [],
+        "previous": {"method": "an older method", "cells": [{"cell": 1}]},
+    }
+
+
+def test_a_cell_renders_beside_its_previous_figures(load_benchmark):
+    bench = load_benchmark("compile_table")
+    cells = []
+    for packed, factor in ((True, 2.0), (False, 1.0)):
+        cell = bench.Cell("base", 512, "v5e-8", packed, factor, "dots", 16, 96, compiled(bench), {})
+        cells.append(cell.as_dict())
+    old = dict(cells[0], step_s=18.0, sequences_per_s=1.0, model_flops_per_step=1.0)
+    text = bench.rendered({"cells": cells, "previous": {"cells": [old]}})
+    assert "| 18000, 1, " in text  # the previous method's step beside the new one
+    assert "| BERT-base | 512 | v5e-8 | 2.00 | 2.00 | 1.00 |" in text  # packed / padded
+    assert dataclasses.asdict(compiled(bench))["rows"] == 16
 
 
 def test_the_published_table_is_of_the_current_method(load_benchmark):
