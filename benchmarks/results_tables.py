@@ -874,6 +874,27 @@ def demo_block(read: Read) -> str:
     )
 
 
+ATTENTION_DROPOUT_COLUMNS: Columns = {
+    "attention dropout": lambda r: r["rate"],
+    "eval masked-LM accuracy, median": lambda r: f"{r['median']:.4f}",
+    "min": lambda r: f"{min(r['seeds']):.4f}",
+    "max": lambda r: f"{max(r['seeds']):.4f}",
+}
+
+
+def attention_dropout_block(read: Read) -> str:
+    result = read("attention_dropout")["result"]
+    rows = [
+        {"rate": rate, "median": result["median"][rate], "seeds": seeds}
+        for rate, seeds in result["accuracy"].items()
+    ]
+    return (
+        f"{source('attention_dropout', read)}\n\nThe packed CPU recipe at step "
+        f"{result['steps']}, {result['seeds']} seeds (most-frequent-token baseline "
+        f"{result['baseline']:.4f}):\n\n{items_table(rows, ATTENTION_DROPOUT_COLUMNS)}"
+    )
+
+
 def compile_block(read: Read) -> str:
     import compile_table  # JAX and libtpu: only for this block
 
@@ -904,6 +925,7 @@ BLOCKS: dict[str, Callable[[Read], str]] = {
     **{name: optimizer_race_block(name) for name in RACES},
     "loss_bench": loss_bench_block,
     "profile_report_dropout": dropout_block,
+    "attention_dropout": attention_dropout_block,
 }
 
 

@@ -218,3 +218,16 @@ def test_block_sparse_learning(tmp_path, recipe_data):
     )
     assert 0 < dense["ffn_seconds"] < dense["step_seconds"] and sparse["ffn_seconds"] > 0
     assert (tmp_path / "block_sparse_learning.png").stat().st_size > 0
+
+
+@pytest.mark.slow(seconds=90)
+def test_attention_dropout(tmp_path, recipe_data, load_benchmark):
+    shutil.copytree(recipe_data, tmp_path / "sotu_cpu")  # the benchmark reuses prepared data
+    result = run_benchmark(
+        "attention_dropout.py", f"--workdir={tmp_path}", "--steps=2", "--seeds=1", "--dupe_factor=1"
+    )
+    assert list(result["accuracy"]) == ["0.1", "0"] and result["steps"] == 2
+    assert all(0 <= a[0] <= 1 for a in result["accuracy"].values()) and result["baseline"] > 0
+    record = {"result": result, "command": "c", "date": None, "machine": {}, "commit": "unknown"}
+    block = load_benchmark("results_tables").BLOCKS["attention_dropout"](lambda name: record)
+    assert "| 0.1 |" in block and "| 0 |" in block
