@@ -184,16 +184,39 @@ def profile_row(read: Read) -> tuple[str, str]:
     )
 
 
+HEADLINE_CELL = ("base", 512, "v5e-8", True)
+
+
 def compile_row(read: Read) -> tuple[str, str]:
     cells = read("compile_table")["cells"]
     listed = lambda key: list(dict.fromkeys(c[key] for c in cells))
     models = " and ".join(f"BERT-{m}" for m in listed("model"))
     layouts = " and ".join("packed" if p else "padded" for p in listed("packed"))
+    by_key = {(c["model"], c["length"], c["target"], c["packed"]): c for c in cells}
+    packed, padded = by_key.get(HEADLINE_CELL), by_key.get((*HEADLINE_CELL[:3], False))
+    headline = ""
+    if packed and padded:
+        gain = packed["sequences_per_s"] / padded["sequences_per_s"] / packed["packing_factor"]
+        headline = (
+            f"; BERT-base packed at 512 on v5e-8: **MFU {packed['mfu']:.0%}**, "
+            f"{packed['sequences_per_s']:,.0f} sequences/s, {gain:.2f} of the packing factor "
+            "over padded"
+        )
     return (
         "will it fit, how fast could it be (compiled for TPU on this CPU host; **predictions**: "
         "roofline, not measured)",
         f"{models}, {layouts}, on {', '.join(listed('target'))}: fits, largest batch, HBM, "
-        "FLOPs, collectives, step time, sequences/s (predictions from compiles)",
+        f"FLOPs, collectives, step time, sequences/s (predictions from compiles){headline}",
+    )
+
+
+def attention_dropout_row(read: Read) -> tuple[str, str]:
+    r = read("attention_dropout")["result"]
+    return (
+        f"attention dropout 0.1 vs none, CPU recipe, {r['steps']:,} steps (median of "
+        f"{r['seeds']} seeds)",
+        f"eval masked-LM accuracy {r['median']['0.1']:.4f} with vs {r['median']['0']:.4f} "
+        f"without (baseline {r['baseline']:.4f}): the TPU presets drop it at 512 (splash)",
     )
 
 
@@ -275,6 +298,11 @@ README_ROWS: list[tuple[Callable[[Read], tuple[str, str]], str]] = [
         compile_row,
         "`python benchmarks/compile_table.py` "
         "([compile](docs/compile.md#the-table-before-booking-tpus))",
+    ),
+    (
+        attention_dropout_row,
+        "`python benchmarks/attention_dropout.py --json` "
+        "([results](docs/results.md#attention-dropout-at-512))",
     ),
     (
         block_sparse_row,

@@ -7,7 +7,10 @@ import dataclasses
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
+import jax
+import ml_collections
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -74,3 +77,31 @@ def test_a_cell_renders_beside_its_previous_figures(load_benchmark):
 def test_the_published_table_is_of_the_current_method(load_benchmark):
     bench = load_benchmark("compile_table")
     assert bench.load(bench.RESULTS)["cells"], "the published cells would be dropped on a rerun"
+
+
+def test_a_program_too_big_for_the_hbm_is_compiled_at_half_its_rows(load_benchmark, monkeypatch):
+    bench = load_benchmark("compile_table")
+    tried = []
+
+    def compile_steps(config, devices, factor, evaluate):
+        tried.append(config.train.batch_size)
+        if config.train.batch_size > 32:
+            raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Ran out of memory on HBM")
+        return SimpleNamespace(rows=config.train.batch_size, seconds={"train": 1.0})
+
+    def report(steps, target):
+        memory = SimpleNamespace(total=2.0, temporaries=1.0)
+        return SimpleNamespace(
+            train_memory=memory, rows_per_step=steps.rows, xla_flops=1.0, hlo_flops=0.0,
+            collective_bytes=0.0, classes={}, link_bytes_per_s=1.0, model_flops_per_step=1.0,
+            model={},
+        )  # fmt: skip
+
+    monkeypatch.setattr(bench.aot, "compile_steps", compile_steps)
+    monkeypatch.setattr(bench.aot, "report", report)
+    config = ml_collections.ConfigDict({"train": {"batch_size": 128}, "eval": {"batch_size": 128}})
+    assert bench.compile_cell(config, None, devices=[0] * 8, factor=2.0).rows == 32
+    assert tried == [128, 64, 32]
+    monkeypatch.setattr(bench.aot, "compile_steps", lambda *a, **k: tried.pop(99))
+    with pytest.raises(IndexError):  # any other error is raised as it is
+        bench.compile_cell(config, None, devices=[0] * 8, factor=2.0)
