@@ -76,8 +76,8 @@ def cell_config(model: str, length: int, packed: bool, rows: int, target: target
     if remat is not None:
         config.model.remat_policy = remat
     if target.platform != "tpu" and config.model.attention_impl == "splash":
-        # Splash is a TPU kernel; deviceless, the cudnn back-end is XLA attention (see docs).
-        config.model.attention_impl = "xla"
+        # Splash is a TPU kernel: the GPU's flash attention over segments (Pallas, Triton).
+        config.model.attention_impl = "pallas_gpu"
     return config
 
 
@@ -325,15 +325,21 @@ def save(results: dict, path: str) -> None:
         json.dump(results, f, indent=1)
 
 
+def every_cell() -> list[tuple[str, int, str, bool]]:
+    """(model, length, target, packed) of the table's rows, in its order."""
+    return [(*cell, packed) for cell in CELLS for packed in (True, False)]
+
+
 def missing_cells(cells: list[dict], names=None) -> list[tuple[str, int, str, bool]]:
     done = {_key(c) for c in cells}
-    return [(*cell, packed) for cell in CELLS for packed in (True, False)
-            if (*cell, packed) not in done and (names is None or cell[2] in names)]  # fmt: skip
+    return [key for key in every_cell()
+            if key not in done and (names is None or key[2] in names)]  # fmt: skip
 
 
 def rendered(results: dict) -> str:
     """The tables and the cells not compiled yet, as docs/compile.md shows them."""
-    cells = results["cells"]
+    order = {key: i for i, key in enumerate(every_cell())}
+    cells = sorted(results["cells"], key=lambda c: order.get(_key(c), len(order)))
     parts = [markdown(cells, results["previous"]["cells"]), packing_gain(cells)]
     breakdowns = [breakdown(cells, key) for key in BREAKDOWN_CELLS]
     parts += [part for part in (remat_table(cells), *breakdowns) if part]

@@ -203,8 +203,8 @@ def compile_row(read: Read) -> tuple[str, str]:
             "over padded"
         )
     return (
-        "will it fit, how fast could it be (compiled for TPU on this CPU host; **predictions**: "
-        "roofline, not measured)",
+        "will it fit, how fast could it be (compiled for TPU and GPU on this CPU host; "
+        "**predictions**: roofline, not measured)",
         f"{models}, {layouts}, on {', '.join(listed('target'))}: fits, largest batch, HBM, "
         f"FLOPs, collectives, step time, sequences/s (predictions from compiles){headline}",
     )

@@ -20,6 +20,7 @@ from collections.abc import Callable
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.experimental.pallas.ops.gpu import attention as pallas_gpu
 from jax.experimental.pallas.ops.tpu import splash_attention as splash
 
 from bert_flax import sharding
@@ -151,8 +152,31 @@ def splash_attention(
     it is the block size. Under a mesh (`jax.set_mesh`) with flax logical-axis rules, the kernel
     runs per shard in `jax.shard_map`, batch and heads split as the rules say.
     """
-    _check_splash_length(q.shape[1])
+    _check_kernel_length("splash", q.shape[1])
     local = functools.partial(_splash_local, interpret=interpret)
+    return _per_shard(local, "splash", q, k, v, segment_ids)
+
+
+def pallas_gpu_attention(
+    q: Array, k: Array, v: Array, segment_ids: Array, *, interpret: bool = False
+) -> Array:
+    """Pallas flash attention for GPU (`jax.experimental.pallas.ops.gpu.attention`, Triton) with
+    segment ids; `interpret=True` runs it on any backend. It takes q, k, v as the model holds
+    them ([rows, length, heads, head_dim]: no transposes); `length` a multiple of 128. Under a
+    mesh it runs per shard, as `splash_attention` does."""
+    _check_kernel_length("pallas_gpu", q.shape[1])
+
+    def local(q, k, v, segment_ids):
+        out = pallas_gpu.mha(q, k, v, segment_ids, sm_scale=q.shape[-1] ** -0.5,
+                             interpret=interpret)  # fmt: skip
+        return _zero_padding(out.astype(v.dtype), segment_ids)
+
+    return _per_shard(local, "pallas_gpu", q, k, v, segment_ids)
+
+
+def _per_shard(local: Callable[..., Array], impl: str, q, k, v, segment_ids) -> Array:
+    """`local` (a kernel that cannot be partitioned) on each device's shard under the current
+    mesh's logical-axis rules: rows and heads split, length and head_dim whole."""
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty or mesh.size == 1:
         return local(q, k, v, segment_ids)
@@ -160,7 +184,9 @@ def splash_attention(
         ("activation_batch", "activation_length", "activation_heads", "activation_kv")
     )
     if qkv_spec[1] is not None or qkv_spec[3] is not None:
-        raise ValueError(f"splash attention cannot split the length or head_dim: {qkv_spec}.")
+        raise ValueError(
+            f"attention_impl={impl!r} cannot split the length or head_dim: {qkv_spec}."
+        )
     segment_spec = jax.sharding.PartitionSpec(qkv_spec[0], None)
     return jax.shard_map(
         local,
@@ -171,11 +197,15 @@ def splash_attention(
     )(q, k, v, segment_ids)
 
 
-def _check_splash_length(length: int) -> None:
+# The attention kernels that run per shard (`_per_shard`), whose rows are tiled by 128.
+KERNEL_BACKENDS = ("splash", "pallas_gpu")
+
+
+def _check_kernel_length(impl: str, length: int) -> None:
     if length % 128:
         raise ValueError(
-            f"splash attention needs the row length to be a multiple of 128, got {length}; "
-            "set config.data.max_seq_length to one or use attention_impl='xla'."
+            f"attention_impl={impl!r} needs the row length to be a multiple of 128, got "
+            f"{length}; set config.data.max_seq_length to one or use attention_impl='xla'."
         )
 
 
@@ -183,13 +213,13 @@ def check_backend(impl: str, num_heads: int, length: int, mesh_shape: dict[str, 
     """Fails at configuration time, naming the fix, where back-end `impl` cannot run rows of
     `length` with `num_heads` heads on a mesh of `mesh_shape` (rather than in a `shard_map`
     trace at the first step)."""
-    if impl != "splash":
+    if impl not in KERNEL_BACKENDS:
         return
-    _check_splash_length(length)
+    _check_kernel_length(impl, length)
     model = mesh_shape.get("model", 1)
     if num_heads % model:
         raise ValueError(
-            f"attention_impl='splash' runs per shard with the heads split over the mesh's "
+            f"attention_impl={impl!r} runs per shard with the heads split over the mesh's "
             f"'model' axis: num_heads={num_heads} is not divisible by its {model} devices; "
             "choose a model axis size that divides the heads, or attention_impl='xla'."
         )
@@ -243,19 +273,33 @@ def _cudnn(q: Array, k: Array, v: Array, segment_ids: Array, **_) -> Array:
     return jax_nn_attention(q, k, v, segment_ids)
 
 
-def _splash(q: Array, k: Array, v: Array, segment_ids: Array, **_) -> Array:
-    platform = sharding.target_platform()
-    interpret = platform != "tpu"
-    if interpret:
-        _log_once(f"attention_impl='splash' on {platform}: Pallas interpret mode.")
-    return splash_attention(q, k, v, segment_ids, interpret=interpret)
+def _pallas_kernel(kernel: Callable[..., Array], impl: str, platform: str) -> Callable[..., Array]:
+    """A backend running `kernel` compiled where the program targets `platform`, in Pallas
+    interpret mode elsewhere (slow; for tests)."""
+
+    def backend(q: Array, k: Array, v: Array, segment_ids: Array, **_) -> Array:
+        target = sharding.target_platform()
+        if target != platform:
+            _log_once(f"attention_impl={impl!r} on {target}: Pallas interpret mode.")
+        return kernel(q, k, v, segment_ids, interpret=target != platform)
+
+    return backend
 
 
 # The backends `BertConfig.attention_impl` may name; adding one here is all it takes.
 BACKENDS: dict[str, Backend] = {
     "xla": Backend(xla_attention, True, "dense mask, two einsums; any backend", True),
     "cudnn": Backend(_cudnn, False, "jax.nn.dot_product_attention; cuDNN on GPU"),
-    "splash": Backend(_splash, False, "Pallas splash attention; TPU (interpret mode elsewhere)"),
+    "splash": Backend(
+        _pallas_kernel(splash_attention, "splash", "tpu"),
+        False,
+        "Pallas splash attention; TPU (interpret mode elsewhere)",
+    ),
+    "pallas_gpu": Backend(
+        _pallas_kernel(pallas_gpu_attention, "pallas_gpu", "gpu"),
+        False,
+        "Pallas flash attention over segments (Triton); GPU (interpret mode elsewhere)",
+    ),
 }
 
 

@@ -58,8 +58,8 @@ class BertConfig:
         always float32.
       param_dtype: parameter dtype (float32 unless you know why not).
       attention_impl: a key of `bert_flax.attention.BACKENDS`: "xla" (dense mask, any backend),
-        "cudnn" (`jax.nn.dot_product_attention`, cuDNN on GPU) or "splash" (Pallas splash
-        attention on TPU).
+        "cudnn" (`jax.nn.dot_product_attention`, cuDNN on GPU), "splash" (Pallas splash
+        attention on TPU) or "pallas_gpu" (Pallas flash attention over segments on GPU).
       pre_layer_norm: False for the original post-LN BERT, True for pre-LN layers (with a final
         LayerNorm after the last layer).
       relative_attention_buckets: 0 for BERT's attention; otherwise a learned bias on the

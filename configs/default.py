@@ -142,7 +142,7 @@ def for_accelerators(config: ml_collections.ConfigDict) -> None:
       scores or mask in HBM) and so no attention-probability dropout, which splash does not
       have: MosaicBERT and Cramming pre-train without it, and on the CPU recipe it learns as
       well without (benchmarks/attention_dropout.py). On a GPU, set
-      `--config.model.attention_impl=cudnn`.
+      `--config.model.attention_impl=pallas_gpu` (the same over segments, in Triton).
     """
     config.model.scan_layers = True
     config.model.remat_policy = "dots"

@@ -62,6 +62,10 @@ TESTED_BY = {
         f"{SMOKE}::test_finetune_packed_vs_padded",
         '"finetune_packed_vs_padded.py"',
     ),
+    "benchmarks/attention_dropout.py": (
+        f"{SMOKE}::test_attention_dropout",
+        '"attention_dropout.py"',
+    ),
     "benchmarks/label_efficiency.py": (
         f"{SMOKE}::test_label_efficiency",
         '"label_efficiency.py"',

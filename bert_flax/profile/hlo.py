@@ -517,6 +517,10 @@ def _instruction_flops(module: HloModule, inst: HloInstruction) -> tuple[float, 
 # QK^T and takes dO V^T, P^T dO and dS^T Q; the dQ kernel recomputes QK^T and takes dO V^T and
 # dS K. Each product is 2 FLOPs per multiply-add; each kernel exponentiates every logit once.
 _SPLASH_PRODUCTS = {"splash_mha_fwd": 2, "splash_mha_dkv": 4, "splash_mha_dq": 3}
+# jax.experimental.pallas.ops.gpu.attention's Triton kernels, q and k [rows, length, heads,
+# head_dim]: the backward kernel recomputes the scores for its dK/dV and its dQ loop (7
+# products); the preprocess kernel only sums out x dout (first: its name ends as the other's).
+_PALLAS_GPU_PRODUCTS = {"mha_preprocess_backward": 0, "mha_forward": 2, "mha_backward": 7}
 _FLOAT_DTYPES = frozenset({"f32", "bf16", "f16", "f8e4m3fn", "f8e5m2"})
 # The names `bert_flax.block_sparse.pallas` and `pallas_tpu` give their kernels.
 _BLOCK_SPARSE_KERNELS = ("block_sparse_product", "block_sparse_weight_grad")
@@ -530,8 +534,8 @@ FREE_CUSTOM_CALLS = frozenset(
 
 
 def kernel_flops(module: HloModule, inst: HloInstruction) -> tuple[float, float] | None:
-    """(FLOPs, transcendentals) of a known custom kernel (splash attention, the block-sparse
-    matmul) from its operands' shapes; None for a custom call it does not know."""
+    """(FLOPs, transcendentals) of a known custom kernel (splash attention, Pallas GPU attention,
+    the block-sparse matmul) from its operands' shapes; None for a custom call it does not know."""
     operands = [module.instructions[o].shape for o in inst.operands]
     for name, products in _SPLASH_PRODUCTS.items():
         if name in inst.op_name or inst.name.startswith(name):
@@ -540,6 +544,12 @@ def kernel_flops(module: HloModule, inst: HloInstruction) -> tuple[float, float]
             *lead, q_len, head_dim = q.dims
             pairs = math.prod(lead) * q_len * k.dims[-2]
             return 2.0 * products * pairs * head_dim, float(pairs)
+    for name, products in _PALLAS_GPU_PRODUCTS.items():
+        if name in inst.op_name:
+            q, k = [s for s in operands if len(s.dims) == 4 and s.dtype in _FLOAT_DTYPES][:2]
+            rows, q_len, heads, head_dim = q.dims
+            pairs = rows * heads * q_len * k.dims[1]
+            return 2.0 * products * pairs * head_dim, float(pairs if products else 0)
     if any(name in inst.op_name or inst.name.startswith(name) for name in _BLOCK_SPARSE_KERNELS):
         # Every stored block [nnz, b, b] (an operand, or the weight gradient's result) meets
         # every row of the activations [rows, features] once.

@@ -111,20 +111,21 @@ def test_jax_nn_attention_matches(qkv_segments):
 
 
 @pytest.mark.slow
-def test_splash_interpret_matches_xla_forward_and_backward(qkv_segments):
+@pytest.mark.parametrize("kernel", [attention.splash_attention, attention.pallas_gpu_attention])
+def test_kernel_interpret_matches_xla_forward_and_backward(qkv_segments, kernel):
     q, k, v, segments = qkv_segments
 
     def loss(fn):
         return lambda q, k, v: jnp.sum(jnp.sin(fn(q, k, v, segments)))
 
-    splash = loss(lambda *a: attention.splash_attention(*a, interpret=True))
+    fused = loss(lambda *a: kernel(*a, interpret=True))
     xla = loss(attention.xla_attention)
-    out = jax.jit(lambda *a: attention.splash_attention(*a, interpret=True))(*qkv_segments)
+    out = jax.jit(lambda *a: kernel(*a, interpret=True))(*qkv_segments)
     np.testing.assert_allclose(out, reference(*qkv_segments), atol=1e-5)
-    grads_splash = jax.jit(jax.grad(splash, argnums=(0, 1, 2)))(q, k, v)
+    grads_fused = jax.jit(jax.grad(fused, argnums=(0, 1, 2)))(q, k, v)
     grads_xla = jax.jit(jax.grad(xla, argnums=(0, 1, 2)))(q, k, v)
-    for name, g_s, g_x in zip("qkv", grads_splash, grads_xla):
-        np.testing.assert_allclose(g_s, g_x, atol=1e-5, err_msg=f"d{name}")
+    for name, g_f, g_x in zip("qkv", grads_fused, grads_xla):
+        np.testing.assert_allclose(g_f, g_x, atol=1e-5, err_msg=f"d{name}")
 
 
 def test_splash_kernels_compute_in_the_inputs_dtype(qkv_segments):
@@ -261,7 +262,7 @@ def test_attention_dropout_head_groups_must_divide_the_heads():
 
 
 def test_fused_backends_reject_attention_dropout():
-    for impl in ("cudnn", "splash"):
+    for impl in ("cudnn", "splash", "pallas_gpu"):
         with pytest.raises(ValueError, match="attention_dropout_rate"):
             BertConfig.preset("tiny", attention_impl=impl)
         BertConfig.preset("tiny", attention_impl=impl, attention_dropout_rate=0.0)

@@ -119,3 +119,36 @@ ENTRY %main (x: f32[4]) -> bf16[4] {
     assert set(module.computations) == {"on_sparsecore", "fused_computation.1.clone", "main"}
     (fusion,) = [i for i in module.computations["main"].instructions if i.opcode == "fusion"]
     assert [i.opcode for i in module.fused_instructions(fusion)] == ["parameter", "convert"]
+
+
+def test_pallas_gpu_attention_kernels_are_charged_their_products():
+    """The Triton kernels of `attention.pallas_gpu_attention` (as a CUDA compile names them):
+    2 products of [length, length] x head_dim a head forward, 7 backward, none to preprocess."""
+    rows, length, heads, dim = 2, 256, 4, 64
+    qkv = f"bf16[{rows},{length},{heads},{dim}]{{3,2,1,0}}"
+    call = (
+        '%{name} = {result} custom-call({args}), custom_call_target="__gpu$xla.gpu.triton", '
+        'metadata={{op_name="jit(loss)/{scope}/pallas_call"}}'
+    )
+    kernels = {
+        "forward": ("jvp(jit(mha))/mha_forward", qkv, "%q, %k, %v, %s"),
+        "backward": ("transpose(jvp(mha_backward))", qkv, "%q, %k, %v, %s, %q, %q"),
+        "preprocess": ("transpose(jvp(preprocess_backward))/mha_preprocess_backward",
+                       f"f32[{rows},{heads},{length}]{{2,1,0}}", "%q, %q"),
+    }  # fmt: skip
+    calls = kernels.items()
+    lines = [
+        "HloModule m\n",
+        f"ENTRY %main (q: {qkv}, k: {qkv}, v: {qkv}, s: s32[{rows},{length}]) -> {qkv} {{",
+        *(f"  %{n} = {qkv} parameter({i})" for i, n in enumerate("qkv")),
+        f"  %s = s32[{rows},{length}]{{1,0}} parameter(3)",
+        *("  " + call.format(name=n, result=r, args=a, scope=s) for n, (s, r, a) in calls),
+        f"  ROOT %out = {qkv} copy(%forward)",
+        "}",
+    ]
+    module = hlo.parse_module("\n".join(lines))
+    by_name = {i.name: i for i in module.computations["main"].instructions}
+    product = 2.0 * rows * heads * length * length * dim
+    assert hlo.kernel_flops(module, by_name["forward"])[0] == 2 * product
+    assert hlo.kernel_flops(module, by_name["backward"])[0] == 7 * product
+    assert hlo.kernel_flops(module, by_name["preprocess"]) == (0.0, 0.0)
