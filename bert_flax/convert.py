@@ -262,20 +262,41 @@ def expected_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
 # Hugging Face.
 
 
-def from_hf_state_dict(state_dict: Mapping[str, Any], config: BertConfig) -> Params:
-    """HF `BertForPreTraining` state dict (torch tensors or numpy arrays) -> our `params`
-    (layers stacked where `config.scan_layers`)."""
+def _qa_param_table(config: BertConfig) -> Iterator[_Param]:
+    """`BertForQuestionAnswering`'s parameters: the encoder (no pooler) and `qa_outputs`."""
+    yield from (p for p in _param_table(config) if p.ours.startswith("bert/"))
+    yield _Param("qa_outputs/kernel", "qa_outputs.weight", "", True, False)
+    yield _Param("qa_outputs/bias", "qa_outputs.bias", "", False, False)
+
+
+def qa_expected_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
+    """The shapes of `tasks.squad.model.BertForQuestionAnswering(config)`'s parameters: the
+    encoder's, and a start and an end logit a token."""
+    shapes = {k: v for k, v in expected_shapes(config).items() if k.startswith("bert/")}
+    return shapes | {"qa_outputs/kernel": (config.hidden_size, 2), "qa_outputs/bias": (2,)}
+
+
+def from_hf_state_dict(
+    state_dict: Mapping[str, Any], config: BertConfig, *, question_answering: bool = False
+) -> Params:
+    """HF `BertForPreTraining` (or, `question_answering`, `BertForQuestionAnswering`) state dict
+    (torch tensors or numpy arrays) -> our `params` (layers stacked where `config.scan_layers`)."""
     _check_hf_compatible(config)
     if config.scan_layers:
-        return stack_layers(from_hf_state_dict(state_dict, config.replace(scan_layers=False)))
+        flat_config = config.replace(scan_layers=False)
+        return stack_layers(from_hf_state_dict(state_dict, flat_config,
+                                               question_answering=question_answering))  # fmt: skip
     arrays = {_normalise_hf_name(k): _to_numpy(v) for k, v in state_dict.items()}
-    expected = expected_shapes(config)
+    if question_answering:
+        table, expected, model = _qa_param_table, qa_expected_shapes(config), "ForQuestionAnswering"
+    else:
+        table, expected, model = _param_table, expected_shapes(config), "ForPreTraining"
     flat, used = {}, set()
-    for p in _param_table(config):
+    for p in table(config):
         if p.hf not in arrays:
             raise KeyError(
-                f"HF checkpoint lacks {p.hf!r} (needed for {p.ours}); a BertForPreTraining "
-                "checkpoint is required (BertModel-only checkpoints have no MLM/NSP heads)."
+                f"HF checkpoint lacks {p.hf!r} (needed for {p.ours}); a Bert{model} checkpoint "
+                "is required (BertModel-only checkpoints have no heads)."
             )
         value = arrays[p.hf].T if p.hf_transposed else arrays[p.hf]
         _check_shape(p.hf, value, expected[p.ours])
@@ -294,19 +315,23 @@ def from_hf_state_dict(state_dict: Mapping[str, Any], config: BertConfig) -> Par
     return _unflatten(flat)
 
 
-def to_hf_state_dict(params: Params, config: BertConfig) -> dict[str, np.ndarray]:
-    """Our `params` -> HF `BertForPreTraining` state dict (numpy, including the tied copies)."""
+def to_hf_state_dict(
+    params: Params, config: BertConfig, *, question_answering: bool = False
+) -> dict[str, np.ndarray]:
+    """Our `params` -> HF `BertForPreTraining` (including the tied copies) or, with
+    `question_answering`, `BertForQuestionAnswering` state dict (numpy)."""
     _check_hf_compatible(config)
     config = config.replace(scan_layers=False)
     flat = _flatten(unstack_layers(params))
     out = {}
-    for p in _param_table(config):
+    for p in (_qa_param_table if question_answering else _param_table)(config):
         value = flat.pop(p.ours)
         out[p.hf] = np.ascontiguousarray(value.T if p.hf_transposed else value)
     if flat:
         raise ValueError(f"Parameters without an HF name: {sorted(flat)}.")
-    for tied, source in _HF_TIED.items():
-        out[tied] = out[source]
+    if not question_answering:
+        for tied, source in _HF_TIED.items():
+            out[tied] = out[source]
     return out
 
 
