@@ -104,8 +104,11 @@ def write_sets(out: str, validation_fraction: float = 0.1, seed: int = 0) -> dic
 
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("out", None, "Folder for train.json and dev.json.", required=True)
-flags.DEFINE_integer("seed", 0, "Which cloze questions each context gets.")
+
+
+def define_flags() -> None:
+    flags.DEFINE_string("out", None, "Folder for train.json and dev.json.", required=True)
+    flags.DEFINE_integer("seed", 0, "Which cloze questions each context gets.")
 
 
 def main(argv: list[str]) -> None:
@@ -115,4 +118,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)
