@@ -43,8 +43,8 @@ import numpy as np
 from results import publish
 
 from bert_flax import finetune, tasks
-from bert_flax.data import classification
 from bert_flax.metrics import side_by_side
+from bert_flax.tasks.classification import data as classification
 from bert_flax.train_setup import create_train_setup
 from configs import finetune_sentiment
 

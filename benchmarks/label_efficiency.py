@@ -88,7 +88,7 @@ def finetuned(args, pretrained: str, start: str, size: int, rate: float, seed: i
     final = train.reusable_run(workdir, config, task) or finetune.finetune(config, workdir, task)
     train.exit_if_preempted(final)
     # A reused run's final metrics predate its test predictions: classify the test split again.
-    test = final.get("test") or finetune.predict_split(workdir, config, task, "test")
+    test = final.get("test") or task.predict_split(workdir, "test")
     return {
         "validation": final["best"]["value"],
         "test": test["accuracy"],

@@ -82,8 +82,8 @@ def prepare_corpus(corpus: str, data_dir: str) -> None:
             data_dir, document_mode="file", max_seq_length=128, dupe_factor=1, train_vocab_size=0
         )
         return
-    from bert_flax.data import classification
     from bert_flax.data.create_pretraining_data import create_pretraining_data
+    from bert_flax.tasks.classification import data as classification
 
     folder = f"{data_dir}_text"
     os.makedirs(folder, exist_ok=True)

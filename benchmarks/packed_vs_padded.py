@@ -178,7 +178,7 @@ def learning_config(data_dir: str, rows: int, steps: int, packed: bool):
 def learning_case(args) -> dict:
     """Same sequences seen, packed vs padded: held-out MLM loss and accuracy."""
     from bert_flax import train
-    from bert_flax.tasks import pretraining
+    from bert_flax.tasks.pretraining import task as pretraining
 
     data_dir = args.learn_data_dir
     strategies = packing.StrategySet.load(os.path.join(data_dir, "strategies.json"))

@@ -1,5 +1,5 @@
-"""Losses and metrics computed per packed sequence: pre-training (MLM + NSP) and fine-tuning
-(classification, regression), and the `Objective` a train step minimises.
+"""Losses and metrics computed per packed sequence: pre-training (MLM + NSP), the cross-entropy
+every task head uses, and the `Objective` a train step minimises.
 
 Sequence slot d of a row (entry d of `cls_positions`, `next_sentence_labels`, `sequence_mask`)
 is the sequence whose tokens carry `segment_ids == d + 1`. A masked prediction belongs to the
@@ -20,7 +20,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from bert_flax.model import ClassificationOutput, PreTrainingOutput
+from bert_flax.model import PreTrainingOutput
 
 Array = jax.Array
 Metrics = dict[str, tuple[Array, Array]]
@@ -33,12 +33,15 @@ class Objective:
 
     `loss(output, batch) -> (loss, metrics)` with `loss == sum(mean(metrics[t]) for t in terms)`
     (the train step's micro-batch accumulation relies on this to add partial sums exactly);
-    `eval_metrics(output, batch)` are the metrics evaluation reports (default: the loss's).
+    `eval_metrics(output, batch)` are the metrics evaluation reports (default: the loss's);
+    `eval_outputs(output, batch)`, per-row arrays evaluation brings back to the host for the
+    task's own scoring over the whole set (`Task.score_outputs`; default: none).
     """
 
     loss: LossFn
     terms: tuple[str, ...]
     eval_metrics: Callable[[Any, Mapping[str, Array]], Metrics] | None = None
+    eval_outputs: Callable[[Any, Mapping[str, Array]], dict[str, Array]] | None = None
 
     def evaluate(self, output: Any, batch: Mapping[str, Array]) -> Metrics:
         if self.eval_metrics is not None:
@@ -156,32 +159,3 @@ def pretraining_objective(mlm_normalization: str = "per_sequence") -> Objective:
         terms=("mlm_loss", "nsp_loss"),
         eval_metrics=functools.partial(masked_lm_eval_metrics, mlm_normalization=mlm_normalization),
     )
-
-
-def classification_loss(
-    output: ClassificationOutput, batch: Mapping[str, Array]
-) -> tuple[Array, Metrics]:
-    """Per-sequence loss of a packed fine-tuning batch, averaged over its real sequences.
-
-    With `num_labels > 1`: cross-entropy and accuracy of each slot's logits against `labels`;
-    with one output: squared error against float `labels` (regression), reported as `mse`.
-    Empty slots (`sequence_mask == 0`) contribute nothing.
-    """
-    mask = batch["sequence_mask"].astype(jnp.float32)
-    count = jnp.sum(mask)
-    logits = output.logits
-    if logits.shape[-1] == 1:
-        error = jnp.square(logits[..., 0] - batch["labels"].astype(jnp.float32))
-        metrics = {"classification_loss": (jnp.sum(error * mask), count)}
-        metrics["mse"] = metrics["classification_loss"]
-    else:
-        labels = batch["labels"].astype(jnp.int32)
-        ce, hit = cross_entropy_and_hits(logits, labels)
-        metrics = {
-            "classification_loss": (jnp.sum(ce * mask), count),
-            "accuracy": (jnp.sum(hit * mask), count),
-        }
-    return mean(metrics["classification_loss"]), metrics
-
-
-CLASSIFICATION = Objective(loss=classification_loss, terms=("classification_loss",))

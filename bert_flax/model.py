@@ -1,5 +1,5 @@
 """Packed BERT: the encoder, with pre-training heads (MLM with a tied decoder, per-sequence NSP)
-or a per-sequence classification head for fine-tuning.
+and the per-sequence classifier block they share with fine-tuning heads.
 
 The model consumes the packed-batch contract (`bert_flax.data.contract`; a padded batch is the
 same contract with one sequence per row):
@@ -10,12 +10,8 @@ same contract with one sequence per row):
     out.mlm_logits  # [B, P, V] float32, at batch["masked_lm_positions"]
     out.nsp_logits  # [B, D, 2] float32, one per sequence slot (at batch["cls_positions"])
 
-    classifier = BertForSequenceClassification(BertConfig.preset("tiny"), num_labels=2)
-    classifier.apply(variables, rows, deterministic=True).logits   # [B, D, num_labels]
-
-`BertForSequenceClassification` reads the fine-tuning rows of `bert_flax.data.classification`
-(the same row features, and `cls_positions` per slot); each example is classified from its own
-[CLS] state through the pooler, as in BERT.
+Task heads live with their tasks (`bert_flax.tasks.classification.model`,
+`bert_flax.tasks.squad.model`); they share `BertModel.encode`.
 """
 
 from __future__ import annotations
@@ -29,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bert_flax.config import BertConfig
-from bert_flax.data.contract import CLASSIFICATION_INPUTS, PRETRAINING_INPUTS
+from bert_flax.data.contract import PRETRAINING_INPUTS
 from bert_flax.layers import (
     BATCH_LENGTH_EMBED,
     BertEmbeddings,
@@ -225,11 +221,6 @@ class MlmHead(nn.Module):
         )
 
 
-@flax.struct.dataclass
-class ClassificationOutput:
-    logits: Array  # [B, D, num_labels] float32, one per sequence slot (num_labels 1: regression)
-
-
 class ClassificationHead(nn.Module):
     """Pooler (Dense + tanh) on each sequence's [CLS] state, then a `num_labels`-way layer: the
     NSP head (2 labels, no dropout, as BERT's) and the fine-tuning head (dropout on the pooled
@@ -257,58 +248,6 @@ class ClassificationHead(nn.Module):
             role=self.role,
         )(pooled)
         return logits.astype(jnp.float32)
-
-
-def mean_states(hidden: Array, segment_ids: Array, slots: int) -> Array:
-    """[B, slots, H]: the mean of hidden [B, L, H] over each sequence's tokens (slot d holds
-    segment id d + 1); zeros for an empty slot."""
-    member = segment_ids[:, :, None] == jnp.arange(1, slots + 1)  # [B, L, slots]
-    member = member.astype(jnp.float32)
-    sums = jnp.einsum("bls,blh->bsh", member, hidden.astype(jnp.float32))
-    return (sums / jnp.maximum(member.sum(axis=1), 1.0)[:, :, None]).astype(hidden.dtype)
-
-
-# What a classifier reads of each sequence: its [CLS] state (BERT's), or the mean of its states.
-POOLINGS = ("cls", "mean")
-
-
-class BertForSequenceClassification(nn.Module):
-    """BERT with a per-sequence classification (or, `num_labels=1`, regression) head, for packed
-    or padded rows. Its `bert` and `head/pooler` parameters are those of `BertForPreTraining`'s
-    `bert` and `nsp_head/pooler` (`pretrained_encoder` maps one onto the other). `pooling` (of
-    `POOLINGS`) says what the head reads: the [CLS] state, or the mean of the sequence's states
-    (better from a briefly pre-trained model, whose [CLS] state NSP has not yet taught to
-    summarise; docs/training.md, "Fine-tuning and inference")."""
-
-    config: BertConfig
-    num_labels: int
-    pooling: str = "cls"
-
-    def setup(self):
-        if self.num_labels < 1:
-            raise ValueError(f"num_labels={self.num_labels} must be >= 1 (1 = regression).")
-        if self.pooling not in POOLINGS:
-            raise ValueError(f"pooling={self.pooling!r} is not one of {POOLINGS}.")
-        self.bert = BertModel(self.config)
-        self.head = ClassificationHead(self.config, self.num_labels)
-
-    def __call__(self, batch: Mapping[str, Array], *, deterministic: bool) -> ClassificationOutput:
-        hidden = self.bert.encode(
-            batch, CLASSIFICATION_INPUTS, "bert_flax.data.classification", deterministic
-        )
-        if self.pooling == "mean":
-            states = mean_states(hidden, batch["segment_ids"], batch["cls_positions"].shape[1])
-        else:
-            states = gather_rows(hidden, batch["cls_positions"])
-        return ClassificationOutput(logits=self.head(states, deterministic=deterministic))
-
-
-def pretrained_encoder(pretraining_params: Mapping, classifier_params: Mapping) -> dict:
-    """`classifier_params` with the encoder and pooler of `BertForPreTraining` parameters (the
-    classification layer keeps its own initialisation)."""
-    head = dict(classifier_params["head"])
-    head["pooler"] = pretraining_params["nsp_head"]["pooler"]
-    return {**classifier_params, "bert": pretraining_params["bert"], "head": head}
 
 
 EMBEDDING_TABLES = ("word_embeddings", "position_embeddings", "token_type_embeddings")

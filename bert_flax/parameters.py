@@ -3,7 +3,7 @@
     config, params = load_pretrained("/ckpt/bert-base-uncased")   # what `config.init_from` reads
     config, params = load_pretrained("workdir/tiny", step=2000)    # a run's checkpoint
     save_params(params, config, "/ckpt/flax_tiny")                   # a bert_flax directory
-    config, params, head = load_classifier("workdir/sst")          # a fine-tuned model (best/)
+    config, params, head = load_finetuned("workdir/sst")           # a fine-tuned model (best/)
 
 What a path holds decides how it is read (`checkpoint_kind`): a `bert_flax.main` workdir (its
 orbax checkpoints; only the parameters are restored, not the optimizer state), a bert_flax
@@ -274,7 +274,7 @@ class BestParams:
         return True
 
 
-def load_classifier(directory: str) -> tuple[BertConfig, Params, dict[str, Any]]:
+def load_finetuned(directory: str) -> tuple[BertConfig, Params, dict[str, Any]]:
     """(model config, parameters, head config) of a fine-tuned model: `workdir/best` (or a
     workdir, whose `best` is used)."""
     best = os.path.join(directory, BEST_DIR)
@@ -284,7 +284,8 @@ def load_classifier(directory: str) -> tuple[BertConfig, Params, dict[str, Any]]
     if not os.path.isfile(path):
         raise FileNotFoundError(
             f"{path} not found: {directory!r} holds no fine-tuned model; train one with "
-            "`python -m bert_flax.finetune --config=configs/finetune_sentiment.py --workdir=DIR`."
+            "`python -m bert_flax.finetune --config=configs/finetune_sentiment.py --workdir=DIR` "
+            "(or configs/squad.py)."
         )
     with open(path) as f:
         head = json.load(f)

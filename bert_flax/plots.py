@@ -54,14 +54,14 @@ def plot_curves(workdir: str) -> list[str]:
     return written
 
 
-def plot_finetuning(workdir: str, metric: str) -> str:
-    """`finetuning.png`: train and validation loss, and the validation `metric` against the
+def plot_finetuning(workdir: str, metric: str, loss: str = "classification_loss") -> str:
+    """`finetuning.png`: train and validation `loss`, and the validation `metric` against the
     baseline, per step."""
     metrics = read_metrics(workdir)
     train, evals = metrics.get("train", []), metrics.get("eval", [])
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    left.plot(*_series(train, "classification_loss"), label="train")
-    left.plot(*_series(evals, "classification_loss"), "o-", label="validation")
+    left.plot(*_series(train, loss), label="train")
+    left.plot(*_series(evals, loss), "o-", label="validation")
     left.set(xlabel="step", ylabel="loss", title="Fine-tuning loss")
     left.legend()
     right.plot(*_series(evals, metric), "o-", label=f"validation {metric}")

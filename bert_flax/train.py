@@ -100,7 +100,7 @@ def evaluate(
     `stop_requested()` (preemption) or after `max_minutes`, and logs its progress every
     `progress_seconds`."""
     started = last_report = time.perf_counter()
-    steps, complete = [], True
+    steps, outputs, complete = [], [], True
     for index, batch in enumerate(batches):
         now = time.perf_counter()
         if stop_requested() or (max_minutes and now - started > 60.0 * max_minutes):
@@ -110,10 +110,14 @@ def evaluate(
         if now - last_report > progress_seconds:
             logging.info("eval: %d/%d batches, %.0fs", index, len(batches), now - started)
             last_report = now
-        steps.append(setup.eval_step(params, sharding.global_batch(setup.mesh, batch)))
+        sums, out = setup.eval_step(params, sharding.global_batch(setup.mesh, batch))
+        steps.append(sums)
+        outputs.append(out)
     summary = metrics.summarize(metrics.sum_metrics(steps)) if steps else {}
     summary = {k: v for k, v in summary.items() if k not in ("steps", "loss")}
     summary["eval_batches"] = float(len(steps))
+    if complete and steps and outputs[0]:  # the task's scoring needs the whole set
+        summary.update(setup.task.score_outputs(jax.device_get(outputs)))
     return summary, complete
 
 

@@ -73,7 +73,7 @@ class TrainProgram:
     abstract_state: TrainState
     state_shardings: TrainState
     train_step: Callable[[TrainState, Any, jax.Array], tuple[TrainState, dict]]
-    eval_step: Callable[[Any, Any], dict]
+    eval_step: Callable[[Any, Any], tuple[dict, dict]]  # (metrics, outputs): train_step.eval_step
 
 
 @dataclasses.dataclass

@@ -1,6 +1,6 @@
 """The train step shared by every optimizer and task, and the eval step: pure functions.
 
-    objective = losses.pretraining_objective("per_sequence")   # or losses.CLASSIFICATION
+    objective = losses.pretraining_objective("per_sequence")   # or a task's
     step = jax.jit(functools.partial(train_step, model=model, tx=tx, learning_rate=schedule,
                                      objective=objective, accumulation=1))
     state, metrics = step(state, batch, rng)
@@ -113,10 +113,13 @@ def train_step(
 
 def eval_step(
     params: Any, batch: Batch, *, model: nn.Module, objective: losses.Objective
-) -> Metrics:
-    """Sums and counts of `objective`'s evaluation metrics on `batch`, without dropout."""
+) -> tuple[Metrics, dict[str, jax.Array]]:
+    """Sums and counts of `objective`'s evaluation metrics on `batch`, without dropout, and the
+    per-row outputs it asks evaluation to bring back (`objective.eval_outputs`; default none)."""
     output = model.apply({"params": params}, batch, deterministic=True)
-    return {**flatten_sums(objective.evaluate(output, batch)), **batch_statistics(batch)}
+    metrics = {**flatten_sums(objective.evaluate(output, batch)), **batch_statistics(batch)}
+    outputs = objective.eval_outputs(output, batch) if objective.eval_outputs else {}
+    return metrics, outputs
 
 
 def loss_fn(

@@ -35,6 +35,7 @@ from configs import default
 
 def get_config() -> ml_collections.ConfigDict:
     config = default.get_config()
+    config.task = "classification"  # bert_flax.tasks.TASKS
     # A size (tiny .. large) or "init_from": the model config.init_from holds (a run's, as it was
     # pre-trained), the fields set here winning.
     config.model.preset = "tiny"

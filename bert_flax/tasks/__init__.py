@@ -2,16 +2,41 @@
 stack, mesh and checkpointing serve them all (`bert_flax.train`); a task contributes the model,
 its objective, its batches and how to judge an evaluation.
 
-    task = PreTrainingTask(config)                 # bert_flax.main (the default)
-    task = ClassificationTask(config)              # bert_flax.finetune
-    final = train.train_and_evaluate(config, workdir, task=task)
+    task = TASKS[config.task](config)              # "pretraining" (bert_flax.main), a fine-tuning
+    final = train.train_and_evaluate(config, workdir, task=task)   # task (bert_flax.finetune)
 
-A new task subclasses `Task` (`base.py`); `pretraining.py` and `classification.py` are the two
-worked examples, each with its own batches.
+A task is one folder holding what it owns: its data reading, head and objective, task class,
+evaluation and prediction output (`classification/`, `squad/`; pre-training's data pipeline is
+`bert_flax.data`). A new task subclasses `Task` (`base.py`; `FineTuningTask` for one trained in
+epochs over a table of examples) and registers here (docs/design.md, "Adding a task").
 """
 
 from bert_flax.tasks.base import Batch, Task, model_config_from
 from bert_flax.tasks.classification import ClassificationTask
+from bert_flax.tasks.finetuning import FineTuningTask
 from bert_flax.tasks.pretraining import PreTrainingTask
+from bert_flax.tasks.squad import SquadTask
 
-__all__ = ["Batch", "ClassificationTask", "PreTrainingTask", "Task", "model_config_from"]
+TASKS: dict[str, type[Task]] = {
+    task.name: task for task in (PreTrainingTask, ClassificationTask, SquadTask)
+}
+
+
+def task_class(name: str) -> type[Task]:
+    """The registered task `name` (`config.task`)."""
+    if name not in TASKS:
+        raise ValueError(f"config.task={name!r} is not one of {sorted(TASKS)}.")
+    return TASKS[name]
+
+
+__all__ = [
+    "TASKS",
+    "Batch",
+    "ClassificationTask",
+    "FineTuningTask",
+    "PreTrainingTask",
+    "SquadTask",
+    "Task",
+    "model_config_from",
+    "task_class",
+]

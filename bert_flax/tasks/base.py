@@ -20,6 +20,8 @@ Batch = dict[str, np.ndarray]
 class Task(abc.ABC):
     """The task-specific half of a training run. Batches are this process's rows, as numpy."""
 
+    name: str  # its key in `bert_flax.tasks.TASKS` (and `config.task`)
+
     # The evaluation metric that judges a run (logged first, and what "best" means) and the
     # others the evaluation line shows.
     eval_metric: str
@@ -71,6 +73,12 @@ class Task(abc.ABC):
         """Host-side check of a first train or eval batch (raises ValueError naming what is
         wrong)."""
 
+    def score_outputs(self, outputs: list[dict[str, np.ndarray]]) -> dict[str, float]:
+        """Metrics from the model's outputs over the whole evaluation set (one dict per eval
+        batch, global rows: what `objective.eval_outputs` returns), added to the summed ones.
+        Only objectives with `eval_outputs` are called; e.g. SQuAD's exact match and F1."""
+        return {}
+
     def describe(self) -> dict[str, Any]:
         return {}
 
@@ -86,6 +94,12 @@ class Task(abc.ABC):
     def plot(self, workdir: str) -> list[str]:
         """PNG plots of a finished run's metrics; returns their paths."""
         return []
+
+    @staticmethod
+    def predict_file(workdir: str, path: str, output: str | None, **options: Any) -> str:
+        """`finetune --predict`: the run's best parameters over the file `path`, written to
+        `output` (None: the task's default); returns a one-line summary."""
+        raise NotImplementedError("This task has no prediction command.")
 
 
 def model_config_from(

@@ -9,7 +9,8 @@ import os
 import numpy as np
 import pytest
 
-from bert_flax.data import classification, tokenization
+from bert_flax.data import rows, tokenization
+from bert_flax.tasks.classification import data as classification
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -35,13 +36,13 @@ def _packing_factor(records: list[dict], config) -> float:
     encoded = classification.encode_split(
         tokenization.load_vocab(None), split, config.data.max_seq_length
     )
-    packs = classification.pack_examples(
+    packs = rows.pack_examples(
         encoded.lengths,
         config.data.max_seq_length,
         config.data.max_sequences_per_pack,
         algorithm=config.data.algorithm,
     )
-    return classification.packing_factor(packs)
+    return rows.packing_factor(packs)
 
 
 def test_sets_pack_at_about_2_4_and_8(sets):

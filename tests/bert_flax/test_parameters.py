@@ -167,7 +167,7 @@ def test_best_params_keep_the_best_by_the_metric_direction(tmp_path, mode, value
     assert not best.offer(9, {"accuracy": float("nan")}, params, CONFIG, {})
     record = json.loads((tmp_path / parameters.BEST_DIR / parameters.BEST_FILE).read_text())
     assert record["value"] == kept and record["num_labels"] == 2
-    _, loaded, head = parameters.load_classifier(str(tmp_path))
+    _, loaded, head = parameters.load_finetuned(str(tmp_path))
     want = random_params(CONFIG, seed=values.index(kept))
     jax.tree.map(np.testing.assert_array_equal, loaded, want)
     assert head["step"] == values.index(kept)

@@ -354,7 +354,7 @@ def test_finetune_from_hugging_face_then_predict_a_file(tmp_path):
     user's file, in input order."""
     import transformers
 
-    from bert_flax.data import classification
+    from bert_flax.tasks.classification import data as classification
 
     hf_dir = tmp_path / "hf"
     hf_config = transformers.BertConfig(

@@ -7,10 +7,11 @@ The construction follows Hermann et al. (2015), who blanked an entity of a summa
 asked for it in the article: here the context is a paragraph of a speech, and a question is a
 sentence from *another* paragraph of the same speech that mentions a name (a run of capitalised
 words), a year or a number the context also mentions, with that mention replaced by "_____".
-The answer is the mention's first occurrence in the context. To answer, a model must match the
-question's words around the blank to the context's (the question sentence is never in the
-context), then pick the right one of the context's names and numbers. Speeches split between
-train and dev by `corpus.split_documents` (whole documents, so no context is in both).
+The answer is the mention's first occurrence in the context. Only contexts that mention at least
+`min_mentions` (3) distinct names and numbers ask questions, so picking a name or number is not
+enough: a model must match the question's words around the blank to the context's (the question
+sentence is never in the context), then pick the right one of the context's mentions. Speeches
+split between train and dev by `corpus.split_documents` (whole documents, so no context is in both).
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ import numpy as np
 from absl import app, flags
 
 from bert_flax.data import corpus
+from bert_flax.tasks.squad.reading import Example, parse_squad
 
 BLANK = "_____"
+VALIDATION_FRACTION = 0.1  # of the speeches, for dev.json
 # A name: two or more capitalised words (a lone one is mostly a sentence's first word); a year;
 # a number of two or more digits (with thousands separators).
 _MENTION = re.compile(
@@ -39,23 +42,33 @@ def mentions(text: str) -> list[re.Match]:
 
 
 def cloze_questions(
-    document: corpus.Document, max_context_chars: int, rng: np.random.Generator, per_context: int
+    document: corpus.Document,
+    max_context_chars: int,
+    rng: np.random.Generator,
+    per_context: int,
+    min_mentions: int,
 ) -> Iterator[dict]:
     """SQuAD "paragraphs" entries of one speech: a context, and cloze questions from its other
     paragraphs."""
     paragraphs = list(document.paragraphs)
-    sentences = [(i, s) for i, p in enumerate(paragraphs) for s in _SENTENCE.split(p)]
+    sentences = [
+        (i, s, {m.group() for m in mentions(s)})
+        for i, p in enumerate(paragraphs)
+        for s in _SENTENCE.split(p)
+    ]
     for c, context in enumerate(paragraphs):
         if len(context) > max_context_chars:
             continue
         first = {}
         for m in mentions(context):
             first.setdefault(m.group(), m.start())
+        if len(first) < min_mentions:
+            continue
         candidates = [
             (sentence, mention)
-            for i, sentence in sentences
+            for i, sentence, named in sentences
             if i != c
-            for mention in {m.group() for m in mentions(sentence)} & set(first)
+            for mention in sorted(named & set(first))
         ]
         if not candidates:
             continue
@@ -74,14 +87,17 @@ def build(
     documents: Sequence[corpus.Document],
     *,
     max_context_chars: int = 1200,
-    per_context: int = 2,
+    per_context: int = 4,
+    min_mentions: int = 3,
     seed: int = 0,
 ) -> dict:
     """A SQuAD v1.1 dict of `documents`' cloze questions (one article per speech)."""
     rng = np.random.default_rng(seed)
     data = []
     for document in documents:
-        paragraphs = list(cloze_questions(document, max_context_chars, rng, per_context))
+        paragraphs = list(
+            cloze_questions(document, max_context_chars, rng, per_context, min_mentions)
+        )
         if paragraphs:
             data.append({"title": document.id, "paragraphs": paragraphs})
     if not data:
@@ -89,7 +105,14 @@ def build(
     return {"version": "1.1", "data": data}
 
 
-def write_sets(out: str, validation_fraction: float = 0.1, seed: int = 0) -> dict[str, int]:
+def examples(documents: Sequence[corpus.Document], seed: int = 0) -> list[Example]:
+    """The cloze questions of `documents`, as a SQuAD file of them reads."""
+    return parse_squad(build(documents, seed=seed), "the cloze set")
+
+
+def write_sets(
+    out: str, validation_fraction: float = VALIDATION_FRACTION, seed: int = 0
+) -> dict[str, int]:
     """train.json and dev.json under `out` from the bundled speeches; questions per file."""
     documents = corpus.read_documents(corpus.bundled_corpus_dir())
     split = corpus.split_documents(documents, validation_fraction)

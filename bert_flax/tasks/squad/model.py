@@ -74,4 +74,15 @@ def qa_loss(output: QuestionAnsweringOutput, batch: Mapping[str, Array]):
     return losses.mean(metrics["qa_loss"]), metrics
 
 
-QA = losses.Objective(loss=qa_loss, terms=("qa_loss",))
+def eval_outputs(output: QuestionAnsweringOutput, batch: Mapping[str, Array]) -> dict[str, Array]:
+    """What scoring needs of an evaluation batch: the logits, and which window each slot holds
+    from which row index (`predict.window_logits`)."""
+    return {
+        "start_logits": output.start_logits,
+        "end_logits": output.end_logits,
+        "window_ids": batch["window_ids"],
+        "cls_positions": batch["cls_positions"],
+    }
+
+
+QA = losses.Objective(loss=qa_loss, terms=("qa_loss",), eval_outputs=eval_outputs)

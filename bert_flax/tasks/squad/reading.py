@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from typing import Any
 
 import numpy as np
 
@@ -46,6 +47,11 @@ def read_squad(path: str) -> list[Example]:
             data = json.load(f)
         except json.JSONDecodeError as e:
             raise ValueError(f"{path} is not JSON ({e}); give a SQuAD v1.1 or v2.0 file.") from e
+    return parse_squad(data, path)
+
+
+def parse_squad(data: Any, path: str) -> list[Example]:
+    """The questions of a SQuAD file's parsed JSON (`path` names it in errors)."""
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
         raise ValueError(f'{path}: no "data" list at the top; is it a SQuAD file?')
     return [

@@ -10,9 +10,9 @@ import pytest
 
 import packing
 from bert_flax.data import records
-from bert_flax.data.classification import EncodedSplit
 from bert_flax.data.contract import CLASSIFICATION_FEATURES, RowShape
 from bert_flax.data.rows import build_rows, epoch_seed
+from bert_flax.tasks.classification.data import EncodedSplit
 
 
 def naive_rows(table, packs, L, D, P) -> dict:

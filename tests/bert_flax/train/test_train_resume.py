@@ -17,7 +17,7 @@ import pytest
 
 from bert_flax import checkpointing, train
 from bert_flax.metrics import read_metrics
-from bert_flax.tasks import pretraining
+from bert_flax.tasks.pretraining import task as pretraining
 from bert_flax.train_setup import create_train_setup
 
 N = 3

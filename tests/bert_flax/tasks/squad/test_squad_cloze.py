@@ -20,7 +20,7 @@ SPEECH = Document(
 
 
 def test_each_question_blanks_a_mention_of_its_context_from_elsewhere():
-    squad = cloze.build([SPEECH], per_context=5)
+    squad = cloze.build([SPEECH], per_context=5, min_mentions=1)
     paragraphs = squad["data"][0]["paragraphs"]
     assert len(paragraphs) == 3  # the last paragraph mentions nothing
     for paragraph in paragraphs:
@@ -34,6 +34,14 @@ def test_each_question_blanks_a_mention_of_its_context_from_elsewhere():
             sentence = qa["question"].replace(cloze.BLANK, answer["text"], 1)
             others = [p for p in SPEECH.paragraphs if p != context]
             assert any(sentence in p for p in others) and sentence not in context
+
+
+def test_only_contexts_with_enough_distinct_mentions_ask():
+    """The first paragraph names three ("The United States", 1795, 1,200), two of them found
+    elsewhere; the others name two."""
+    (paragraph,) = cloze.build([SPEECH], per_context=5)["data"][0]["paragraphs"]
+    assert paragraph["context"] == SPEECH.paragraphs[0]
+    assert {qa["answers"][0]["text"] for qa in paragraph["qas"]} == {"1795", "1,200"}
 
 
 def test_the_written_set_reads_as_squad(tmp_path):

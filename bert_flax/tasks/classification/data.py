@@ -3,16 +3,15 @@
     data = rotten_tomatoes()                      # or read_labelled_files("train.csv", "dev.csv")
     vocab = load_vocab()
     train = encode_split(vocab, data.splits["train"], max_seq_length=128)
-    for batch in batches(train, batch_size=32, max_seq_length=128, max_sequences_per_pack=8):
+    for batch in rows.batches(train, batch_size=32, max_seq_length=128, max_sequences_per_pack=8):
         ...                          # contract.CLASSIFICATION_FEATURES, batch dimension first
 
 Each example becomes ``[CLS] a [SEP]`` (or ``[CLS] a [SEP] b [SEP]`` for sentence pairs, token
 types 0/1), cut to ``max_seq_length`` by BERT's longest-first truncation (counted in
-``EncodedSplit.truncated``). Packed rows hold up to D examples, chosen on the length histogram by
-the pre-training packers (``packing.pack_histogram``) and built by the one row builder
-(``rows.build_rows``): the core fields of every task, plus `labels` (class id, or regression
-target) and `example_ids` (the example's stable id, -1 for an empty slot) per slot
-(docs/design.md, "The packed batch"). Padded rows (``packed=False``) are the same with D = 1.
+``EncodedSplit.truncated``). ``rows.batches`` packs up to D examples a row on the length
+histogram (``packing.pack_histogram``) and builds the rows: the core fields of every task, plus
+`labels` (class id, or regression target) and `example_ids` (the example's stable id, -1 for an
+empty slot) per slot (docs/design.md, "The packed batch"). Padded rows are the same with D = 1.
 """
 
 from __future__ import annotations
@@ -30,9 +29,8 @@ from typing import Any, TextIO
 
 import numpy as np
 
-import packing
 from bert_flax.data.contract import RowShape
-from bert_flax.data.rows import RowLayout, build_rows, epoch_seed
+from bert_flax.data.rows import RowLayout
 from bert_flax.data.tokenization import Vocab, encode
 
 SPLIT_NAMES = ("train", "validation", "test")
@@ -494,100 +492,3 @@ def encode_split(vocab: Vocab, split: LabelledSplit, max_seq_length: int) -> Enc
         max_seq_length=max_seq_length,
         truncated=int(truncated.sum()),
     )
-
-
-def pack_examples(
-    lengths: np.ndarray,
-    max_seq_length: int,
-    max_sequences_per_pack: int,
-    *,
-    algorithm: str = "lpfhp",
-    seed: int = 0,
-    packed: bool = True,
-) -> list[list[int]]:
-    """Rows of example indices, every example exactly once, in an order random with ``seed``.
-
-    Packed: the strategies ``algorithm`` solves on the histogram of ``lengths`` (as in
-    pre-training), filled by ``packing.assign_sequences``; padded: one example per row.
-    """
-    lengths = np.asarray(lengths)
-    if lengths.size == 0:
-        raise ValueError("There are no examples to pack.")
-    if not packed:
-        return [[int(i)] for i in np.random.default_rng(seed).permutation(lengths.size)]
-    if max_sequences_per_pack < 1:
-        raise ValueError(f"max_sequences_per_pack must be >= 1, got {max_sequences_per_pack}.")
-    histogram = packing.from_lengths(lengths, max_seq_length)
-    strategies = packing.pack_histogram(
-        histogram, max_seq_length, algorithm=algorithm, max_depth=max_sequences_per_pack
-    )
-    return packing.assign_sequences(lengths, strategies, seed=seed).packs
-
-
-def packing_factor(packs: Sequence[Sequence[int]]) -> float:
-    """Examples per row."""
-    return sum(len(p) for p in packs) / max(1, len(packs))
-
-
-def batches(
-    encoded: EncodedSplit,
-    *,
-    batch_size: int,
-    max_seq_length: int,
-    max_sequences_per_pack: int = 8,
-    packed: bool = True,
-    algorithm: str = "lpfhp",
-    seed: int = 0,
-    epoch: int = 0,
-    shuffle: bool = True,
-    pad_final: bool = False,
-    process_index: int = 0,
-    process_count: int = 1,
-) -> Iterator[dict[str, np.ndarray]]:
-    """One epoch of batches of ``batch_size`` rows for this host.
-
-    Packing and order use ``epoch_seed(seed, epoch)`` when ``shuffle``, else the same rows every
-    epoch (padded: file order). Host ``process_index`` takes every ``process_count``-th row; all
-    hosts yield the same number of batches. ``pad_final`` (evaluation, prediction) fills the last
-    batch with empty rows so every example appears once; otherwise the last partial batch is
-    dropped. Padded rows (``packed=False``) have D = 1.
-    """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
-    if not 0 <= process_index < process_count:
-        raise ValueError(f"process_index={process_index} is not in [0, {process_count}).")
-    if len(encoded) == 0:
-        raise ValueError("The split has no examples.")
-    if encoded.lengths.max() > max_seq_length:
-        raise ValueError(
-            f"Examples of up to {encoded.lengths.max()} tokens do not fit rows of "
-            f"{max_seq_length}; encode with max_seq_length={max_seq_length}."
-        )
-    slots = max_sequences_per_pack if packed else 1
-    pack_seed = epoch_seed(seed, epoch if shuffle else 0)
-    if packed or shuffle:
-        packs = pack_examples(
-            encoded.lengths,
-            max_seq_length,
-            slots,
-            algorithm=algorithm,
-            seed=pack_seed,
-            packed=packed,
-        )
-    else:
-        packs = [[i] for i in range(len(encoded))]
-    mine = packs[process_index::process_count]
-    if pad_final:
-        count = -(-math.ceil(len(packs) / process_count) // batch_size)
-        mine = mine + [[] for _ in range(count * batch_size - len(mine))]
-    else:
-        count = len(packs) // process_count // batch_size
-        if count == 0:
-            raise ValueError(
-                f"{len(packs)} rows make no full batch of {batch_size} rows on each of "
-                f"{process_count} hosts; lower batch_size or pass pad_final=True."
-            )
-    for b in range(count):
-        yield build_rows(
-            encoded, mine[b * batch_size : (b + 1) * batch_size], RowShape(max_seq_length, slots)
-        )

@@ -13,22 +13,23 @@ import ml_collections
 import numpy as np
 import pytest
 
-from bert_flax import finetune, losses, parameters
+from bert_flax import finetune, parameters
 from bert_flax.config import INIT_FROM_PRESET, BertConfig
-from bert_flax.data import classification, tokenization
+from bert_flax.data import rows as data_rows
+from bert_flax.data import tokenization
 from bert_flax.data.contract import RowShape
 from bert_flax.data.rows import build_rows
-from bert_flax.model import (
-    EMBEDDING_TABLES,
-    BertForPreTraining,
+from bert_flax.model import EMBEDDING_TABLES, BertForPreTraining, BertModel, rescale_embeddings
+from bert_flax.tasks.classification import ClassificationTask
+from bert_flax.tasks.classification import data as classification
+from bert_flax.tasks.classification.model import (
     BertForSequenceClassification,
-    BertModel,
     ClassificationOutput,
+    classification_loss,
     mean_states,
     pretrained_encoder,
-    rescale_embeddings,
 )
-from bert_flax.tasks.classification import ClassificationTask
+from bert_flax.tasks.classification.predict import predict, write_predictions
 
 MAX_LEN = 64
 CONFIG = BertConfig.preset(
@@ -81,14 +82,14 @@ def per_example(batch, values):
 
 def test_packed_rows_give_each_example_its_own_logits_and_loss(encoded, params):
     model = BertForSequenceClassification(CONFIG, num_labels=3)
-    packs = classification.pack_examples(encoded.lengths, MAX_LEN, 4, seed=1)
+    packs = data_rows.pack_examples(encoded.lengths, MAX_LEN, 4, seed=1)
     assert max(len(p) for p in packs) > 1  # really packed
     packed = build_rows(encoded, packs, RowShape(MAX_LEN, 4))
     single = build_rows(encoded, [[i] for i in range(len(encoded))], RowShape(MAX_LEN, 1))
     outputs = {}
     for name, batch in (("packed", packed), ("single", single)):
         output = model.apply({"params": params}, batch, deterministic=True)
-        loss, metrics = losses.classification_loss(output, batch)
+        loss, metrics = classification_loss(output, batch)
         outputs[name] = (per_example(batch, np.asarray(output.logits)), float(loss), metrics)
     packed_logits, single_logits = outputs["packed"][0], outputs["single"][0]
     assert sorted(packed_logits) == sorted(single_logits) == encoded.ids.tolist()
@@ -110,7 +111,7 @@ def test_mean_pooling_reads_each_examples_own_tokens(encoded, params):
     """Mean pooling: packed logits equal single-example logits, and the pooled state is the
     numpy mean of the example's hidden states."""
     model = BertForSequenceClassification(CONFIG, num_labels=3, pooling="mean")
-    packs = classification.pack_examples(encoded.lengths, MAX_LEN, 4, seed=1)
+    packs = data_rows.pack_examples(encoded.lengths, MAX_LEN, 4, seed=1)
     packed = build_rows(encoded, packs, RowShape(MAX_LEN, 4))
     single = build_rows(encoded, [[i] for i in range(len(encoded))], RowShape(MAX_LEN, 1))
     logits = {
@@ -153,14 +154,14 @@ def test_regression_loss_is_the_mean_squared_error():
         "labels": np.array([[1.0, 1.0, 0.0]], np.float32),
         "sequence_mask": np.array([[1.0, 1.0, 0.0]], np.float32),
     }
-    loss, metrics = losses.classification_loss(ClassificationOutput(logits=logits), batch)
+    loss, metrics = classification_loss(ClassificationOutput(logits=logits), batch)
     assert float(loss) == pytest.approx((0.25 + 1.0) / 2)
     assert float(metrics["mse"][1]) == 2.0
 
 
 def test_packed_inference_equals_padded_inference_per_example(encoded, params):
-    packed = finetune.predict(CONFIG, params, 3, encoded, rows=2, max_sequences_per_pack=4)
-    padded = finetune.predict(CONFIG, params, 3, encoded, rows=2, packed=False)
+    packed = predict(CONFIG, params, 3, encoded, rows=2, max_sequences_per_pack=4)
+    padded = predict(CONFIG, params, 3, encoded, rows=2, packed=False)
     assert packed.shape == (len(encoded), 3)
     np.testing.assert_allclose(packed, padded, atol=2e-5)
     # ... and each equals the example run alone, in input order.
@@ -288,7 +289,7 @@ def _pretraining_rows(config: BertConfig) -> dict[str, np.ndarray]:
 def test_write_predictions_in_input_order(tmp_path):
     path = tmp_path / "p.jsonl"
     logits = np.array([[0.0, 2.0], [3.0, 0.0]], np.float32)
-    finetune.write_predictions(str(path), [7, 3], logits, ["neg", "pos"])
+    write_predictions(str(path), [7, 3], logits, ["neg", "pos"])
     records = [json.loads(line) for line in path.read_text().splitlines()]
     assert [r["id"] for r in records] == [7, 3]
     assert [r["label"] for r in records] == ["pos", "neg"]
@@ -298,10 +299,13 @@ def test_write_predictions_in_input_order(tmp_path):
 _SHARDED_PREDICT = """
 import jax, numpy as np
 from jax.sharding import AxisType
-from bert_flax import finetune, sharding
+from bert_flax import sharding
 from bert_flax.data.contract import CLASSIFICATION_INPUTS
-from bert_flax.model import BertForSequenceClassification
-import test_finetune as t
+from bert_flax.data.rows import batches
+from bert_flax.tasks.classification.model import BertForSequenceClassification
+from bert_flax.tasks.classification.predict import predict
+from bert_flax.tasks.inference import sharded_apply
+import test_classification_finetune as t
 
 n = 3 * len(t.TEXTS)
 split = t.classification.LabelledSplit(
@@ -309,19 +313,19 @@ split = t.classification.LabelledSplit(
 )
 encoded = t.classification.encode_split(t.tokenization.load_vocab(), split, t.MAX_LEN)
 model = BertForSequenceClassification(t.CONFIG, num_labels=3)
-batch = next(t.classification.batches(encoded, batch_size=2, max_seq_length=t.MAX_LEN))
+batch = next(batches(encoded, batch_size=2, max_seq_length=t.MAX_LEN))
 inputs = {k: batch[k] for k in CLASSIFICATION_INPUTS}
 params = model.init(jax.random.key(0), inputs, deterministic=True)["params"]
 one = jax.make_mesh((1, 1, 1), sharding.MESH_AXES, axis_types=(AxisType.Auto,) * 3,
                     devices=jax.devices()[:1])
-reference = finetune.predict(t.CONFIG, params, 3, encoded, rows=4, mesh=one)
+reference = predict(t.CONFIG, params, 3, encoded, rows=4, mesh=one)
 for shape in ((8, 1, 1), (2, 2, 2)):
     mesh = sharding.create_mesh(shape)
-    _, shardings = finetune.sharded_logits(model, mesh, inputs)
+    _, shardings = sharded_apply(model, mesh, inputs, lambda out: out.logits)
     if shape == (2, 2, 2):  # really split: kernels over model, embed dims over fsdp
         specs = [str(s.spec) for s in jax.tree.leaves(shardings)]
         assert any("model" in s for s in specs) and any("fsdp" in s for s in specs), specs
-    got = finetune.predict(t.CONFIG, params, 3, encoded, rows=4, mesh=mesh)
+    got = predict(t.CONFIG, params, 3, encoded, rows=4, mesh=mesh)
     np.testing.assert_allclose(got, reference, atol=2e-5)
 print("OK")
 """
@@ -333,7 +337,7 @@ def test_packed_inference_on_8_devices_equals_1_device(run_on_devices):
     gives the 1-device logits, example by example (parameters split over model when it has
     devices)."""
     here = os.path.dirname(os.path.abspath(__file__))
-    run_on_devices(_SHARDED_PREDICT, 8, [here, os.path.dirname(os.path.dirname(here))])
+    run_on_devices(_SHARDED_PREDICT, 8, [here, os.path.abspath(os.path.join(here, "../../../.."))])
 
 
 def test_a_sample_of_labels_trains_at_least_min_steps_with_the_evaluations_asked():

@@ -1,32 +1,31 @@
 """Fine-tuning: `BertForSequenceClassification` (classification or regression) on packed rows of
-labelled text (`bert_flax.data.classification`), one epoch of batches at a time."""
+labelled text (`data.py`), one epoch of batches at a time."""
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
-import itertools
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import flax.linen as nn
-import jax
 import ml_collections
 import numpy as np
 from absl import logging
 
-from bert_flax import losses, parameters
+from bert_flax import losses
 from bert_flax.config import BertConfig
-from bert_flax.data import classification, contract, tokenization
-from bert_flax.data.rows import epoch_seed
-from bert_flax.model import (
+from bert_flax.data import contract
+from bert_flax.model import rescale_embeddings
+from bert_flax.tasks.base import Batch, model_config_from
+from bert_flax.tasks.classification import data as classification
+from bert_flax.tasks.classification import predict
+from bert_flax.tasks.classification.model import (
+    CLASSIFICATION,
     BertForSequenceClassification,
     pretrained_encoder,
-    rescale_embeddings,
 )
-from bert_flax.tasks.base import Batch, Task, model_config_from
+from bert_flax.tasks.finetuning import FineTuningTask, task_vocab
 
 
 def labelled_data(config: ml_collections.ConfigDict) -> classification.LabelledData:
@@ -66,16 +65,18 @@ def _all_labelled_data(config: ml_collections.ConfigDict) -> classification.Labe
     return classification.rotten_tomatoes(seed=data.split_seed)
 
 
-class ClassificationTask(Task):
+class ClassificationTask(FineTuningTask):
     """Fine-tuning `BertForSequenceClassification` on packed rows of labelled text."""
 
+    name = "classification"
     eval_metrics_shown = ("classification_loss",)
+    predict_file = staticmethod(predict.predict_file)
 
     def __init__(self, config: ml_collections.ConfigDict):
         super().__init__(config)
         data = config.data
         self.labelled = labelled_data(config)
-        self.vocab = tokenization.load_vocab(data.vocab_file or self._pretrained_vocab_file())
+        self.vocab = task_vocab(config)
         self.encoded = {
             name: classification.encode_split(self.vocab, split, data.max_seq_length)
             for name, split in self.labelled.splits.items()
@@ -96,22 +97,9 @@ class ClassificationTask(Task):
             self.eval_metric, self.eval_metric_mode = "accuracy", "max"
         self.train_metrics_shown = ("classification_loss", self.eval_metric)
 
-    def _pretrained_vocab_file(self) -> str | None:
-        """`config.init_from`'s vocabulary, where it says (None: bert-base-uncased's)."""
-        init_from = self.config.get("init_from")
-        vocab_file = parameters.pretrained_vocab_file(init_from) if init_from else None
-        if vocab_file:
-            logging.info("Tokenizing with %s, the vocabulary of %s", vocab_file, init_from)
-        return vocab_file
-
-    @property
-    def depth(self) -> int:
-        """Sequence slots per row (1 when padded)."""
-        return self.config.data.max_sequences_per_pack if self.config.data.packed else 1
-
     @property
     def objective(self) -> losses.Objective:
-        return losses.CLASSIFICATION
+        return CLASSIFICATION
 
     def model(self, model_config: BertConfig) -> nn.Module:
         return BertForSequenceClassification(
@@ -121,64 +109,6 @@ class ClassificationTask(Task):
     def model_config(self) -> BertConfig:
         length = self.config.data.max_seq_length
         return model_config_from(self.config, length, self.vocab.size, "the tokenizer")
-
-    @functools.cached_property
-    def epoch_rows(self) -> list[list[int]]:
-        """The train split's rows of epoch 0 (every epoch packs the same lengths into as many
-        rows); computed once for the packing factor and the steps per epoch."""
-        data = self.config.data
-        return classification.pack_examples(
-            self.encoded["train"].lengths,
-            data.max_seq_length,
-            self.depth,
-            algorithm=data.algorithm,
-            seed=epoch_seed(self.config.seed, 0),
-            packed=data.packed,
-        )
-
-    def packing_factor(self) -> float:
-        return classification.packing_factor(self.epoch_rows) if self.config.data.packed else 1.0
-
-    def _batches(self, split: str, rows: int, **kwargs: Any) -> Iterator[Batch]:
-        data = self.config.data
-        return classification.batches(
-            self.encoded[split],
-            batch_size=rows // jax.process_count(),
-            max_seq_length=data.max_seq_length,
-            max_sequences_per_pack=self.depth,
-            packed=data.packed,
-            algorithm=data.algorithm,
-            seed=self.config.seed,
-            process_index=jax.process_index(),
-            process_count=jax.process_count(),
-            **kwargs,
-        )
-
-    def synthetic_batch(self, rows: int, seed: int) -> Batch:
-        """The first `rows` rows of the validation split (real rows of the right shape)."""
-        batch = next(
-            self._batches("validation", rows * jax.process_count(), shuffle=False, pad_final=True)
-        )
-        return {name: value[:rows] for name, value in batch.items()}
-
-    def steps_per_epoch(self, global_rows: int) -> int:
-        return len(self.epoch_rows) // global_rows
-
-    def train_batches(self, rows: int, vocab_size: int, *, start: int = 0) -> Iterator[Batch]:
-        per_epoch = self.steps_per_epoch(rows)
-        if per_epoch == 0:
-            raise ValueError(
-                f"The train split makes {len(self.epoch_rows)} rows, fewer than one batch of "
-                f"{rows}; lower config.train.batch_size."
-            )
-        first_epoch, skip = divmod(start, per_epoch)
-        for epoch in itertools.count(first_epoch):
-            batches = self._batches("train", rows, epoch=epoch, shuffle=self.config.data.shuffle)
-            yield from itertools.islice(batches, skip if epoch == first_epoch else 0, None)
-
-    def eval_batches(self, rows: int, vocab_size: int) -> list[Batch]:
-        split = self.config.eval.split
-        return list(self._batches(split, rows, shuffle=False, pad_final=True))
 
     def baseline(self, eval_set: list[Batch]) -> tuple[str, float]:
         split = self.config.eval.split
@@ -224,6 +154,11 @@ class ClassificationTask(Task):
             "pooling": self.config.classifier.pooling,
             "vocab_file": self.vocab.path,  # as resolved (config.data.vocab_file may be "")
         }
+
+    def predict_split(self, workdir: str, split: str) -> dict[str, Any]:
+        """The best parameters' predictions on `split`, written to the workdir, and their
+        accuracy (or MSE)."""
+        return predict.predict_split(workdir, self, split)
 
     def plot(self, workdir: str) -> list[str]:
         from bert_flax import plots

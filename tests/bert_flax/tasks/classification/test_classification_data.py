@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bert_flax.data import classification as cl
-from bert_flax.data.rows import epoch_seed
+from bert_flax.data import rows as data_rows
 from bert_flax.data.tokenization import load_vocab
+from bert_flax.tasks.classification import data as cl
 
 L, D = 128, 8
 
@@ -387,7 +387,9 @@ def check_rows(rows: dict, encoded: cl.EncodedSplit, labelled: cl.LabelledSplit,
 def test_packed_batches_hold_every_example_once(vocab, rotten, encoded):
     labelled, enc = rotten.splits["validation"], encoded["validation"]
     batches = list(
-        cl.batches(enc, batch_size=16, max_seq_length=L, max_sequences_per_pack=D, pad_final=True)
+        data_rows.batches(
+            enc, batch_size=16, max_seq_length=L, max_sequences_per_pack=D, pad_final=True
+        )
     )
     assert all(b["input_ids"].shape == (16, L) and b["labels"].shape == (16, D) for b in batches)
     seen = [i for b in batches for i in check_rows(b, enc, labelled, vocab)]
@@ -397,8 +399,8 @@ def test_packed_batches_hold_every_example_once(vocab, rotten, encoded):
 def test_packed_and_padded_batches_carry_the_same_examples(rotten, encoded):
     enc = encoded["test"]
     kwargs = dict(batch_size=32, max_seq_length=L, max_sequences_per_pack=D, pad_final=True)
-    packed = list(cl.batches(enc, packed=True, **kwargs))
-    padded = list(cl.batches(enc, packed=False, **kwargs))
+    packed = list(data_rows.batches(enc, packed=True, **kwargs))
+    padded = list(data_rows.batches(enc, packed=False, **kwargs))
     assert padded[0]["example_ids"].shape == (32, 1)
     ids = [np.concatenate([b["example_ids"].ravel() for b in bs]) for bs in (packed, padded)]
     ids = [np.sort(i[i >= 0]) for i in ids]
@@ -416,12 +418,12 @@ def test_packing_factor_on_rotten_tomatoes(encoded):
         f"{np.median(lengths):.0f}, max {lengths.max()}, truncated {encoded['train'].truncated}"
     )
     for algorithm, depth in (("lpfhp", D), ("spfhp", D), ("nnlshp", 3)):
-        packs = cl.pack_examples(lengths, L, depth, algorithm=algorithm, seed=0)
+        packs = data_rows.pack_examples(lengths, L, depth, algorithm=algorithm, seed=0)
         flat = np.concatenate(packs)
         assert np.array_equal(np.sort(flat), np.arange(len(lengths)))  # each example once
         assert max(len(p) for p in packs) <= depth
         assert max(lengths[p].sum() for p in packs) <= L
-        factor = cl.packing_factor(packs)
+        factor = data_rows.packing_factor(packs)
         assert factor == pytest.approx(len(lengths) / len(packs))
         print(f"  {algorithm} D={depth}: {len(packs)} rows, packing factor {factor:.2f}")
         if depth == D:
@@ -430,39 +432,41 @@ def test_packing_factor_on_rotten_tomatoes(encoded):
 
 def test_padded_packs_are_a_seeded_permutation():
     lengths = np.array([3, 5, 2, 7])
-    packs = cl.pack_examples(lengths, 8, 4, packed=False, seed=1)
+    packs = data_rows.pack_examples(lengths, 8, 4, packed=False, seed=1)
     assert sorted(p[0] for p in packs) == [0, 1, 2, 3] and all(len(p) == 1 for p in packs)
-    assert packs == cl.pack_examples(lengths, 8, 4, packed=False, seed=1)
+    assert packs == data_rows.pack_examples(lengths, 8, 4, packed=False, seed=1)
 
 
 def test_epochs_hosts_and_remainders(encoded):
     enc = encoded["validation"]
     kwargs = dict(batch_size=8, max_seq_length=L, max_sequences_per_pack=D)
     ids = lambda bs: np.concatenate([b["example_ids"].ravel() for b in bs])
-    epoch0, epoch1 = (list(cl.batches(enc, epoch=e, **kwargs)) for e in (0, 1))
+    epoch0, epoch1 = (list(data_rows.batches(enc, epoch=e, **kwargs)) for e in (0, 1))
     assert not np.array_equal(ids(epoch0), ids(epoch1))
-    assert np.array_equal(ids(epoch0), ids(cl.batches(enc, epoch=0, **kwargs)))
-    fixed = [ids(cl.batches(enc, epoch=e, shuffle=False, **kwargs)) for e in (0, 3)]
+    assert np.array_equal(ids(epoch0), ids(data_rows.batches(enc, epoch=0, **kwargs)))
+    fixed = [ids(data_rows.batches(enc, epoch=e, shuffle=False, **kwargs)) for e in (0, 3)]
     assert np.array_equal(fixed[0], fixed[1])
-    in_order = ids(cl.batches(enc, epoch=2, shuffle=False, packed=False, **kwargs))
+    in_order = ids(data_rows.batches(enc, epoch=2, shuffle=False, packed=False, **kwargs))
     np.testing.assert_array_equal(in_order, enc.ids[: len(in_order)])
 
-    rows = len(cl.pack_examples(enc.lengths, L, D, seed=epoch_seed(0, 0)))
+    rows = len(data_rows.pack_examples(enc.lengths, L, D, seed=data_rows.epoch_seed(0, 0)))
     assert len(epoch0) == rows // 8  # the partial batch is dropped
     seen = ids(epoch0)
     assert len(set(seen[seen >= 0].tolist())) == (seen >= 0).sum()
 
-    hosts = [list(cl.batches(enc, process_index=p, process_count=3, **kwargs)) for p in range(3)]
+    hosts = [
+        list(data_rows.batches(enc, process_index=p, process_count=3, **kwargs)) for p in range(3)
+    ]
     assert len({len(h) for h in hosts}) == 1 and len(hosts[0]) == rows // 3 // 8
     evaluation = [
-        list(cl.batches(enc, process_index=p, process_count=3, pad_final=True, **kwargs))
+        list(data_rows.batches(enc, process_index=p, process_count=3, pad_final=True, **kwargs))
         for p in range(3)
     ]
     assert len({len(h) for h in evaluation}) == 1
     everything = np.concatenate([ids(h) for h in evaluation])
     np.testing.assert_array_equal(np.sort(everything[everything >= 0]), np.sort(enc.ids))
     with pytest.raises(ValueError, match="no full batch"):
-        list(cl.batches(enc, **{**kwargs, "batch_size": 10_000}))
+        list(data_rows.batches(enc, **{**kwargs, "batch_size": 10_000}))
 
 
 def test_regression_rows_carry_float_labels(vocab, tmp_path):
@@ -470,7 +474,7 @@ def test_regression_rows_carry_float_labels(vocab, tmp_path):
     path = write(str(tmp_path / "r.jsonl"), records)
     data = cl.read_labelled_files(path, regression=True, fractions=(0.5, 0.5))
     enc = cl.encode_split(vocab, data.splits["train"], 32)
-    (batch,) = cl.batches(enc, batch_size=1, max_seq_length=32, max_sequences_per_pack=4)
+    (batch,) = data_rows.batches(enc, batch_size=1, max_seq_length=32, max_sequences_per_pack=4)
     assert batch["labels"].dtype == np.float32
     real = batch["sequence_mask"][0] > 0
     assert sorted(batch["labels"][0][real].tolist()) == sorted(data.splits["train"].labels)

@@ -34,6 +34,7 @@ SYNTHETIC_MASKED_LM_PROB = 0.15
 class PreTrainingTask(Task):
     """Masked-LM + NSP pre-training on prepared data (`create_pretraining_data`) or random rows."""
 
+    name = "pretraining"
     eval_metric = "masked_lm_accuracy"
     eval_metrics_shown = ("mlm_loss", "nsp_accuracy")
     train_metrics_shown = ("mlm_loss", "mlm_accuracy")

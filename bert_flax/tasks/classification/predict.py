@@ -1,0 +1,157 @@
+"""Packed inference of a fine-tuned classifier: logits per example, and the JSON lines written.
+
+logits = predict(model_config, params, num_labels, encoded)    # [N, num_labels], input order
+write_predictions("predictions.jsonl", encoded.ids, logits, label_names)
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import Mesh
+
+from bert_flax import parameters, sharding
+from bert_flax.config import BertConfig
+from bert_flax.data import contract, tokenization
+from bert_flax.data import rows as data_rows
+from bert_flax.tasks.classification import data
+from bert_flax.tasks.classification.model import BertForSequenceClassification
+from bert_flax.tasks.inference import data_parallel_rows, sharded_apply
+
+PREDICTIONS_FILE = "predictions_{split}.jsonl"
+
+
+def predict(
+    model_config: BertConfig,
+    params: Any,
+    num_labels: int,
+    encoded: data.EncodedSplit,
+    *,
+    rows: int = 32,
+    max_sequences_per_pack: int = 8,
+    packed: bool = True,
+    algorithm: str = "lpfhp",
+    pooling: str = "cls",
+    mesh: Mesh | None = None,
+) -> np.ndarray:
+    """Outputs per example of `encoded`, in its order: logits [N, num_labels] float32.
+
+    Several examples per row when `packed`; each example's output depends only on its own
+    tokens (block-diagonal attention), so packed and padded inference agree example by example.
+    Runs on `mesh` (default: every device, data parallel), each batch of `rows`
+    (rounded up to a multiple of the data-parallel size) split over the batch axes.
+    """
+    mesh = mesh or sharding.create_mesh((-1, 1, 1))
+    batches = data_rows.batches(
+        encoded,
+        batch_size=data_parallel_rows(rows, mesh),
+        max_seq_length=encoded.max_seq_length,
+        max_sequences_per_pack=max_sequences_per_pack if packed else 1,
+        packed=packed,
+        algorithm=algorithm,
+        shuffle=False,
+        pad_final=True,
+    )
+    first = next(batches)
+    model = BertForSequenceClassification(model_config, num_labels, pooling)
+    apply, shardings = sharded_apply(model, mesh, model_inputs(first), lambda out: out.logits)
+    params = jax.device_put(params, shardings)
+    position = {int(example_id): k for k, example_id in enumerate(encoded.ids)}
+    logits = np.full((len(encoded), num_labels), np.nan, np.float32)
+    for batch in itertools.chain([first], batches):
+        inputs = jax.device_put(model_inputs(batch), sharding.batch_sharding(mesh))
+        out = np.asarray(apply(params, inputs))
+        real = batch["example_ids"] >= 0
+        for example_id, value in zip(batch["example_ids"][real], out[real]):
+            logits[position[int(example_id)]] = value
+    if np.isnan(logits).any():
+        raise RuntimeError("Some examples got no prediction; the packer lost them.")
+    return logits
+
+
+def model_inputs(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {name: batch[name] for name in contract.CLASSIFICATION_INPUTS}
+
+
+def write_predictions(
+    path: str, ids: Sequence[int], logits: np.ndarray, label_names: Sequence[str] | None
+) -> None:
+    """One JSON line per example, in input order: its id and prediction (label and
+    probabilities, or the regression value)."""
+    with open(path, "w") as f:
+        for example_id, row in zip(ids, logits):
+            record: dict[str, Any] = {"id": int(example_id)}
+            if label_names is None:
+                record["prediction"] = float(row[0])
+            else:
+                probabilities = np.exp(row - row.max())
+                probabilities /= probabilities.sum()
+                record["label"] = label_names[int(np.argmax(row))]
+                record["probabilities"] = [round(float(p), 6) for p in probabilities]
+            f.write(json.dumps(record) + "\n")
+
+
+def check_kind(split: data.LabelledSplit, head: dict, path: str, workdir: str) -> None:
+    """ValueError unless `path` holds the kind of examples (single texts or sentence pairs) the
+    model was fine-tuned on (models fine-tuned before `sentence_pairs` was recorded: any)."""
+    kinds = {False: "single texts (no `text_b` column)", True: "sentence pairs (`text_b`)"}
+    pairs = split.texts_b is not None
+    if head.get("sentence_pairs", pairs) != pairs:
+        raise ValueError(
+            f"{path} holds {kinds[pairs]}, but the model in {workdir} was fine-tuned on "
+            f"{kinds[not pairs]}: give a file of its task."
+        )
+
+
+def predict_file(workdir: str, path: str, output: str | None) -> str:
+    """Classifies the texts of `path` (CSV/TSV/JSONL: text[, text_b]) with the workdir's best
+    parameters into JSON lines at `output` (default beside `path`); returns a one-line summary."""
+    model_config, params, head = parameters.load_finetuned(workdir)
+    with open(os.path.join(workdir, "config.json")) as f:
+        config_data = json.load(f)["data"]
+    vocab_file = head.get("vocab_file") or config_data.get("vocab_file") or None
+    vocab = tokenization.load_vocab(vocab_file)
+    split = data.read_texts(path)
+    check_kind(split, head, path, workdir)
+    encoded = data.encode_split(vocab, split, config_data["max_seq_length"])
+    logits = predict(
+        model_config,
+        params,
+        head["num_labels"],
+        encoded,
+        max_sequences_per_pack=config_data["max_sequences_per_pack"],
+        algorithm=config_data["algorithm"],
+        pooling=head.get("pooling", "cls"),  # models fine-tuned before pooling existed: cls
+    )
+    output = output or os.path.splitext(path)[0] + ".predictions.jsonl"
+    write_predictions(output, encoded.ids, logits, head["label_names"])
+    return f"{len(encoded)} predictions -> {output}"
+
+
+def predict_split(workdir: str, task, split: str) -> dict[str, float]:
+    """The best parameters' predictions on `task`'s `split`, written to the workdir; returns
+    accuracy (or MSE) against the split's labels."""
+    model_config, params, head = parameters.load_finetuned(workdir)
+    config, encoded = task.config, task.encoded[split]
+    logits = predict(
+        model_config,
+        params,
+        head["num_labels"],
+        encoded,
+        rows=config.eval.batch_size,
+        max_sequences_per_pack=task.depth,
+        packed=config.data.packed,
+        algorithm=config.data.algorithm,
+        pooling=head.get("pooling", "cls"),
+    )
+    path = os.path.join(workdir, PREDICTIONS_FILE.format(split=split))
+    write_predictions(path, encoded.ids, logits, head["label_names"])
+    if head["label_names"] is None:
+        return {"mse": float(np.mean((logits[:, 0] - encoded.labels) ** 2)), "path": path}
+    return {"accuracy": float(np.mean(logits.argmax(-1) == encoded.labels)), "path": path}

@@ -1,0 +1,104 @@
+"""`FineTuningTask`: what every fine-tuning task shares. Each split is a table of examples
+(`rows.Examples`: a classification split, a QA set's windows); an epoch packs the training
+table's lengths into rows (the project's packers, or one example a row when padded), so the
+packing factor and the steps per epoch are known before training; evaluation is one pass over
+the evaluation split, its last batch padded with empty rows."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import jax
+import ml_collections
+from absl import logging
+
+from bert_flax import parameters
+from bert_flax.data import rows as data_rows
+from bert_flax.data import tokenization
+from bert_flax.tasks.base import Batch, Task
+
+
+def task_vocab(config: ml_collections.ConfigDict) -> tokenization.Vocab:
+    """`config.data.vocab_file`, else `config.init_from`'s vocabulary where it says, else
+    bert-base-uncased's."""
+    vocab_file = config.data.vocab_file
+    init_from = config.get("init_from")
+    if not vocab_file and init_from:
+        vocab_file = parameters.pretrained_vocab_file(init_from)
+        if vocab_file:
+            logging.info("Tokenizing with %s, the vocabulary of %s", vocab_file, init_from)
+    return tokenization.load_vocab(vocab_file or None)
+
+
+class FineTuningTask(Task):
+    """A task trained in epochs over `self.encoded[split]` (set by the subclass's constructor)."""
+
+    encoded: dict[str, data_rows.Examples]
+
+    @property
+    def depth(self) -> int:
+        """Sequence slots per row (1 when padded)."""
+        return self.config.data.max_sequences_per_pack if self.config.data.packed else 1
+
+    @functools.cached_property
+    def epoch_rows(self) -> list[list[int]]:
+        """The train split's rows of epoch 0 (every epoch packs the same lengths into as many
+        rows); computed once for the packing factor and the steps per epoch."""
+        data = self.config.data
+        return data_rows.pack_examples(
+            self.encoded["train"].lengths,
+            data.max_seq_length,
+            self.depth,
+            algorithm=data.algorithm,
+            seed=data_rows.epoch_seed(self.config.seed, 0),
+            packed=data.packed,
+        )
+
+    def packing_factor(self) -> float:
+        if not self.config.data.packed:
+            return 1.0
+        return data_rows.packing_factor(self.epoch_rows)
+
+    def batches(self, split: str, rows: int, **kwargs: Any) -> Iterator[Batch]:
+        """This process's share of batches of `rows` global rows over `split`."""
+        data = self.config.data
+        return data_rows.batches(
+            self.encoded[split],
+            batch_size=rows // jax.process_count(),
+            max_seq_length=data.max_seq_length,
+            max_sequences_per_pack=self.depth,
+            packed=data.packed,
+            algorithm=data.algorithm,
+            seed=self.config.seed,
+            process_index=jax.process_index(),
+            process_count=jax.process_count(),
+            **kwargs,
+        )
+
+    def synthetic_batch(self, rows: int, seed: int) -> Batch:
+        """The first `rows` rows of the evaluation split (real rows of the right shape)."""
+        batches = self.batches(
+            self.config.eval.split, rows * jax.process_count(), shuffle=False, pad_final=True
+        )
+        return {name: value[:rows] for name, value in next(batches).items()}
+
+    def steps_per_epoch(self, global_rows: int) -> int:
+        return len(self.epoch_rows) // global_rows
+
+    def train_batches(self, rows: int, vocab_size: int, *, start: int = 0) -> Iterator[Batch]:
+        per_epoch = self.steps_per_epoch(rows)
+        if per_epoch == 0:
+            raise ValueError(
+                f"The train split makes {len(self.epoch_rows)} rows, fewer than one batch of "
+                f"{rows}; lower config.train.batch_size."
+            )
+        first_epoch, skip = divmod(start, per_epoch)
+        for epoch in itertools.count(first_epoch):
+            batches = self.batches("train", rows, epoch=epoch, shuffle=self.config.data.shuffle)
+            yield from itertools.islice(batches, skip if epoch == first_epoch else 0, None)
+
+    def eval_batches(self, rows: int, vocab_size: int) -> list[Batch]:
+        return list(self.batches(self.config.eval.split, rows, shuffle=False, pad_final=True))
