@@ -6,23 +6,20 @@ write_predictions("predictions.jsonl", encoded.ids, logits, label_names)
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 from collections.abc import Sequence
 from typing import Any
 
-import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from bert_flax import parameters, sharding
+from bert_flax import parameters
 from bert_flax.config import BertConfig
 from bert_flax.data import contract, tokenization
-from bert_flax.data import rows as data_rows
 from bert_flax.tasks.classification import data
 from bert_flax.tasks.classification.model import BertForSequenceClassification
-from bert_flax.tasks.inference import data_parallel_rows, sharded_apply
+from bert_flax.tasks.inference import predict_rows
 
 PREDICTIONS_FILE = "predictions_{split}.jsonl"
 
@@ -47,36 +44,28 @@ def predict(
     Runs on `mesh` (default: every device, data parallel), each batch of `rows`
     (rounded up to a multiple of the data-parallel size) split over the batch axes.
     """
-    mesh = mesh or sharding.create_mesh((-1, 1, 1))
-    batches = data_rows.batches(
+    batches = predict_rows(
+        BertForSequenceClassification(model_config, num_labels, pooling),
+        params,
         encoded,
-        batch_size=data_parallel_rows(rows, mesh),
+        inputs=contract.CLASSIFICATION_INPUTS,
+        outputs=lambda out: out.logits,
         max_seq_length=encoded.max_seq_length,
-        max_sequences_per_pack=max_sequences_per_pack if packed else 1,
+        max_sequences_per_pack=max_sequences_per_pack,
         packed=packed,
         algorithm=algorithm,
-        shuffle=False,
-        pad_final=True,
+        rows=rows,
+        mesh=mesh,
     )
-    first = next(batches)
-    model = BertForSequenceClassification(model_config, num_labels, pooling)
-    apply, shardings = sharded_apply(model, mesh, model_inputs(first), lambda out: out.logits)
-    params = jax.device_put(params, shardings)
     position = {int(example_id): k for k, example_id in enumerate(encoded.ids)}
     logits = np.full((len(encoded), num_labels), np.nan, np.float32)
-    for batch in itertools.chain([first], batches):
-        inputs = jax.device_put(model_inputs(batch), sharding.batch_sharding(mesh))
-        out = np.asarray(apply(params, inputs))
+    for batch, out in batches:
         real = batch["example_ids"] >= 0
         for example_id, value in zip(batch["example_ids"][real], out[real]):
             logits[position[int(example_id)]] = value
     if np.isnan(logits).any():
         raise RuntimeError("Some examples got no prediction; the packer lost them.")
     return logits
-
-
-def model_inputs(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    return {name: batch[name] for name in contract.CLASSIFICATION_INPUTS}
 
 
 def write_predictions(

@@ -18,15 +18,13 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from bert_flax import parameters, sharding
+from bert_flax import parameters
 from bert_flax.config import BertConfig
-from bert_flax.data import rows as data_rows
 from bert_flax.data import tokenization
-from bert_flax.tasks.inference import data_parallel_rows, sharded_apply
+from bert_flax.tasks.inference import predict_rows
 from bert_flax.tasks.squad import metrics
 from bert_flax.tasks.squad.model import QA_INPUTS, BertForQuestionAnswering, eval_outputs
 from bert_flax.tasks.squad.predictions import Prediction, answer_text, best_null_threshold
@@ -165,27 +163,21 @@ def infer(
 ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """Every window's (start, end) logits, from packed rows (unless not `packed`) on `mesh`
     (default: every device, data parallel)."""
-    mesh = mesh or sharding.create_mesh((-1, 1, 1))
     table = qa.table
-    batches = data_rows.batches(
+    batches = predict_rows(
+        BertForQuestionAnswering(model_config),
+        params,
         table,
-        batch_size=data_parallel_rows(rows, mesh),
+        inputs=QA_INPUTS,
+        outputs=lambda out: out,
         max_seq_length=qa.settings.max_seq_length,
-        max_sequences_per_pack=max_sequences_per_pack if packed else 1,
+        max_sequences_per_pack=max_sequences_per_pack,
         packed=packed,
         algorithm=algorithm,
-        shuffle=False,
-        pad_final=True,
+        rows=rows,
+        mesh=mesh,
     )
-    first = next(batches)
-    inputs = lambda batch: {name: batch[name] for name in QA_INPUTS}
-    model = BertForQuestionAnswering(model_config)
-    apply, shardings = sharded_apply(model, mesh, inputs(first), lambda out: out)
-    params = jax.device_put(params, shardings)
-    outputs = []
-    for batch in itertools.chain([first], batches):
-        out = apply(params, jax.device_put(inputs(batch), sharding.batch_sharding(mesh)))
-        outputs.append(jax.device_get(eval_outputs(out, batch)))
+    outputs = [eval_outputs(out, batch) for batch, out in batches]
     return window_logits(outputs, table.lengths)
 
 
