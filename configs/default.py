@@ -127,6 +127,27 @@ def get_config() -> ml_collections.ConfigDict:
     return config
 
 
+def for_finetuning(config: ml_collections.ConfigDict) -> None:
+    """BERT's fine-tuning recipe, for every task trained in epochs (`configs/finetune_sentiment.py`,
+    `squad.py`): AdamW, linear warm-up over 10% of the steps then decay to 0, 32 sequences a
+    step as the padded recipe (packed: `divide_accumulation`, at least 8 rows), evaluation every
+    epoch on the validation split with the best parameters kept."""
+    config.optimizer.name = "adamw"
+    config.schedule.warmup_fraction = 0.1  # of train.steps (resolve_epochs sets warmup_steps)
+    config.schedule.end_learning_rate = 0.0
+    config.train.steps = 1  # set from epochs by bert_flax.finetune.resolve_epochs
+    config.train.min_steps = 0  # steps at least, however few the examples (small samples)
+    config.train.batch_size = 32  # sequences of the padded recipe; rows when packed: 32 / p
+    config.train.packing_hparams = "divide_accumulation"
+    config.train.min_rows_per_step = 8
+    config.checkpoint.keep = 1
+    config.checkpoint.keep_best = True
+    config.eval.split = "validation"
+    config.eval.batch_size = 32
+    config.eval.evaluations = 0  # > 0: this many over the run (the best kept), not one an epoch
+    config.log.every_steps = 20
+
+
 # The sequence length from which the accelerator configs use splash attention.
 FLASH_ATTENTION_FROM = 512
 

@@ -50,24 +50,9 @@ def get_config(size: str = "cpu") -> ml_collections.ConfigDict:
     config.data.shuffle = True
     config.squad = ml_collections.ConfigDict({"n_best": 20, "max_answer_length": 30})
 
-    config.optimizer.name = "adamw"
+    default.for_finetuning(config)
     config.schedule.learning_rate = 1e-3 if size == "cpu" else 3e-5
-    config.schedule.warmup_fraction = 0.1  # of train.steps (resolve_epochs sets warmup_steps)
-    config.schedule.end_learning_rate = 0.0
-
     config.train.epochs = 2.0
-    config.train.steps = 1  # set from epochs by bert_flax.finetune.resolve_epochs
-    config.train.min_steps = 0
-    config.train.batch_size = 32  # sequences of the padded recipe; rows when packed: 32 / p
-    config.train.packing_hparams = "divide_accumulation"
-    config.train.min_rows_per_step = 8
-
-    config.checkpoint.keep = 1
-    config.checkpoint.keep_best = True
-    config.eval.split = "validation"
-    config.eval.batch_size = 32
-    config.eval.evaluations = 0  # > 0: this many over the run, not one an epoch
-    config.log.every_steps = 20
     if size == "base":
         config.train.dtype = "bfloat16"
         default.for_accelerators(config)
