@@ -58,19 +58,6 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def pretrained_run(args: argparse.Namespace) -> str:
-    """--pretrained, else the demo's packed pre-training for --pretrain_steps (reused if done)."""
-    if args.pretrained:
-        return args.pretrained
-    data_dir = os.path.join(args.workdir, "sotu_cpu")
-    demo.prepare_data(data_dir, dupe_factor=demo.DUPE_FACTOR)
-    config = demo.pretraining_config(data_dir, True, 0.0, args.pretrain_steps)
-    workdir = os.path.join(args.workdir, "pretrained")
-    if not train.reusable_run(workdir, config):
-        train.train_and_evaluate(config, workdir)
-    return workdir
-
-
 def finetuned(args, pretrained: str, start: str, size: int, rate: float, seed: int) -> dict:
     """One fine-tuning run's final metrics (reused when it is the same run)."""
     # Both starts tokenize with the pre-training data's vocabulary (`finetuning_config`).
@@ -120,7 +107,7 @@ def median(runs: list[dict], key: str) -> float:
 def main() -> None:
     args = parse_args()
     os.makedirs(args.workdir, exist_ok=True)
-    pretrained = pretrained_run(args)
+    pretrained = args.pretrained or demo.pretrained_model(args.workdir, args.pretrain_steps)
     rates = tuned_rates(args, pretrained, [float(r) for r in args.grid.split(",")])
     rows, reused = [], []
     for size in [int(s) for s in args.sizes.split(",")]:

@@ -151,6 +151,18 @@ def pretrain(
     return runs
 
 
+def pretrained_model(workdir: str, steps: int) -> str:
+    """The demo's packed pre-training for `steps` steps in `workdir/pretrained`, on the bundled
+    corpus prepared in `workdir/sotu_cpu` (both reused when done); the run's directory."""
+    data_dir = os.path.join(workdir, "sotu_cpu")
+    prepare_data(data_dir, dupe_factor=DUPE_FACTOR)
+    config = pretraining_config(data_dir, True, 0.0, steps)
+    run_dir = os.path.join(workdir, "pretrained")
+    if not train.reusable_run(run_dir, config):
+        train.exit_if_preempted(train.train_and_evaluate(config, run_dir))
+    return run_dir
+
+
 def finetuning_config(
     data_dir: str, init_from: str, epochs: float, seed: int = 0
 ) -> ml_collections.ConfigDict:
