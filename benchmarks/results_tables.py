@@ -175,6 +175,22 @@ def label_efficiency_row(read: Read) -> tuple[str, str]:
     )
 
 
+def squad_row(read: Read) -> tuple[str, str]:
+    r = read("squad_packed_vs_padded")["result"]
+    f1 = lambda start: "{} packed vs {} padded".format(
+        *(f"{r['cloze'][f'{start}/{layout}']['f1']:.1f}" for layout in ("packed", "padded"))
+    )
+    speeds = ", ".join(
+        f"{s['speedup']:.2f}x at {name} (packing factor {s['packing_factor']:.2f})"
+        for name, s in r["speed"].items()
+    )
+    return (
+        f"SQuAD-style QA fine-tuning packed vs padded, cloze set (median of {r['seeds']} seeds)",
+        f"F1 from the demo's model {f1('pre-trained')}, from random weights {f1('random')}; "
+        f"step speed-up {speeds}",
+    )
+
+
 def profile_row(read: Read) -> tuple[str, str]:
     lamb = [s for s in read("profile_report")["result"]["settings"] if s["label"].endswith("lamb")]
     span = lambda key: "-".join(f"{100 * f(s[key] for s in lamb):.0f}" for f in (min, max))
@@ -288,6 +304,11 @@ README_ROWS: list[tuple[Callable[[Read], tuple[str, str]], str]] = [
         label_efficiency_row,
         "`python benchmarks/label_efficiency.py --json` "
         "([results](docs/results.md#fine-tuning-with-few-labels))",
+    ),
+    (
+        squad_row,
+        "`python benchmarks/squad_packed_vs_padded.py --train_examples=3000 --json` "
+        "([results](docs/results.md#question-answering))",
     ),
     (
         profile_row,
@@ -486,6 +507,46 @@ def finetune_block(read: Read) -> str:
     return (
         f"{source('finetune_packed_vs_padded', read)}\n\nValidation accuracy, median of "
         f"{r['seeds']} seeds:\n\n{items_table(sets, FINETUNE_COLUMNS)}"
+    )
+
+
+SQUAD_COLUMNS: Columns = {
+    "start": lambda s: s["start"],
+    "layout": lambda s: s["layout"],
+    "rows a step": lambda s: s["rows_per_step"],
+    "steps": lambda s: s["steps"],
+    "exact match": lambda s: f"{s['exact_match']:.1f}",
+    "F1": lambda s: f"{s['f1']:.1f}",
+    "F1 of each seed": lambda s: ", ".join(f"{f:.1f}" for f in s["f1_runs"]),
+}
+SQUAD_SPEED_COLUMNS: Columns = {
+    "windows": lambda s: s["name"],
+    "packing factor": lambda s: f"{s['packing_factor']:.2f}",
+    "rows a step (padded / packed)": lambda s: "{padded} / {packed}".format(**s["rows_per_step"]),
+    "sequences/s (padded / packed)": lambda s: "{padded:.1f} / {packed:.1f}".format(
+        **s["sequences_per_second"]
+    ),
+    "step speed-up": lambda s: times(s["speedup"]),
+    "of the packing factor": lambda s: f"{s['speedup_over_packing_factor']:.2f}",
+}
+
+
+def squad_block(read: Read) -> str:
+    r = read("squad_packed_vs_padded")["result"]
+    runs = [
+        {"start": start, "layout": layout, **entry}
+        for key, entry in r["cloze"].items()
+        for start, layout in [key.split("/")]
+    ]
+    speeds = [{"name": name, **s} for name, s in r["speed"].items()]
+    questions = f"{r['train_examples']:,} training questions" if r["train_examples"] else "all"
+    return (
+        f"{source('squad_packed_vs_padded', read)}\n\nThe cloze set ({questions}; the "
+        f"evaluation on every dev question), best evaluation, median of {r['seeds']} seeds "
+        f"(answering with the context's first name or number: F1 {runs[0]['baseline_f1']:.1f}; "
+        f"packing factor of the training windows {runs[-1]['packing_factor']:.2f}):\n\n"
+        f"{items_table(runs, SQUAD_COLUMNS)}\n\nTrain steps timed side by side:\n\n"
+        f"{items_table(speeds, SQUAD_SPEED_COLUMNS)}"
     )
 
 
@@ -940,6 +1001,7 @@ BLOCKS: dict[str, Callable[[Read], str]] = {
     "learning_curves": learning_curves_block,
     "finetune_packed_vs_padded": finetune_block,
     "label_efficiency": label_efficiency_block,
+    "squad_packed_vs_padded": squad_block,
     "profile_report": profile_block,
     "block_sparse_bench": block_sparse_block,
     "block_sparse_learning": block_sparse_learning_block,

@@ -61,6 +61,7 @@ def squad_config(data_dir: str, layout: str, init_from: str, seed: int, args):
     config.data.vocab_file = os.path.join(data_dir, "vocab.txt")
     config.data.packed = layout == "packed"
     config.data.train_examples = args.train_examples
+    config.data.validation_examples = args.validation_examples
     config.train.packing_hparams = "divide_accumulation" if config.data.packed else "none"
     config.train.epochs = args.epochs or config.train.epochs
     config.init_from = init_from
@@ -204,6 +205,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--epochs", type=float, default=0.0, help="0: the config's")
     parser.add_argument("--train_examples", type=int, default=0, help="0: every question")
+    parser.add_argument("--validation_examples", type=int, default=0, help="0: every question")
     parser.add_argument("--squad_histogram", default=SQUAD_HISTOGRAM)
     parser.add_argument("--squad_windows", type=int, default=2048)
     parser.add_argument("--speed_rounds", type=int, default=12)

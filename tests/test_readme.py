@@ -70,6 +70,10 @@ TESTED_BY = {
         f"{SMOKE}::test_label_efficiency",
         '"label_efficiency.py"',
     ),
+    "benchmarks/squad_packed_vs_padded.py": (
+        f"{SMOKE}::test_squad_packed_vs_padded",
+        '"squad_packed_vs_padded.py"',
+    ),
     "benchmarks/profile_report.py": (
         f"{SMOKE}::test_profile_report",
         '"benchmarks/profile_report.py"',

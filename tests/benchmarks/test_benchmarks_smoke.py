@@ -195,6 +195,31 @@ def test_label_efficiency(tmp_path, recipe_data, load_benchmark):
     )
 
 
+@pytest.mark.slow(seconds=90)
+def test_squad_packed_vs_padded(tmp_path, recipe_data, load_benchmark):
+    shutil.copytree(recipe_data, tmp_path / "sotu_cpu")  # the benchmark reuses prepared data
+    result = run_benchmark(
+        "squad_packed_vs_padded.py", f"--workdir={tmp_path}", "--pretrain_steps=2", "--seeds=1",
+        "--train_examples=40", "--validation_examples=20", "--epochs=0.5", "--speed_rounds=1",
+        "--speed_steps=1", "--squad_windows=64",
+    )  # fmt: skip
+    assert sorted(result["cloze"]) == [
+        "pre-trained/packed", "pre-trained/padded", "random/packed", "random/padded",
+    ]  # fmt: skip
+    for entry in result["cloze"].values():
+        assert 0 <= entry["exact_match"] <= entry["f1"] + 1e-9 <= 100 + 1e-9
+    assert result["cloze"]["random/packed"]["packing_factor"] > 1
+    for case in result["speed"].values():
+        assert case["speedup"] == pytest.approx(
+            case["sequences_per_second"]["packed"] / case["sequences_per_second"]["padded"]
+        )
+    record = {"result": result, "command": "c", "date": None, "machine": {}, "commit": "unknown"}
+    tables = load_benchmark("results_tables")
+    block = tables.BLOCKS["squad_packed_vs_padded"](lambda _: record)
+    assert "| pre-trained | packed |" in block and "| squad_1_1_384 |" in block
+    assert "from random weights" in tables.squad_row(lambda _: record)[1]
+
+
 @pytest.mark.slow(seconds=120)
 def test_block_sparse_learning(tmp_path, recipe_data):
     shutil.copytree(recipe_data, tmp_path / "sotu_cpu")  # the benchmark reuses prepared data
