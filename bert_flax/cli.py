@@ -107,8 +107,10 @@ def run(main: Callable[[list[str]], None], **kwargs) -> None:
 
 def _exit(status: int, message: str) -> None:
     """Prints `message` as one line and exits at once: the interpreter's teardown would add
-    library noise (orbax's background threads, tf.data) after the line that matters."""
+    library noise (orbax's background threads, tf.data) after the line that matters. The line
+    starts with a newline, in one write: a background thread's output may have stopped mid-line."""
     logging.flush()
-    print(" ".join(message.split()), file=sys.stderr, flush=True)
+    sys.stderr.write("\n" + " ".join(message.split()) + "\n")
+    sys.stderr.flush()
     sys.stdout.flush()
     os._exit(status)
