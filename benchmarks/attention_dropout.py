@@ -9,7 +9,7 @@ each --rates value of `model.attention_dropout_rate` for the same --steps and se
 rate held at its peak after the warm-up, as in `make demo`), and reports the final eval
 masked-LM accuracy per rate: median, min and max over seeds, against the most-frequent-token
 baseline (a comparison on the unigram plateau would say nothing). Finished runs of the same
-config, data and code are reused (`train.reusable_run`).
+config, data and code are reused (`loop.reusable_run`).
 
 With --json the last line is a JSON object: per rate the seeds' accuracies and their median,
 the baseline and the steps (benchmarks/results/attention_dropout.json).
@@ -23,7 +23,8 @@ import os
 import numpy as np
 from results import publish
 
-from bert_flax import demo, train
+from bert_flax import demo
+from bert_flax.train import loop
 from configs import cpu_pretrain
 
 METRIC = "masked_lm_accuracy"
@@ -49,8 +50,8 @@ def run(args, data_dir: str, rate: float, seed: int) -> dict:
     config = demo.pretraining_config(data_dir, True, 0.0, args.steps, seed, recipe=cpu_pretrain)
     config.model.attention_dropout_rate = rate
     workdir = os.path.join(args.workdir, f"rate{rate:g}_seed{seed}")
-    final = train.reusable_run(workdir, config) or train.train_and_evaluate(config, workdir)
-    train.exit_if_preempted(final)
+    final = loop.reusable_run(workdir, config) or loop.train_and_evaluate(config, workdir)
+    loop.exit_if_preempted(final)
     return final
 
 

@@ -7,9 +7,9 @@ roofline prediction.
     PYTHONPATH=/tmp/cuda_plugin python benchmarks/compile_table.py --targets h100 h200
                                                    # the GPU rows (docs/compile.md, GPU targets)
 
-Each cell compiles the real train step of the config (`bert_flax.aot.compile_steps`: its rules,
-optimizer, attention, remat policy, scanned layers) at the model's full depth, once, at the
-recipe's rows: BERT's 256 sequences a step (packed: 256 / p rows, p from
+Each cell compiles the real train step of the config (`bert_flax.aot.program.compile_steps`:
+its rules, optimizer, attention, remat policy, scanned layers) at the model's full depth, once, at
+the recipe's rows: BERT's 256 sequences a step (packed: 256 / p rows, p from
 `packing.synthetic.corpus_like_histogram`, the figures of a real Wikipedia histogram), one
 micro-batch. Two readings of that compile, both linear in the rows:
 - the largest batch: the train state's bytes are fixed, the temporaries grow with the rows, so
@@ -34,8 +34,8 @@ import sys
 
 import jax
 
-from bert_flax import aot, targets
-from bert_flax import config as config_lib
+from bert_flax.aot import program, targets
+from bert_flax.model import config as config_lib
 from configs import bert_base, bert_large
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "compile_table.json")
@@ -92,8 +92,8 @@ class Compiled:
     collective_bytes: float
     classes: dict[str, float]  # roofline seconds per op class
     collective_s: float
-    model_flops: float  # per step, all devices (`aot.model_flops_per_step`)
-    model: dict  # layers, parameters, attention, ... (`aot.Report.model`)
+    model_flops: float  # per step, all devices (`program.model_flops_per_step`)
+    model: dict  # layers, parameters, attention, ... (`program.Report.model`)
     compile_s: float
 
     @property
@@ -115,14 +115,14 @@ def compile_cell(config, target: targets.Target, devices, factor: float) -> Comp
     (down to one a device), since the figures are read linearly in the rows anyway."""
     shards = len(devices)
     try:
-        steps = aot.compile_steps(config, devices, factor, evaluate=False)
+        steps = program.compile_steps(config, devices, factor, evaluate=False)
     except jax.errors.JaxRuntimeError as e:
         rows = config.train.batch_size
         if "RESOURCE_EXHAUSTED" not in str(e) or rows <= shards:
             raise
         config.train.batch_size = config.eval.batch_size = shards * (rows // shards // 2)
         return compile_cell(config, target, devices, factor)
-    report = aot.report(steps, target)
+    report = program.report(steps, target)
     memory = report.train_memory
     return Compiled(
         rows=report.rows_per_step,
@@ -186,7 +186,7 @@ def measure_cell(model: str, length: int, target_name: str, packed: bool) -> Cel
     devices = targets.compile_only_devices(target)
     shards = len(devices)
     config = cell_config(model, length, packed, shards, target)
-    factor = aot.packing_factor(config, "corpus_like")
+    factor = program.packing_factor(config, "corpus_like")
     recipe = shards * math.ceil(RECIPE_SEQUENCES / factor / shards)
     compiled = compile_cell(cell_config(model, length, packed, recipe, target), target, devices,
                             factor)  # fmt: skip

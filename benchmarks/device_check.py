@@ -12,7 +12,7 @@
    FLOP/s from XLA's cost analysis over the measured time, against a bfloat16 matmul's rate.
 4. profile: the step profiler on configs/tiny.py (synthetic batches): class shares.
 5. prediction: the run's train step (BERT-base phase 2 at 4 layers, packed, bfloat16) timed,
-   beside `bert_flax.compile`'s roofline prediction for the same program on this chip (what the
+   beside `bert_flax.aot`'s roofline prediction for the same program on this chip (what the
    compile command predicts for a target without one: docs/compile.md).
 
 Every check is independent: a failure prints {"check": ..., "ok": false, "error": ...} and the
@@ -35,7 +35,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bert_flax import attention
+from bert_flax.model import attention
 
 # Full shapes on an accelerator; a quick dry run of the same code on a CPU.
 SMALL = jax.default_backend() == "cpu"
@@ -118,9 +118,9 @@ def check_block_sparse() -> dict:
 def check_utilisation() -> dict:
     from model_bench import measure, synthetic_batch
 
-    from bert_flax.config import BertConfig
-    from bert_flax.losses import pretraining_loss
-    from bert_flax.model import BertForPreTraining
+    from bert_flax.model.bert import BertForPreTraining
+    from bert_flax.model.config import BertConfig
+    from bert_flax.model.losses import pretraining_loss
 
     size, preset, rows, length = (1024, "tiny", 4, 128) if SMALL else (8192, "base", 32, 512)
     a = jnp.ones((size, size), jnp.bfloat16)
@@ -160,7 +160,8 @@ def check_profile() -> dict:
 
 
 def check_prediction() -> dict:
-    from bert_flax import aot, targets, train_setup
+    from bert_flax.aot import program, targets
+    from bert_flax.train import setup as train_setup
     from configs import bert_base, tiny
 
     kind = jax.devices()[0].device_kind
@@ -171,7 +172,7 @@ def check_prediction() -> dict:
     if not SMALL:
         config.model.num_layers, config.train.packing_hparams = 4, "none"
         config.train.batch_size = config.eval.batch_size = 32 * jax.device_count()
-    predicted = aot.report(aot.compile_steps(config, jax.devices(), evaluate=False), target)
+    predicted = program.report(program.compile_steps(config, jax.devices(), evaluate=False), target)
     setup = train_setup.create_train_setup(config)
     state, batch = setup.state, setup.make_batch()
     times = []

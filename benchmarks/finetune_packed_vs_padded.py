@@ -43,9 +43,9 @@ import numpy as np
 from results import publish
 
 from bert_flax import finetune, tasks
-from bert_flax.metrics import side_by_side
 from bert_flax.tasks.classification import data as classification
-from bert_flax.train_setup import create_train_setup
+from bert_flax.train.setup import create_train_setup
+from bert_flax.train.timing import side_by_side
 from configs import finetune_sentiment
 
 # layout -> (packed, packing_hparams); "packed" keeps the config's default adaptation.

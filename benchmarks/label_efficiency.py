@@ -19,7 +19,7 @@ Learning rate: each start's is the one of --grid with the best validation accura
 --tune_size examples (seed 0), then used at every size and seed. Per size: the median over
 seeds of each start's best validation accuracy (and test accuracy), the gain (pre-trained minus
 random, of the medians) and the majority-class baseline. A finished run of the same config, data
-and code is reused (`train.reusable_run`) and listed in `reused`. With --json the last line is a
+and code is reused (`loop.reusable_run`) and listed in `reused`. With --json the last line is a
 JSON object: sizes, learning_rates, per size `pretrained`, `random` (medians), `gain`,
 `test_gain`, `runs` (every seed's figures), and `baseline`; a plot of both curves is written to
 --workdir/label_efficiency.png (--plot copies it, e.g. into docs/images/).
@@ -33,9 +33,10 @@ import statistics
 
 from results import finish
 
-from bert_flax import demo, finetune, parameters, train
-from bert_flax.plots import plot_label_efficiency
+from bert_flax import demo, finetune
+from bert_flax.runs.plots import plot_label_efficiency
 from bert_flax.tasks import ClassificationTask
+from bert_flax.train import loop
 
 ALL = 0  # config.data.train_examples: the whole train split
 STARTS = demo.FINETUNE_STARTS  # ("pre-trained", "random")
@@ -61,7 +62,7 @@ def parse_args() -> argparse.Namespace:
 def finetuned(args, pretrained: str, start: str, size: int, rate: float, seed: int) -> dict:
     """One fine-tuning run's final metrics (reused when it is the same run)."""
     # Both starts tokenize with the pre-training data's vocabulary (`finetuning_config`).
-    data_dir = os.path.dirname(parameters.pretrained_vocab_file(pretrained))
+    data_dir = os.path.dirname(pretrained.pretrained_vocab_file(pretrained))
     init_from = pretrained if start == "pre-trained" else ""
     config = demo.finetuning_config(data_dir, init_from, args.epochs, seed)
     config.data.train_examples = size
@@ -72,8 +73,8 @@ def finetuned(args, pretrained: str, start: str, size: int, rate: float, seed: i
     workdir = os.path.join(args.workdir, name)
     task = ClassificationTask(config)
     finetune.resolve_epochs(config, task)  # the config the run records and fingerprints
-    final = train.reusable_run(workdir, config, task) or finetune.finetune(config, workdir, task)
-    train.exit_if_preempted(final)
+    final = loop.reusable_run(workdir, config, task) or finetune.finetune(config, workdir, task)
+    loop.exit_if_preempted(final)
     # A reused run's final metrics predate its test predictions: classify the test split again.
     test = final.get("test") or task.predict_split(workdir, "test")
     return {

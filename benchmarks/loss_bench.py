@@ -30,10 +30,11 @@ import numpy as np
 import optax
 from results import publish
 
-from bert_flax import losses, sharding
-from bert_flax.losses import cross_entropy_and_hits
-from bert_flax.metrics import paired_ratio, side_by_side
-from bert_flax.train_setup import create_train_setup
+from bert_flax import sharding
+from bert_flax.model import losses
+from bert_flax.model.losses import cross_entropy_and_hits
+from bert_flax.train.setup import create_train_setup
+from bert_flax.train.timing import paired_ratio, side_by_side
 
 # name -> (masked positions of a step, vocabulary)
 SHAPES = {

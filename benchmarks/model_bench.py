@@ -22,12 +22,12 @@ import numpy as np
 from absl import app, flags
 from results import publish
 
-from bert_flax.config import BertConfig
 from bert_flax.data.contract import RowShape
 from bert_flax.data.synthetic import batch_from_lengths
-from bert_flax.losses import pretraining_loss
-from bert_flax.metrics import in_turns
-from bert_flax.model import BertForPreTraining
+from bert_flax.model.bert import BertForPreTraining
+from bert_flax.model.config import BertConfig
+from bert_flax.model.losses import pretraining_loss
+from bert_flax.train.timing import in_turns
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("models", ["tiny", "base"], "BertConfig presets.")

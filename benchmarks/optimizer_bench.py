@@ -31,11 +31,11 @@ from flax.core import meta
 from results import publish
 
 import optim
-from bert_flax import losses
-from bert_flax.config import BertConfig
 from bert_flax.data import synthetic
 from bert_flax.data.contract import RowShape
-from bert_flax.model import BertForPreTraining
+from bert_flax.model import losses
+from bert_flax.model.bert import BertForPreTraining
+from bert_flax.model.config import BertConfig
 from optim import matrix_roots
 
 Batch = dict[str, jax.Array]

@@ -1,6 +1,6 @@
 """Optimizer race on the unigram plateau, and Shampoo's knob studies: AdamW, LAMB and Shampoo
 pre-training the tiny packed BERT through the project's own training loop
-(`bert_flax.train.train_and_evaluate`), side by side in one run.
+(`bert_flax.train.loop.train_and_evaluate`), side by side in one run.
 
 History: its table in docs/results.md measures the first few hundred steps, where masked-LM accuracy
 sits near the most-frequent-token baseline. The race past the plateau, every registered optimizer
@@ -43,9 +43,11 @@ import jax
 import numpy as np
 from results import publish
 
-from bert_flax import sharding, train
-from bert_flax.metrics import Timing, paired_ratio, read_metrics, side_by_side
-from bert_flax.train_setup import create_train_setup
+from bert_flax import sharding
+from bert_flax.runs.metrics import read_metrics
+from bert_flax.train import loop
+from bert_flax.train.setup import create_train_setup
+from bert_flax.train.timing import Timing, paired_ratio, side_by_side
 from configs import tiny
 
 # The centre of each optimizer's learning-rate grid (times --lr_multipliers) for this model and
@@ -136,7 +138,7 @@ class TrialCache:
 def run_trial(config) -> dict:
     """Trains in a fresh workdir; returns the eval curve against steps and training seconds."""
     with tempfile.TemporaryDirectory() as workdir:
-        final = train.train_and_evaluate(config, workdir)
+        final = loop.train_and_evaluate(config, workdir)
         if final["preempted"]:  # SIGTERM stops the race, not just this trial
             raise SystemExit(f"Stopped by a signal at step {final['step']}; rerun with --cache.")
         records = read_metrics(workdir)
@@ -168,9 +170,9 @@ def to_target(trial: dict, target: float) -> tuple[float, float]:
 def state_bytes_per_param(optimizer: str) -> float:
     """Optimizer-state bytes per parameter of the tiny BERT (shapes only, nothing allocated)."""
     import optim
-    from bert_flax.config import from_config_section
     from bert_flax.data.contract import PRETRAINING_INPUTS
-    from bert_flax.model import BertForPreTraining
+    from bert_flax.model.bert import BertForPreTraining
+    from bert_flax.model.config import from_config_section
 
     config = tiny.get_config()
     config.optimizer.name = optimizer

@@ -3,7 +3,7 @@ r"""Packed vs padded BERT pre-training, timed side by side: real sequences/s and
     python benchmarks/packed_vs_padded.py                 # tiny BERT on CPU, a few minutes
     python benchmarks/packed_vs_padded.py --model=base --rows=32 --json   # on an accelerator
 
-Speed: the configured train step (`create_train_setup`, exactly what `bert_flax.main` runs) with
+Speed: the configured train step (`create_train_setup`, exactly what `bert_flax.train` runs) with
 the same model and the same rows per batch, on sequence lengths drawn from a Wikipedia-like
 histogram at 512 (`packing.synthetic`) and SQuAD 1.1's at 384 (shipped in `packing/data/`).
 --sample_rows (256) packed rows are apportioned to the NNLSHP strategies (depth 3) by their
@@ -37,8 +37,8 @@ import packing
 from bert_flax import sharding
 from bert_flax.data import synthetic
 from bert_flax.data.contract import PreparedData
-from bert_flax.metrics import paired_ratio, side_by_side
-from bert_flax.train_setup import create_train_setup
+from bert_flax.train.setup import create_train_setup
+from bert_flax.train.timing import paired_ratio, side_by_side
 from configs import default
 
 SQUAD_HISTOGRAM = str(packing.histogram.SQUAD_1_1_384)
@@ -177,8 +177,8 @@ def learning_config(data_dir: str, rows: int, steps: int, packed: bool):
 
 def learning_case(args) -> dict:
     """Same sequences seen, packed vs padded: held-out MLM loss and accuracy."""
-    from bert_flax import train
     from bert_flax.tasks.pretraining import task as pretraining
+    from bert_flax.train import loop
 
     data_dir = args.learn_data_dir
     strategies = packing.StrategySet.load(os.path.join(data_dir, "strategies.json"))
@@ -203,7 +203,7 @@ def learning_case(args) -> dict:
             seen += float(m["sequences"])
             losses.append(float(m["mlm_loss/sum"]) / max(float(m["mlm_loss/count"]), 1.0))
         seconds = time.perf_counter() - t0
-        evaluated, _ = train.evaluate(setup, state.params, eval_set)  # any row shape
+        evaluated, _ = loop.evaluate(setup, state.params, eval_set)  # any row shape
         results[layout] = {
             "steps": config.train.steps,
             "sequences_seen": seen,

@@ -1,6 +1,6 @@
 r"""Where a BERT pre-training step spends its time, the comparison of "Demystifying BERT".
 
-Profiles the configured train step (bert_flax.train_setup) of the tiny BERT and of a
+Profiles the configured train step (bert_flax.train.setup) of the tiny BERT and of a
 BERT-base-shaped model (hidden 768, 12 heads, FFN 3072, full 30,522 vocabulary; only
 --base_layers layers to fit a CPU) at lengths 128 and 512, float32 against bfloat16, packed
 against padded, LAMB against Shampoo, and writes a table, a stacked-bar plot and a roofline:
@@ -34,11 +34,11 @@ import ml_collections
 from absl import app, flags
 from results import publish
 
-from bert_flax.metrics import paired_ratio, side_by_side
 from bert_flax.profile import configured, report
 from bert_flax.profile.ceilings import Ceilings
 from bert_flax.profile.profiler import StepProfile
-from bert_flax.train_setup import create_train_setup
+from bert_flax.train.setup import create_train_setup
+from bert_flax.train.timing import paired_ratio, side_by_side
 from configs import tiny
 
 _MODELS = flags.DEFINE_list("models", ["tiny", "base"], "Model shapes to profile: tiny, base.")

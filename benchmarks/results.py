@@ -4,7 +4,7 @@ headline table and every figure block of the docs are rendered (`results_tables.
     python benchmarks/results.py --docs       # rewrites the docs' blocks from the files
     python benchmarks/results.py --check      # names the blocks that differ from their files
     python benchmarks/results.py --publish_run=workdir/cpu_soap --name=cpu_pretrain_soap \
-        --command="python -m bert_flax.main --config=configs/cpu_pretrain_soap.py ..."
+        --command="python -m bert_flax.train --config=configs/cpu_pretrain_soap.py ..."
     python benchmarks/results.py --publish_run=workdir/demo --name=demo --command="make demo"
 
 A benchmark run with --json ends with `publish(name, result)`: it writes `<name>.json`, holding
@@ -107,13 +107,14 @@ def finish(name: str, result: dict, plot: str, copy_plot_to: str, as_json: bool)
 def publish_run(workdir: str, name: str, command: str) -> str:
     """A training run's final metrics (a run that ended on its own), or the summary of a demo
     (`make demo`'s workdir), as `<name>.json`."""
-    from bert_flax import demo, train  # TensorFlow and JAX: only for this
+    from bert_flax import demo
+    from bert_flax.train import loop  # TensorFlow and JAX: only for this
 
     demo_summary = os.path.join(workdir, demo.DEMO_SUMMARY_FILE)
     if os.path.exists(demo_summary):
         with open(demo_summary) as f:
             return write(name, command, json.load(f))
-    final = train.ended_run(workdir)
+    final = loop.ended_run(workdir)
     if final is None:
         raise SystemExit(f"{workdir}: no run that ended on its own (final_metrics.json)")
     return write(name, command, final)

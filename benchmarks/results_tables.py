@@ -285,7 +285,7 @@ README_ROWS: list[tuple[Callable[[Read], tuple[str, str]], str]] = [
     ),
     (
         cpu_pretrain_row,
-        "`python -m bert_flax.main --config=configs/cpu_pretrain_soap.py "
+        "`python -m bert_flax.train --config=configs/cpu_pretrain_soap.py "
         "--workdir=workdir/cpu_soap --config.data.data_dir=workdir/sotu_cpu` "
         "([results](docs/results.md#the-cpu-pre-training-recipe))",
     ),

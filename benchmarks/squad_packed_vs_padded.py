@@ -38,13 +38,13 @@ import numpy as np
 from results import publish
 
 import packing
-from bert_flax import demo, finetune, parameters, sharding
+from bert_flax import demo, finetune, sharding
 from bert_flax.data import rows as data_rows
-from bert_flax.metrics import side_by_side
 from bert_flax.tasks import SquadTask
 from bert_flax.tasks.squad.reading import Window
 from bert_flax.tasks.squad.rows import WindowTable
-from bert_flax.train_setup import create_train_setup
+from bert_flax.train.setup import create_train_setup
+from bert_flax.train.timing import side_by_side
 from configs import squad
 
 LAYOUTS = ("padded", "packed")
@@ -214,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     os.makedirs(args.workdir, exist_ok=True)
     pretrained = args.pretrained or demo.pretrained_model(args.workdir, args.pretrain_steps)
-    data_dir = os.path.dirname(parameters.pretrained_vocab_file(pretrained))
+    data_dir = os.path.dirname(pretrained.pretrained_vocab_file(pretrained))
     speeds = speed(data_dir, args)  # first, while nothing else of this run is going on
     print(
         "| start | layout | rows per step | steps | exact match | F1 |\n|---|---|---|---|---|---|"

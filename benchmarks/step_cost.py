@@ -27,8 +27,8 @@ from results import publish
 
 from bert_flax import demo
 from bert_flax.demo import LAYOUTS
-from bert_flax.metrics import side_by_side
-from bert_flax.train_setup import create_train_setup
+from bert_flax.train.setup import create_train_setup
+from bert_flax.train.timing import side_by_side
 from configs import cpu_pretrain
 
 

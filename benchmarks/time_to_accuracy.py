@@ -35,7 +35,7 @@ speedup_vs_padded_lamb; race (the best second-order packed row over the best fir
 in steps and in seconds, and which rows those are);
 step_time_over_packed_lamb (each packed row's training-loop step, host work included, over packed +
 LAMB's, timed in turns on the same batches: [median, relative error]); reused (the workdirs of runs
-reused as they were: `train.reusable_run`, finished and of the same config, data and code; a workdir
+reused as they were: `loop.reusable_run`, finished and of the same config, data and code; a workdir
 of another run is moved aside and trained afresh).
 """
 
@@ -48,9 +48,11 @@ from collections.abc import Sequence
 import numpy as np
 from results import publish
 
-from bert_flax import demo, train
-from bert_flax.metrics import learning_curve, paired_ratio, side_by_side
-from bert_flax.train_setup import create_train_setup
+from bert_flax import demo
+from bert_flax.runs.metrics import learning_curve
+from bert_flax.train import loop
+from bert_flax.train.setup import create_train_setup
+from bert_flax.train.timing import paired_ratio, side_by_side
 from configs import cpu_pretrain
 
 METRIC = "masked_lm_accuracy"
@@ -188,9 +190,9 @@ def run(args, data_dir: str, row: str, learning_rate: float, seed: int) -> dict:
     would train on past its target), else trained (resumed if interrupted)."""
     config = row_config(args, data_dir, row, learning_rate, seed)
     workdir = os.path.join(args.workdir, row, f"lr{learning_rate:.2e}_seed{seed}")
-    reused = train.reusable_run(workdir, config)
-    final = reused or train.train_and_evaluate(config, workdir)
-    train.exit_if_preempted(final)  # SIGTERM stops the benchmark, not only the run it hit
+    reused = loop.reusable_run(workdir, config)
+    final = reused or loop.train_and_evaluate(config, workdir)
+    loop.exit_if_preempted(final)  # SIGTERM stops the benchmark, not only the run it hit
     curve = learning_curve(workdir, METRIC)
     return {
         "workdir": workdir,

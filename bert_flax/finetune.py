@@ -9,7 +9,7 @@ classification or regression of texts or pairs, and extractive question answerin
       --config.data.train_file=train-v1.1.json --config.data.validation_file=dev-v1.1.json
   python -m bert_flax.finetune --workdir=workdir/squad --predict=dev-v1.1.json  # predictions.json
 
-Training is `bert_flax.train.train_and_evaluate` with the config's task: the same train step,
+Training is `bert_flax.train.loop.train_and_evaluate` with the config's task: the same train step,
 optimizers, mesh, checkpointing and preemption handling as pre-training. Epochs become steps
 (`resolve_epochs`), evaluation runs every epoch on the validation split, and the best
 parameters (by the task's metric: accuracy, MSE for regression, F1 for SQuAD) are kept in
@@ -29,9 +29,10 @@ import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from bert_flax import cli, overrides, sharding, train
+from bert_flax import errors, sharding
 from bert_flax.tasks import FineTuningTask, task_class
-from bert_flax.train_setup import adjust_for_packing
+from bert_flax.train import loop, overrides
+from bert_flax.train.setup import adjust_for_packing
 
 DEFAULT_TASK = "classification"  # configs (and runs) from before `config.task`
 
@@ -66,7 +67,7 @@ def finetune(
     the task has one) with the best parameters."""
     task = task or task_class(config.get("task", DEFAULT_TASK))(config)
     resolve_epochs(config, task)
-    final = train.train_and_evaluate(config, workdir, task=task)
+    final = loop.train_and_evaluate(config, workdir, task=task)
     if "test" in task.encoded and jax.process_index() == 0 and not final["preempted"]:
         final["test"] = task.predict_split(workdir, "test")
         logging.info("Test %s", json.dumps(final["test"]))
@@ -115,7 +116,7 @@ def main(argv: list[str]) -> None:
     if FLAGS.config is None:
         raise app.UsageError("--config is required to train (or --predict=FILE to predict).")
     final = finetune(FLAGS.config, FLAGS.workdir)
-    train.exit_if_preempted(final)
+    loop.exit_if_preempted(final)
     best = final.get("best") or {}
     print(
         f"best validation {best.get('metric')} {best.get('value', float('nan')):.4f} at step "
@@ -127,4 +128,4 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     define_flags()
-    cli.run(main, flags_parser=overrides.flags_parser("config"))
+    errors.run(main, flags_parser=overrides.flags_parser("config"))

@@ -3,9 +3,9 @@ r"""BERT-base, the original recipe (Devlin et al., 2019), packed.
 Phase 1 (90% of the steps at sequence length 128), then phase 2 (10% at 512), restarting from the
 phase-1 checkpoint (the workdir is reused, so the run resumes and continues):
 
-  python -m bert_flax.main --config=configs/bert_base.py:phase1 --workdir=$WORKDIR \
+  python -m bert_flax.train --config=configs/bert_base.py:phase1 --workdir=$WORKDIR \
       --config.data.data_dir=$DATA_128
-  python -m bert_flax.main --config=configs/bert_base.py:phase2 --workdir=$WORKDIR \
+  python -m bert_flax.train --config=configs/bert_base.py:phase2 --workdir=$WORKDIR \
       --config.data.data_dir=$DATA_512
 
 Original settings: Adam with decoupled weight decay 0.01, b1 0.9, b2 0.999, peak learning rate

@@ -1,6 +1,6 @@
 r"""BERT-base without packing (one sequence per row), for comparison with configs/bert_base.py.
 
-  python -m bert_flax.main --config=configs/bert_base_padded.py:phase1 --workdir=$WORKDIR \
+  python -m bert_flax.train --config=configs/bert_base_padded.py:phase1 --workdir=$WORKDIR \
       --config.data.data_dir=$DATA_128
 """
 

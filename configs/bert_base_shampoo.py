@@ -1,8 +1,8 @@
 r"""BERT-base (configs/bert_base.py) with asynchronous Shampoo instead of AdamW.
 
-  python -m bert_flax.main --config=configs/bert_base_shampoo.py:phase1 --workdir=$WORKDIR \
+  python -m bert_flax.train --config=configs/bert_base_shampoo.py:phase1 --workdir=$WORKDIR \
       --config.data.data_dir=$DATA_128
-  python -m bert_flax.main --config=configs/bert_base_shampoo.py:phase2 --workdir=$WORKDIR \
+  python -m bert_flax.train --config=configs/bert_base_shampoo.py:phase2 --workdir=$WORKDIR \
       --config.data.data_dir=$DATA_512
 
 Anil et al. (arXiv 2002.09018): blocks of 128 (a 768 x 3072 FFN kernel is 6 x 24 blocks), Adam

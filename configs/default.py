@@ -1,11 +1,11 @@
 r"""The full config schema with defaults; every other config starts from it.
 
-  python -m bert_flax.main --config=configs/default.py --workdir=/tmp/bert_default \
+  python -m bert_flax.train --config=configs/default.py --workdir=/tmp/bert_default \
       --config.data.data_dir=/path/to/prepared
 
 Fields (see docs/training.md for the whole story):
-  model:      `preset` of `bert_flax.config.BertConfig.preset` and every BertConfig field (None:
-              the preset's value), e.g. --config.model.num_layers=2; `block_sparse.enabled`.
+  model:      `preset` of `bert_flax.model.config.BertConfig.preset` and every BertConfig field
+              (None: the preset's value), e.g. --config.model.num_layers=2; `block_sparse.enabled`.
   data:       a directory prepared by `bert_flax.data.create_pretraining_data` (or `synthetic`).
   optimizer:  `name` picks one of `optim.OPTIMIZERS`; a section per optimizer holds all of its
               hyper-parameters, e.g. --config.optimizer.shampoo.block_size=256 (the learning
@@ -23,7 +23,7 @@ from ml_collections.config_dict import placeholder
 
 import optim
 from bert_flax import sharding
-from bert_flax.config import config_section
+from bert_flax.model.config import config_section
 
 
 def get_config() -> ml_collections.ConfigDict:

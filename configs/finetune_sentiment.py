@@ -66,9 +66,9 @@ def get_config() -> ml_collections.ConfigDict:
     # "Fine-tuning and inference").
     config.classifier = ml_collections.ConfigDict({"pooling": "cls"})
     # From a pre-training checkpoint (`init_from`): scale its embedding tables down to a fresh
-    # initialisation's size (`bert_flax.model.rescale_embeddings`: the same function, tables that
-    # Adam moves as fast, relative to their size, as a random start's; what it is worth from the
-    # demo's model: docs/results.md, "What pre-training transfers"). Off: BERT's recipe.
+    # initialisation's size (`bert_flax.model.bert.rescale_embeddings`: the same function, tables
+    # that Adam moves as fast, relative to their size, as a random start's; what it is worth from
+    # the demo's model: docs/results.md, "What pre-training transfers"). Off: BERT's recipe.
     config.classifier.rescale_embeddings = False
 
     default.for_finetuning(config)

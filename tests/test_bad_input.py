@@ -1,4 +1,4 @@
-"""Bad input, through every command a user types, ends the same way (`bert_flax.cli`): one line
+"""Bad input, through every command a user types, ends the same way (`bert_flax.errors`): one line
 on stderr naming the path or field, exit status 2, no traceback, and nothing written or
 overwritten (a previous run's checkpoints and metrics, the prepared data and every other file
 byte-identical afterwards, and no new file or directory).
@@ -35,22 +35,22 @@ FT_RUN = [FT, "--config.train.epochs=1"]
 # directory (holding train.csv, pairs.csv, notutf8.csv, hist.txt), {d} prepared data at length 64,
 # {r} a pre-training run of configs/tiny.py, {f} a fine-tuned model (single texts), {x} a file.
 ROWS = [
-    ("main: missing data dir", "bert_flax.main",
+    ("main: missing data dir", "bert_flax.train",
      [*TINY, "--workdir={t}/w", "--config.data.data_dir={t}/none"], "{t}/none"),
-    ("main: a file for the data dir", "bert_flax.main",
+    ("main: a file for the data dir", "bert_flax.train",
      [*TINY, "--workdir={t}/w", "--config.data.data_dir={x}"], "{x}"),
-    ("main: data of another length, a previous run's workdir", "bert_flax.main",
+    ("main: data of another length, a previous run's workdir", "bert_flax.train",
      [*TINY, "--workdir={r}", "--config.data.data_dir={d}"], "max_seq_length"),
-    ("main: data of another vocabulary", "bert_flax.main",
+    ("main: data of another vocabulary", "bert_flax.train",
      [*TINY, "--workdir={t}/w", "--config.data.data_dir={d}", "--config.data.max_seq_length=64",
       "--config.model.vocab_size=1000"], "vocab"),
-    ("main: a truncated shard", "bert_flax.main",
+    ("main: a truncated shard", "bert_flax.train",
      [*TINY, "--workdir={t}/w", "--config.data.data_dir={t}/truncated",
       "--config.data.max_seq_length=64"], "recreate the data"),
-    ("main: a foreign TFRecord shard", "bert_flax.main",
+    ("main: a foreign TFRecord shard", "bert_flax.train",
      [*TINY, "--workdir={t}/w", "--config.data.data_dir={t}/foreign",
       "--config.data.max_seq_length=64"], "{t}/foreign"),
-    ("main: a workdir under a file", "bert_flax.main",
+    ("main: a workdir under a file", "bert_flax.train",
      [*TINY, "--workdir={x}/w", "--config.data.synthetic=True"], "{x}"),
     ("finetune: missing train file", "bert_flax.finetune",
      [*FT_RUN, "--workdir={t}/w", "--config.data.train_file={t}/none.tsv"], "{t}/none.tsv"),
@@ -116,7 +116,7 @@ ROWS = [
     ("profile: missing data dir", "bert_flax.profile",
      ["--config=configs/tiny.py", "--config.data.data_dir={t}/none"], "{t}/none"),
     ("demo: a workdir under a file", "bert_flax.demo", ["--workdir={x}/w"], "{x}"),
-    ("compile: missing data dir", "bert_flax.compile",
+    ("compile: missing data dir", "bert_flax.aot",
      ["--config=configs/tiny.py", "--config.data.data_dir={t}/none"], "{t}/none"),
 ]  # fmt: skip
 
@@ -211,7 +211,7 @@ def make_fixtures(base: str) -> dict[str, str]:
     write_row_files(os.path.join(base, "fixture_row"), paths["d"])
     log = os.path.join(base, "fixture.log")
     for module, argv in (
-        ("bert_flax.main", [*TINY, f"--workdir={paths['r']}", "--config.data.synthetic=True",
+        ("bert_flax.train", [*TINY, f"--workdir={paths['r']}", "--config.data.synthetic=True",
                             "--config.train.steps=1", "--config.eval.num_batches=1"]),
         ("bert_flax.finetune", [*FT_RUN, f"--workdir={paths['f']}",
                                 f"--config.data.train_file={base}/fixture_row/train.csv"]),

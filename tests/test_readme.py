@@ -36,7 +36,7 @@ TESTED_BY = {
         f"{JOURNEYS}::prepared",
         '"bert_flax.data.create_pretraining_data"',
     ),
-    "-m bert_flax.main": (f"{JOURNEYS}::train", '"bert_flax.main"'),
+    "-m bert_flax.train": (f"{JOURNEYS}::train", '"bert_flax.train"'),
     "-m bert_flax.finetune": (
         f"{JOURNEYS}::test_finetune_from_hugging_face_then_predict_a_file",
         '"bert_flax.finetune"',
@@ -78,8 +78,8 @@ TESTED_BY = {
         f"{SMOKE}::test_profile_report",
         '"benchmarks/profile_report.py"',
     ),
-    "-m bert_flax.compile": (
-        "tests/bert_flax/test_compile.py::test_compile_command_reports_fit_flops_collectives_and_a_roofline",
+    "-m bert_flax.aot": (
+        "tests/bert_flax/aot/test_compile.py::test_compile_command_reports_fit_flops_collectives_and_a_roofline",
         "compile_command(",
     ),
     "benchmarks/compile_table.py": (

@@ -13,7 +13,7 @@ from bert_flax.block_sparse.layout import LAYOUT_KINDS
 from bert_flax.block_sparse.matmul import IMPLS
 from bert_flax.block_sparse.module import BlockSparseDense
 
-# Roles (see `bert_flax.layers.make_dense`) that may be made block-sparse.
+# Roles (see `bert_flax.model.layers.make_dense`) that may be made block-sparse.
 SPARSE_ROLES = ("query", "key", "value", "attention_output", "ffn_intermediate", "ffn_output")
 FFN_ROLES = ("ffn_intermediate", "ffn_output")
 
@@ -84,7 +84,7 @@ def make_block_sparse_dense(
 ) -> nn.Module | None:
     """The block-sparse layer for `role` under `config.block_sparse`, or None to stay dense.
 
-    `config` is a `bert_flax.config.BertConfig`; the initialisation matches the dense layer's
+    `config` is a `bert_flax.model.config.BertConfig`; the initialisation matches the dense layer's
     truncated normal (stddev `initializer_range`), rescaled to each output block's real fan-in.
     """
     sparse = BlockSparseConfig.coerce(config.block_sparse)

@@ -28,7 +28,7 @@ import packing
 from packing import histogram as packing_histogram
 
 if TYPE_CHECKING:
-    from bert_flax.config import BertConfig
+    from bert_flax.model.config import BertConfig
 
 ROW_FEATURES = ("input_ids", "token_type_ids", "segment_ids", "positions")  # [L]
 SLOT_FEATURES = ("cls_positions", "sequence_mask")  # [D]

@@ -43,7 +43,7 @@ import tqdm
 from absl import flags, logging
 
 import packing
-from bert_flax import cli
+from bert_flax import errors
 from bert_flax.data import corpus, record_index, records, stages, tfds_corpus, tokenization
 from bert_flax.data.examples import ExampleOptions, Recipe, RecipeStats
 from packing import histogram as packing_histogram
@@ -306,7 +306,7 @@ def create_pretraining_data(
     if num_train_shards < 1 or num_validation_shards < 1:
         raise ValueError("num_train_shards and num_validation_shards must be >= 1.")
     stages.check_documents_per_bucket(documents_per_bucket)
-    cli.check_writable_dir(output_dir)
+    errors.check_writable_dir(output_dir)
     tfds_data_dir = tfds_data_dir or os.path.join(output_dir, "tfds")
     sources, corpus_stats = open_corpus(  # a bad corpus stops here, before output_dir is made
         input,
@@ -563,4 +563,4 @@ def main(argv: Sequence[str]) -> None:
 if __name__ == "__main__":
     define_flags()
     flags.mark_flag_as_required("output_dir")
-    cli.run(main)
+    errors.run(main)

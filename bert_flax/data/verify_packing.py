@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 from absl import flags
 
-from bert_flax import cli
+from bert_flax import errors
 from bert_flax.data import pipeline, records
 from bert_flax.data.contract import PreparedData, load_strategies
 from bert_flax.data.record_index import RecordIndex
@@ -285,4 +285,4 @@ def main(argv: Sequence[str]) -> None:
 if __name__ == "__main__":
     define_flags()
     flags.mark_flag_as_required("data_dir")
-    cli.run(main)
+    errors.run(main)

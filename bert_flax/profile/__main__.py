@@ -17,7 +17,7 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from bert_flax import cli
+from bert_flax import errors
 from bert_flax.data.contract import PreparedData
 from bert_flax.profile import ceilings as ceilings_lib
 from bert_flax.profile import configured, report
@@ -80,4 +80,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    errors.run(main)

@@ -1,8 +1,8 @@
-"""Profile the training step a config describes, exactly as `bert_flax.train` builds it.
+"""Profile the training step a config describes, exactly as `bert_flax.train.loop` builds it.
 
     result = profile_config(configs.tiny.get_config(), steps=3)
 
-The step comes from `bert_flax.train_setup.create_train_setup` (model, row shape,
+The step comes from `bert_flax.train.setup.create_train_setup` (model, row shape,
 optimizer, dtype, accumulation, mesh); the batch is a synthetic one of the configured shapes,
 since the profile measures the compiled step, not the input pipeline.
 """
@@ -16,9 +16,9 @@ from collections.abc import Sequence
 import jax
 import ml_collections
 
-from bert_flax import overrides
 from bert_flax.profile import ceilings as ceilings_lib
 from bert_flax.profile.profiler import StepProfile, profile_step
+from bert_flax.train import overrides
 
 # Short names for the settings people sweep most; any dotted config key works too.
 SWEEP_ALIASES = {
@@ -35,8 +35,8 @@ SWEEP_ALIASES = {
 
 
 def set_config_value(config: ml_collections.ConfigDict, key: str, text: str) -> None:
-    """`config.<key> = text` with the command line's parsing (`bert_flax.overrides`); `key` may
-    be a sweep alias."""
+    """`config.<key> = text` with the command line's parsing (`bert_flax.train.overrides`);
+    `key` may be a sweep alias."""
     overrides.set_value(config, SWEEP_ALIASES.get(key, key), text)
 
 
@@ -76,7 +76,7 @@ def profile_config(
     logdir: str | None = None,
 ) -> StepProfile:
     """Build the configured train step and profile it (synthetic batch if no data_dir)."""
-    from bert_flax.train_setup import create_train_setup
+    from bert_flax.train.setup import create_train_setup
 
     config = copy.deepcopy(config)
     if not config.data.data_dir:

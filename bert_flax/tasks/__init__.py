@@ -1,8 +1,8 @@
 """Tasks: what a training run does with its data. One train loop, setup, train step, optimizer
-stack, mesh and checkpointing serve them all (`bert_flax.train`); a task contributes the model,
+stack, mesh and checkpointing serve them all (`bert_flax.train.loop`); a task contributes the model,
 its objective, its batches and how to judge an evaluation.
 
-    task = TASKS[config.task](config)              # "pretraining" (bert_flax.main), a fine-tuning
+    task = TASKS[config.task](config)              # "pretraining" (bert_flax.train), a fine-tuning
     final = train.train_and_evaluate(config, workdir, task=task)   # task (bert_flax.finetune)
 
 A task is one folder holding what it owns: its data reading, head and objective, task class,

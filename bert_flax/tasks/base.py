@@ -11,8 +11,9 @@ import flax.linen as nn
 import ml_collections
 import numpy as np
 
-from bert_flax import losses, parameters
-from bert_flax.config import INIT_FROM_PRESET, BertConfig, from_config_section
+from bert_flax.model import losses
+from bert_flax.model.config import INIT_FROM_PRESET, BertConfig, from_config_section
+from bert_flax.runs import pretrained
 
 Batch = dict[str, np.ndarray]
 
@@ -113,7 +114,7 @@ def model_config_from(
     size of the data (`data_source`); checked against the data and the row length."""
     init_from = None
     if config.model.preset == INIT_FROM_PRESET and config.get("init_from"):
-        init_from = parameters.pretrained_config(config.init_from)
+        init_from = pretrained.pretrained_config(config.init_from)
     fields = {"dtype": config.train.dtype}
     if data_vocab_size is not None and config.model.get("vocab_size") is None and not init_from:
         fields["vocab_size"] = data_vocab_size

@@ -15,9 +15,9 @@ import jax
 import ml_collections
 from absl import logging
 
-from bert_flax import parameters
 from bert_flax.data import rows as data_rows
 from bert_flax.data import tokenization
+from bert_flax.runs import pretrained
 from bert_flax.tasks.base import Batch, Task
 
 
@@ -27,7 +27,7 @@ def task_vocab(config: ml_collections.ConfigDict) -> tokenization.Vocab:
     vocab_file = config.data.vocab_file
     init_from = config.get("init_from")
     if not vocab_file and init_from:
-        vocab_file = parameters.pretrained_vocab_file(init_from)
+        vocab_file = pretrained.pretrained_vocab_file(init_from)
         if vocab_file:
             logging.info("Tokenizing with %s, the vocabulary of %s", vocab_file, init_from)
     return tokenization.load_vocab(vocab_file or None)

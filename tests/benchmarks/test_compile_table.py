@@ -97,11 +97,11 @@ def test_a_program_too_big_for_the_hbm_is_compiled_at_half_its_rows(load_benchma
             model={},
         )  # fmt: skip
 
-    monkeypatch.setattr(bench.aot, "compile_steps", compile_steps)
-    monkeypatch.setattr(bench.aot, "report", report)
+    monkeypatch.setattr(bench.program, "compile_steps", compile_steps)
+    monkeypatch.setattr(bench.program, "report", report)
     config = ml_collections.ConfigDict({"train": {"batch_size": 128}, "eval": {"batch_size": 128}})
     assert bench.compile_cell(config, None, devices=[0] * 8, factor=2.0).rows == 32
     assert tried == [128, 64, 32]
-    monkeypatch.setattr(bench.aot, "compile_steps", lambda *a, **k: tried.pop(99))
+    monkeypatch.setattr(bench.program, "compile_steps", lambda *a, **k: tried.pop(99))
     with pytest.raises(IndexError):  # any other error is raised as it is
         bench.compile_cell(config, None, devices=[0] * 8, factor=2.0)

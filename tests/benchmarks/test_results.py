@@ -85,7 +85,7 @@ def test_a_commit_outside_git_is_unknown(results, tmp_path):
 def test_publish_run_publishes_a_finished_runs_metrics(results, benchmark_results_dir, tmp_path):
     final = {"step": 10, "preempted": False, "baseline": 0.07, "eval": {"masked_lm_accuracy": 0.3}}
     (tmp_path / "final_metrics.json").write_text(json.dumps(final))
-    command = "python -m bert_flax.main --config=configs/cpu_pretrain_soap.py"
+    command = "python -m bert_flax.train --config=configs/cpu_pretrain_soap.py"
     path = results.publish_run(str(tmp_path), "run", command)
     assert path == os.path.join(benchmark_results_dir, "run.json")
     record = results.read("run")

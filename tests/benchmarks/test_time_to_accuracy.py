@@ -95,26 +95,26 @@ def test_a_run_says_whether_it_was_reused(bench, monkeypatch):
         "reused": True,
         "preempted": False,
     }  # as `train.reusable_run` returns it
-    monkeypatch.setattr(bench.train, "reusable_run", lambda workdir, config: earlier)
+    monkeypatch.setattr(bench.loop, "reusable_run", lambda workdir, config: earlier)
     reused = bench.run(args, "data", "packed+lamb", 1e-2, 0)
     assert reused["reused"] and reused["workdir"] == "/bench/packed+lamb/lr1.00e-02_seed0"
-    monkeypatch.setattr(bench.train, "reusable_run", lambda workdir, config: None)
+    monkeypatch.setattr(bench.loop, "reusable_run", lambda workdir, config: None)
     trained = {"baseline": 0.07, "preempted": False}
-    monkeypatch.setattr(bench.train, "train_and_evaluate", lambda config, workdir: trained)
+    monkeypatch.setattr(bench.loop, "train_and_evaluate", lambda config, workdir: trained)
     assert not bench.run(args, "data", "packed+lamb", 1e-2, 0)["reused"]
 
 
 def test_a_preempted_run_stops_the_benchmark(bench, monkeypatch):
     """SIGTERM ends the run it hits as preempted; the benchmark must stop, not go on to the next."""
     args = bench.parse_args(["--workdir=/bench"])
-    monkeypatch.setattr(bench.train, "reusable_run", lambda workdir, config: None)
+    monkeypatch.setattr(bench.loop, "reusable_run", lambda workdir, config: None)
     stopped = {"baseline": 0.07, "preempted": True, "step": 3}
-    monkeypatch.setattr(bench.train, "train_and_evaluate", lambda config, workdir: stopped)
+    monkeypatch.setattr(bench.loop, "train_and_evaluate", lambda config, workdir: stopped)
 
     def exit_now(status):
         raise SystemExit(status)
 
-    monkeypatch.setattr(bench.train.os, "_exit", exit_now)
+    monkeypatch.setattr(bench.loop.os, "_exit", exit_now)
     with pytest.raises(SystemExit):
         bench.run(args, "data", "packed+lamb", 1e-2, 0)
 

@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from bert_flax.config import BertConfig
+from bert_flax.model.config import BertConfig
 
 VOCAB = 97  # tiny WordPiece-like vocabulary; 0 = [PAD], 1 = [CLS], 2 = [SEP], 3 = [MASK]
 

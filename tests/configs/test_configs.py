@@ -11,8 +11,8 @@ import pytest
 
 import configs
 import optim
-from bert_flax.config import from_config_section
-from bert_flax.train_setup import adjust_for_packing, validate_config
+from bert_flax.model.config import from_config_section
+from bert_flax.train.setup import adjust_for_packing, validate_config
 
 # Configs whose get_config takes a phase.
 PHASED = {"bert_base", "bert_base_padded", "bert_base_shampoo", "bert_large", "bert_large_padded"}

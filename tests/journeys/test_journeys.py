@@ -1,7 +1,7 @@
 """A researcher's journeys, run as the commands a user types (subprocesses, tiny shapes).
 
 Data: a few speeches of the bundled corpus prepared with the command line at 64 and at 128 tokens.
-Each journey runs `python -m bert_flax.main` / `bert_flax.convert` and checks what lands in the
+Each journey runs `python -m bert_flax.train` / `bert_flax.convert` and checks what lands in the
 workdir (final_metrics.json, bert_config.json, checkpoints) and what the process printed.
 """
 
@@ -65,7 +65,7 @@ def benchmark(script: str, *args: str) -> dict:
 
 def train(workdir, data_dir: str, *flags: str, length: int = 64, **kwargs):
     done = run(
-        "bert_flax.main",
+        "bert_flax.train",
         *TINY,
         f"--workdir={workdir}",
         f"--config.data.data_dir={data_dir}",
@@ -227,7 +227,7 @@ def test_sigterm_a_running_shampoo_job_then_rerun(prepared, tmp_path, devices):
     args = [
         sys.executable,
         "-m",
-        "bert_flax.main",
+        "bert_flax.train",
         *TINY,
         *flags,
         f"--workdir={tmp_path}",
@@ -277,10 +277,10 @@ def test_export_to_hugging_face_then_start_from_it(prepared, tmp_path):
     import torch
     import transformers
 
-    from bert_flax import parameters
     from bert_flax.data.contract import RowShape
     from bert_flax.data.synthetic import random_batch
-    from bert_flax.model import BertForPreTraining
+    from bert_flax.model.bert import BertForPreTraining
+    from bert_flax.runs import checkpoints
 
     source = tmp_path / "source"
     final, _ = train(source, prepared[64], "--config.train.steps=3", "--config.eval.every_steps=3")
@@ -288,7 +288,7 @@ def test_export_to_hugging_face_then_start_from_it(prepared, tmp_path):
     done = run("bert_flax.convert", f"--from_workdir={source}", f"--to_hf={hf_dir}")
     assert done.returncode == 0, done.stderr[-3000:]
 
-    config, params = parameters.load_workdir(str(source))
+    config, params = checkpoints.load_workdir(str(source))
 
     batch = random_batch(2, RowShape(64, 1, 10), vocab_size=config.vocab_size, seed=3)
     ours = BertForPreTraining(config).apply({"params": params}, batch, deterministic=True)
@@ -323,7 +323,7 @@ def test_init_from_a_checkpoint_that_does_not_fit_names_the_parameter(prepared, 
     source = tmp_path / "source"
     train(source, prepared[64], "--config.train.steps=1", "--config.eval.every_steps=1")
     done = run(
-        "bert_flax.main",
+        "bert_flax.train",
         *TINY,
         f"--workdir={tmp_path / 'wider'}",
         f"--config.data.data_dir={prepared[64]}",

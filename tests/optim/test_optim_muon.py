@@ -11,10 +11,10 @@ from flax import linen as nn
 from flax import traverse_util
 
 import optim
-from bert_flax.config import BertConfig
 from bert_flax.data import synthetic
 from bert_flax.data.contract import RowShape
-from bert_flax.model import BertForPreTraining
+from bert_flax.model.bert import BertForPreTraining
+from bert_flax.model.config import BertConfig
 from optim.muon import muon_matrices
 
 

@@ -17,10 +17,10 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from bert_flax import losses
-from bert_flax.config import BertConfig
 from bert_flax.data.contract import CLASSIFICATION_INPUTS
-from bert_flax.model import BertModel, ClassificationHead, gather_rows
+from bert_flax.model import losses
+from bert_flax.model.bert import BertModel, ClassificationHead, gather_rows
+from bert_flax.model.config import BertConfig
 
 Array = jax.Array
 

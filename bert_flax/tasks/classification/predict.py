@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 from jax.sharding import Mesh
 
-from bert_flax import parameters
-from bert_flax.config import BertConfig
 from bert_flax.data import contract, tokenization
+from bert_flax.model.config import BertConfig
+from bert_flax.runs import parameters
 from bert_flax.tasks.classification import data
 from bert_flax.tasks.classification.model import BertForSequenceClassification
 from bert_flax.tasks.inference import predict_rows

@@ -13,10 +13,10 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from bert_flax import losses
-from bert_flax.config import BertConfig
 from bert_flax.data import contract
-from bert_flax.model import rescale_embeddings
+from bert_flax.model import losses
+from bert_flax.model.bert import rescale_embeddings
+from bert_flax.model.config import BertConfig
 from bert_flax.tasks.base import Batch, model_config_from
 from bert_flax.tasks.classification import data as classification
 from bert_flax.tasks.classification import predict
@@ -161,7 +161,7 @@ class ClassificationTask(FineTuningTask):
         return predict.predict_split(workdir, self, split)
 
     def plot(self, workdir: str) -> list[str]:
-        from bert_flax import plots
+        from bert_flax.runs import plots
 
         return [plots.plot_finetuning(workdir, self.eval_metric)]
 

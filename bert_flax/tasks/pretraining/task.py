@@ -20,11 +20,11 @@ import jax
 import ml_collections
 import numpy as np
 
-from bert_flax import losses
-from bert_flax.config import BertConfig
 from bert_flax.data import synthetic
 from bert_flax.data.contract import PreparedData, RowShape, check_batch
-from bert_flax.model import BertForPreTraining
+from bert_flax.model import losses
+from bert_flax.model.bert import BertForPreTraining
+from bert_flax.model.config import BertConfig
 from bert_flax.tasks.base import Batch, Task, model_config_from
 
 # The masking rate of synthetic batches (prepared data state their own).
@@ -92,7 +92,7 @@ class PreTrainingTask(Task):
         check_batch(batch, model_config, self.eval_row_shape if evaluation else self.row_shape)
 
     def plot(self, workdir: str) -> list[str]:
-        from bert_flax import plots
+        from bert_flax.runs import plots
 
         return plots.plot_run(workdir, None if self.data is None else self.data.data_dir)
 

@@ -11,11 +11,11 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from bert_flax import losses
-from bert_flax.config import BertConfig
 from bert_flax.data.contract import ROW_FEATURES
-from bert_flax.layers import make_dense
-from bert_flax.model import BertModel
+from bert_flax.model import losses
+from bert_flax.model.bert import BertModel
+from bert_flax.model.config import BertConfig
+from bert_flax.model.layers import make_dense
 
 Array = jax.Array
 QA_INPUTS = ROW_FEATURES

@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 from jax.sharding import Mesh
 
-from bert_flax import parameters
-from bert_flax.config import BertConfig
 from bert_flax.data import tokenization
+from bert_flax.model.config import BertConfig
+from bert_flax.runs import parameters
 from bert_flax.tasks.inference import predict_rows
 from bert_flax.tasks.squad import metrics
 from bert_flax.tasks.squad.model import QA_INPUTS, BertForQuestionAnswering, eval_outputs

@@ -14,9 +14,9 @@ import flax.linen as nn
 import ml_collections
 import numpy as np
 
-from bert_flax import losses
-from bert_flax.config import BertConfig
 from bert_flax.data import contract, corpus
+from bert_flax.model import losses
+from bert_flax.model.config import BertConfig
 from bert_flax.tasks.base import Batch, model_config_from
 from bert_flax.tasks.finetuning import FineTuningTask, task_vocab
 from bert_flax.tasks.squad import cloze, metrics, predict
@@ -153,7 +153,7 @@ class SquadTask(FineTuningTask):
         }
 
     def plot(self, workdir: str) -> list[str]:
-        from bert_flax import plots
+        from bert_flax.runs import plots
 
         return [plots.plot_finetuning(workdir, self.eval_metric, loss="qa_loss")]
 

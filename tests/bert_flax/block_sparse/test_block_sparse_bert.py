@@ -9,11 +9,11 @@ import orbax.checkpoint as ocp
 import pytest
 
 from bert_flax.block_sparse.bert import BlockSparseConfig
-from bert_flax.config import BertConfig
 from bert_flax.data.contract import RowShape
 from bert_flax.data.synthetic import random_batch
-from bert_flax.losses import pretraining_loss
-from bert_flax.model import BertForPreTraining
+from bert_flax.model.bert import BertForPreTraining
+from bert_flax.model.config import BertConfig
+from bert_flax.model.losses import pretraining_loss
 
 VOCAB, LENGTH = 256, 32
 

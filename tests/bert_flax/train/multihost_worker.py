@@ -14,10 +14,11 @@ import conftest
 import jax
 import numpy as np
 
-from bert_flax import sharding, train
+from bert_flax import sharding
 from bert_flax.data.contract import RowShape
 from bert_flax.data.synthetic import random_batch
-from bert_flax.train_setup import create_train_setup
+from bert_flax.train import loop
+from bert_flax.train.setup import create_train_setup
 
 ROWS = 8
 
@@ -31,7 +32,7 @@ def main():
         config.distributed.coordinator_address = f"localhost:{port}"
         config.distributed.num_processes = num_processes
         config.distributed.process_id = process_id
-        train.maybe_initialize_distributed(config)
+        loop.maybe_initialize_distributed(config)
     setup = create_train_setup(config)
     batch = random_batch(ROWS, RowShape(32, 3, 8), vocab_size=512, seed=4)
     rows = ROWS // num_processes

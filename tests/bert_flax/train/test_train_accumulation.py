@@ -9,7 +9,7 @@ import pytest
 from bert_flax import sharding
 from bert_flax.data.contract import RowShape
 from bert_flax.data.synthetic import random_batch
-from bert_flax.train_setup import create_train_setup
+from bert_flax.train.setup import create_train_setup
 
 ROWS, MICRO_BATCHES = 16, 4
 

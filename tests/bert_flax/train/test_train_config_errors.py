@@ -13,8 +13,9 @@ import pytest
 from jax.sharding import AbstractMesh
 
 import packing
-from bert_flax import attention, sharding
-from bert_flax.train_setup import (
+from bert_flax import sharding
+from bert_flax.model import attention
+from bert_flax.train.setup import (
     adjust_for_packing,
     create_train_program,
     create_train_setup,

@@ -20,8 +20,12 @@ import numpy as np
 import optax
 import pytest
 
-from bert_flax import checkpointing, cli, losses, parameters, train, train_step
-from bert_flax.train_setup import create_train_setup
+from bert_flax import errors
+from bert_flax.model import losses
+from bert_flax.runs import checkpoints
+from bert_flax.train import loop
+from bert_flax.train import step as train_step
+from bert_flax.train.setup import create_train_setup
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 # A 1-layer, 32-wide BERT on synthetic rows, by flags as a user would shrink configs/tiny.py.
@@ -47,7 +51,7 @@ SYNTHETIC = [
 
 def run_main(workdir, *flags: str, base: tuple[str, ...] = tuple(SYNTHETIC)):
     return subprocess.run(
-        [sys.executable, "-m", "bert_flax.main", f"--workdir={workdir}", *base, *flags],
+        [sys.executable, "-m", "bert_flax.train", f"--workdir={workdir}", *base, *flags],
         cwd=ROOT,
         env=dict(os.environ, JAX_PLATFORMS="cpu"),
         capture_output=True,
@@ -57,7 +61,7 @@ def run_main(workdir, *flags: str, base: tuple[str, ...] = tuple(SYNTHETIC)):
 
 
 def start_main(
-    workdir, *flags: str, python: tuple[str, ...] = ("-m", "bert_flax.main"), **popen
+    workdir, *flags: str, python: tuple[str, ...] = ("-m", "bert_flax.train"), **popen
 ) -> subprocess.Popen:
     """The SYNTHETIC job in the background (stdout discarded); `python` runs the program."""
     return subprocess.Popen(
@@ -142,14 +146,14 @@ def test_divergence_stops_without_saving_over_finite_checkpoints(tmp_path):
         "--config.checkpoint.keep=2",
         "--config.schedule.learning_rate=1e12",
     )
-    assert diverging.returncode == cli.DIVERGED_EXIT_STATUS, diverging.stderr[-3000:]
+    assert diverging.returncode == errors.DIVERGED_EXIT_STATUS, diverging.stderr[-3000:]
     last_line = [line for line in diverging.stderr.splitlines() if "Training diverged" in line]
     assert last_line and "consecutive steps up to step" in last_line[0]
     latest = max(saved_steps(workdir))
     assert f"last checkpoint (all are finite) is step {latest}" in last_line[0]
     assert "Traceback" not in diverging.stderr
     for step in saved_steps(workdir):
-        _, params = parameters.restore_params(str(workdir), step)
+        _, params = checkpoints.restore_params(str(workdir), step)
         assert all(np.isfinite(p).all() for p in jax.tree.leaves(params)), step
 
 
@@ -182,13 +186,13 @@ def test_a_damaged_latest_checkpoint_is_set_aside(tmp_path, damage):
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert "Checkpoint of step 20 does not restore" in rerun.stderr
     assert "Restored checkpoint of step 10" in rerun.stderr
-    assert os.path.isdir(workdir / "checkpoints" / checkpointing.CORRUPT_DIR / "20")
+    assert os.path.isdir(workdir / "checkpoints" / checkpoints.CORRUPT_DIR / "20")
     assert saved_steps(workdir) == [10, 20, 30]
     # Step 30 damaged in turn, where reading only the parameters meets it too (a truncated data
     # file may hold only optimizer state): its OCDBT manifest truncated.
     with open(workdir / "checkpoints" / "30" / "state" / "manifest.ocdbt", "r+b") as f:
         f.truncate(10)
-    step, _ = parameters.restore_params(str(workdir))
+    step, _ = checkpoints.restore_params(str(workdir))
     assert step == 20 and saved_steps(workdir) == [10, 20, 30]
 
 
@@ -196,29 +200,29 @@ def test_a_damaged_latest_checkpoint_is_set_aside(tmp_path, damage):
 def test_no_restorable_checkpoint_is_a_clear_error(make_config, tmp_path):
     config = make_config(**{"train.steps": 2, "checkpoint.every_steps": 1})
     workdir = str(tmp_path / "run")
-    train.train_and_evaluate(config, workdir)
+    loop.train_and_evaluate(config, workdir)
     for path in glob.glob(os.path.join(workdir, "checkpoints", "*", "state", "_METADATA")):
         with open(path, "w") as f:
             f.write("not json")
-    with pytest.raises(checkpointing.CheckpointError, match=r"No checkpoint in .* restores"):
-        train.train_and_evaluate(config, workdir)
+    with pytest.raises(errors.CheckpointError, match=r"No checkpoint in .* restores"):
+        loop.train_and_evaluate(config, workdir)
     assert sorted(os.listdir(os.path.join(workdir, "checkpoints", "corrupt"))) == ["1", "2"]
 
 
 def test_a_checkpoint_of_another_model_is_an_error_and_stays(make_config, tmp_path):
     workdir = str(tmp_path / "run")
-    train.train_and_evaluate(make_config(**{"train.steps": 2}), workdir)
+    loop.train_and_evaluate(make_config(**{"train.steps": 2}), workdir)
     wider = make_config(**{"train.steps": 4})
     wider.model.intermediate_size = 96
-    with pytest.raises(checkpointing.CheckpointMismatch, match=r"step 2 .* does not fit") as info:
-        train.train_and_evaluate(wider, workdir)
+    with pytest.raises(errors.CheckpointMismatch, match=r"step 2 .* does not fit") as info:
+        loop.train_and_evaluate(wider, workdir)
     # Named from the metadata, with both shapes, before any array is read.
     assert re.search(
         r"layer_0/\S*intermediate\S*: step 2 has shape \(\d+, 64\), the model \(\d+, 96\)",
         str(info.value),
     ), str(info.value)
     assert saved_steps(workdir) == [2]
-    assert not os.path.exists(os.path.join(workdir, "checkpoints", checkpointing.CORRUPT_DIR))
+    assert not os.path.exists(os.path.join(workdir, "checkpoints", checkpoints.CORRUPT_DIR))
 
 
 @pytest.fixture
@@ -238,16 +242,16 @@ def test_a_full_disk_is_a_clear_error_and_keeps_the_saved_checkpoints(small_disk
     workdir = small_disk / "run"
     flags = ["--config.train.steps=15", "--config.checkpoint.every_steps=5"]
     done = run_main(workdir, *flags)
-    assert done.returncode == cli.USER_ERROR_EXIT_STATUS, done.stderr[-3000:]
+    assert done.returncode == errors.USER_ERROR_EXIT_STATUS, done.stderr[-3000:]
     # Whichever write meets the full disk first (a checkpoint, or metrics.jsonl) names it; orbax's
     # background threads may still print after that line.
-    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and "No space left on device" in errors[0], done.stderr[-3000:]
-    _, params = parameters.restore_params(str(workdir), 5)
+    lines = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and "No space left on device" in lines[0], done.stderr[-3000:]
+    _, params = checkpoints.restore_params(str(workdir), 5)
     assert all(np.isfinite(p).all() for p in jax.tree.leaves(params))
 
 
-# bert_flax.main with orbax's commit of step 20 (the rename of its complete temporary directory)
+# bert_flax.train with orbax's commit of step 20 (the rename of its complete temporary directory)
 # held: it creates `commit_held` in the workdir and sleeps.
 HOLD_COMMIT_OF_20 = """
 import runpy, time
@@ -262,7 +266,7 @@ async def held(self, *args, **kwargs):
     return await finalize(self, *args, **kwargs)
 
 atomicity.AtomicRenameTemporaryPath.finalize = held
-runpy.run_module("bert_flax.main", run_name="__main__")
+runpy.run_module("bert_flax.train", run_name="__main__")
 """
 
 
@@ -311,7 +315,7 @@ def test_a_data_file_truncated_between_runs_is_named(small_data_dir, tmp_path):
     with open(shard, "r+b") as f:
         f.truncate(shard.stat().st_size - 10)
     rerun = run_main(workdir, *flags[:-2], "--config.train.steps=8", base=real)
-    assert rerun.returncode == cli.USER_ERROR_EXIT_STATUS, rerun.stderr[-3000:]
+    assert rerun.returncode == errors.USER_ERROR_EXIT_STATUS, rerun.stderr[-3000:]
     last = rerun.stderr.strip().splitlines()[-1]
     assert shard.name in last and "recreate the data" in last, last
 
@@ -344,7 +348,7 @@ def test_sigterm_during_the_first_compilation_then_rerun(tmp_path):
     rerun = run_main(workdir, *flags)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     for step in saved_steps(workdir):
-        parameters.restore_params(str(workdir), step)
+        checkpoints.restore_params(str(workdir), step)
     assert 20 in saved_steps(workdir)
 
 

@@ -7,8 +7,8 @@ import os
 import numpy as np
 import pytest
 
-from bert_flax import train
-from bert_flax.metrics import read_metrics
+from bert_flax.runs.metrics import read_metrics
+from bert_flax.train import loop
 
 STEPS = 40
 
@@ -22,7 +22,7 @@ def test_tiny_bert_learns(make_config, small_data_dir, tmp_path):
     config.checkpoint.enabled = False
     config.eval.every_steps = STEPS
     config.eval.num_batches = 4
-    final = train.train_and_evaluate(config, str(tmp_path))
+    final = loop.train_and_evaluate(config, str(tmp_path))
 
     train_records = read_metrics(str(tmp_path))["train"]
     first = train_records[0]["mlm_loss"]  # ~ln(30522) = 10.3 for an untrained model
@@ -49,7 +49,7 @@ def test_a_run_stops_at_the_first_evaluation_that_reaches_its_target(
     config.schedule.learning_rate = 5e-2
     config.eval.every_steps = 5
     config.eval.stop_at = 1e-6  # any correct prediction: reached once unigram guessing starts
-    final = train.train_and_evaluate(config, str(tmp_path))
+    final = loop.train_and_evaluate(config, str(tmp_path))
     evals = read_metrics(str(tmp_path))["eval"]
     accuracies = [r["masked_lm_accuracy"] for r in evals]
     assert final["target_reached"] and final["step"] == evals[-1]["step"] < 40

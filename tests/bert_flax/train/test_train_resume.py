@@ -15,10 +15,10 @@ import jax
 import numpy as np
 import pytest
 
-from bert_flax import checkpointing, train
-from bert_flax.metrics import read_metrics
+from bert_flax.runs.metrics import read_metrics
 from bert_flax.tasks.pretraining import task as pretraining
-from bert_flax.train_setup import create_train_setup
+from bert_flax.train import checkpointing, loop
+from bert_flax.train.setup import create_train_setup
 
 N = 3
 
@@ -49,14 +49,14 @@ def test_resume_reproduces_straight_run(
 ):
     config = resume_config(make_config, small_data_dir, optimizer)
     straight, split = str(tmp_path / "straight"), str(tmp_path / "split")
-    train.train_and_evaluate(config, straight)
+    loop.train_and_evaluate(config, straight)
 
     with monkeypatch.context() as patch:  # a preemption notice at step N
         patch.setattr(checkpointing.Checkpointer, "reached_preemption", lambda self, s: s == N)
-        first = train.train_and_evaluate(config, split)
+        first = loop.train_and_evaluate(config, split)
     assert first["preempted"] and first["step"] == N
     assert os.path.isdir(os.path.join(split, "checkpoints", str(N)))
-    second = train.train_and_evaluate(config, split)
+    second = loop.train_and_evaluate(config, split)
     assert second["steps_this_run"] == N and second["step"] == 2 * N
 
     setup = create_train_setup(config)  # only the target shapes and shardings
@@ -91,7 +91,7 @@ def test_sigterm_requests_a_save():
 _STUCK_MAIN_THREAD = textwrap.dedent(
     """
     import os, signal, subprocess, sys, threading
-    from bert_flax import checkpointing
+    from bert_flax.train import checkpointing
 
     child = subprocess.Popen(["sleep", "20"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     with checkpointing.PreemptionGuard(grace_seconds=1.0) as guard:
@@ -127,10 +127,10 @@ def test_evaluation_stops_when_preempted(make_config):
     setup = create_train_setup(config)
     batches = pretraining.eval_batches(config, 8, setup.task.row_shape, 512)
     assert len(batches) == 6
-    full, complete = train.evaluate(setup, setup.state.params, batches)
+    full, complete = loop.evaluate(setup, setup.state.params, batches)
     assert complete and full["eval_batches"] == 6
     calls = iter(range(100))
-    part, complete = train.evaluate(
+    part, complete = loop.evaluate(
         setup, setup.state.params, batches, stop_requested=lambda: next(calls) >= 2
     )
     assert not complete and part["eval_batches"] == 2
@@ -140,9 +140,9 @@ def test_evaluation_stops_when_preempted(make_config):
 def test_ended_run_is_only_a_run_that_ended_on_its_own(tmp_path):
     """A run that spent its steps or its clock is reused as it is (rerunning `make demo` must not
     give pre-training another budget); an interrupted one, or none, is trained (resumed)."""
-    assert train.ended_run(str(tmp_path)) is None
+    assert loop.ended_run(str(tmp_path)) is None
     final = {"step": 1291, "preempted": False, "eval": {"masked_lm_accuracy": 0.29}}
-    (tmp_path / train.FINAL_METRICS).write_text(json.dumps(final))
-    assert train.ended_run(str(tmp_path)) == final
-    (tmp_path / train.FINAL_METRICS).write_text(json.dumps({**final, "preempted": True}))
-    assert train.ended_run(str(tmp_path)) is None
+    (tmp_path / loop.FINAL_METRICS).write_text(json.dumps(final))
+    assert loop.ended_run(str(tmp_path)) == final
+    (tmp_path / loop.FINAL_METRICS).write_text(json.dumps({**final, "preempted": True}))
+    assert loop.ended_run(str(tmp_path)) is None

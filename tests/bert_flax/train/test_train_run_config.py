@@ -8,9 +8,10 @@ import logging
 
 import pytest
 
-from bert_flax import metrics, train
 from bert_flax.block_sparse import cpu, matmul
-from bert_flax.train_setup import create_train_setup
+from bert_flax.runs import metrics
+from bert_flax.train import loop
+from bert_flax.train.setup import create_train_setup
 
 NO_COMPILER = "No C++ compiler found: cannot run 'c++' ($CXX)"
 
@@ -31,7 +32,7 @@ def test_config_json_names_the_block_sparse_impl(
     with caplog.at_level(logging.INFO):
         setup = create_train_setup(config)
         writer = metrics.MetricsWriter(str(tmp_path), tensorboard=False)
-        train.write_run_config(config, setup, str(tmp_path), writer)
+        loop.write_run_config(config, setup, str(tmp_path), writer)
     resolved = json.loads((tmp_path / "config.json").read_text())["resolved"]
     assert resolved.get("block_sparse_impl") == impl
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Block-sparse")]

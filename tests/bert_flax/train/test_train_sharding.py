@@ -59,7 +59,7 @@ _FULL_VOCAB_OVER_FOUR = textwrap.dedent(
     import conftest
     from bert_flax import sharding
     from bert_flax.data.synthetic import random_batch
-    from bert_flax.train_setup import create_train_setup
+    from bert_flax.train.setup import create_train_setup
 
     config = conftest.tiny_config(**{"train.batch_size": 8})
     config.model.vocab_size = 30522  # 30522 % 4 == 2: the vocab dim is replicated
@@ -126,7 +126,7 @@ _SHAMPOO_STATE_SHARDING = textwrap.dedent(
     import optim
     from bert_flax import sharding
     from bert_flax.data.synthetic import random_batch
-    from bert_flax.train_setup import create_train_setup
+    from bert_flax.train.setup import create_train_setup
 
     config = conftest.tiny_config(**{"train.batch_size": 8})
     config.optimizer.name = "shampoo"

@@ -11,11 +11,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_flax import losses, sharding, train, train_step
-from bert_flax import model as bert_model
+from bert_flax import sharding
 from bert_flax.data.synthetic import random_batch
+from bert_flax.model import bert as bert_model
+from bert_flax.model import losses
 from bert_flax.tasks.pretraining import task as pretraining
-from bert_flax.train_setup import PRNG_IMPLS, create_train_setup, dropout_key
+from bert_flax.train import loop
+from bert_flax.train import step as train_step
+from bert_flax.train.setup import PRNG_IMPLS, create_train_setup, dropout_key
 
 
 @pytest.mark.slow(seconds=30)
@@ -102,7 +105,7 @@ def test_the_loop_checks_its_first_batch(make_config, tmp_path, monkeypatch):
 
     monkeypatch.setattr(pretraining, "train_iterator", corrupted)
     with pytest.raises(ValueError, match=r"input_ids spans \[\d+, 10000\], outside \[0, 512\)"):
-        train.train_and_evaluate(make_config(), str(tmp_path))
+        loop.train_and_evaluate(make_config(), str(tmp_path))
 
 
 class _TwoLayers(nn.Module):

@@ -13,13 +13,14 @@ import ml_collections
 import numpy as np
 import pytest
 
-from bert_flax import finetune, parameters
-from bert_flax.config import INIT_FROM_PRESET, BertConfig
+from bert_flax import finetune
 from bert_flax.data import rows as data_rows
 from bert_flax.data import tokenization
 from bert_flax.data.contract import RowShape
 from bert_flax.data.rows import build_rows
-from bert_flax.model import EMBEDDING_TABLES, BertForPreTraining, BertModel, rescale_embeddings
+from bert_flax.model.bert import EMBEDDING_TABLES, BertForPreTraining, BertModel, rescale_embeddings
+from bert_flax.model.config import INIT_FROM_PRESET, BertConfig
+from bert_flax.runs import parameters
 from bert_flax.tasks.classification import ClassificationTask
 from bert_flax.tasks.classification import data as classification
 from bert_flax.tasks.classification.model import (

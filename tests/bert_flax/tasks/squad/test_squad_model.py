@@ -6,10 +6,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_flax.config import BertConfig
 from bert_flax.data.contract import RowShape
 from bert_flax.data.rows import build_rows
 from bert_flax.data.tokenization import load_vocab
+from bert_flax.model.config import BertConfig
 from bert_flax.tasks.squad import model, reading, rows
 
 CONTEXTS = [

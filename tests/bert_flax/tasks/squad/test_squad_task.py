@@ -10,8 +10,9 @@ import jax
 import numpy as np
 import pytest
 
-from bert_flax import finetune, parameters
+from bert_flax import finetune
 from bert_flax.data import corpus, tokenization
+from bert_flax.runs import parameters
 from bert_flax.tasks import TASKS, SquadTask, task_class
 from bert_flax.tasks.squad import cloze, predict
 from bert_flax.tasks.squad.model import BertForQuestionAnswering

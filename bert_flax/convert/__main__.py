@@ -1,0 +1,72 @@
+"""Checkpoint conversion on the command line: Hugging Face / Google BERT <-> bert_flax parameters.
+
+# HF directory (config.json + model.safetensors or pytorch_model.bin) -> bert_flax
+python -m bert_flax.convert --from_hf=/ckpt/bert-base-uncased --out=/ckpt/flax_base
+# Google BERT TF checkpoint (bert_config.json + bert_model.ckpt.*) -> bert_flax
+python -m bert_flax.convert --from_tf=/ckpt/uncased_L-12_H-768_A-12 --out=/ckpt/flax_base
+# bert_flax -> HF directory loadable by transformers.BertForPreTraining.from_pretrained
+python -m bert_flax.convert --from_flax=/ckpt/flax_base --to_hf=/ckpt/hf_base
+# a training run (bert_flax.train's workdir; latest checkpoint or --step=N) -> HF / bert_flax
+python -m bert_flax.convert --from_workdir=workdir/tiny --to_hf=/ckpt/hf_tiny
+"""
+
+from __future__ import annotations
+
+from absl import app, flags, logging
+
+from bert_flax import errors
+from bert_flax.convert import google_bert, hugging_face, tables
+from bert_flax.runs import checkpoints, parameters
+
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+    """The CLI's flags (defined only when run as a program)."""
+    flags.DEFINE_string("from_hf", None, "HF directory: config.json + model.safetensors / .bin.")
+    flags.DEFINE_string("from_tf", None, "Google BERT checkpoint directory or prefix.")
+    flags.DEFINE_string("tf_config", None, "bert_config.json (default: next to the TF checkpoint).")
+    flags.DEFINE_string("from_flax", None, "bert_flax directory written by this tool.")
+    flags.DEFINE_string("from_workdir", None, "A bert_flax.train workdir (its latest checkpoint).")
+    flags.DEFINE_integer(
+        "step", None, "With --from_workdir: the checkpoint step (default: latest)."
+    )
+    flags.DEFINE_string(
+        "out", None, "Output bert_flax directory (params.msgpack + bert_config.json)."
+    )
+    flags.DEFINE_string("to_hf", None, "Output HF directory (config.json + model.safetensors).")
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    sources = [s for s in (FLAGS.from_hf, FLAGS.from_tf, FLAGS.from_flax, FLAGS.from_workdir) if s]
+    if len(sources) != 1:
+        raise app.UsageError(
+            "Give exactly one of --from_hf, --from_tf, --from_flax, --from_workdir."
+        )
+    if FLAGS.step is not None and not FLAGS.from_workdir:
+        raise app.UsageError("--step selects a checkpoint of --from_workdir.")
+    if not (FLAGS.out or FLAGS.to_hf):
+        raise app.UsageError("Give --out (bert_flax) and/or --to_hf (Hugging Face).")
+    if FLAGS.from_hf:
+        config, params = hugging_face.load_hf_checkpoint(FLAGS.from_hf)
+    elif FLAGS.from_tf:
+        config, params = google_bert.load_tf_checkpoint(FLAGS.from_tf, FLAGS.tf_config)
+    elif FLAGS.from_workdir:
+        config, params = checkpoints.load_workdir(FLAGS.from_workdir, FLAGS.step)
+    else:
+        config, params = parameters.load_params(FLAGS.from_flax)
+    count = sum(v.size for v in tables.flatten(params).values())
+    logging.info("Converted %d parameters (%s).", count, config)
+    if FLAGS.out:
+        parameters.save_params(params, config, FLAGS.out)
+        logging.info("Wrote %s", FLAGS.out)
+    if FLAGS.to_hf:
+        hugging_face.save_hf_checkpoint(params, config, FLAGS.to_hf)
+        logging.info("Wrote %s", FLAGS.to_hf)
+    print(f"converted {count:,} parameters")
+
+
+if __name__ == "__main__":
+    define_flags()
+    errors.run(main)

@@ -1,0 +1,585 @@
+"""`train_and_evaluate(config, workdir)`: the pre-training loop.
+
+    from configs import tiny
+    from bert_flax.train import loop
+    config = tiny.get_config()
+    config.data.data_dir = "workdir/sotu_128"
+    final = loop.train_and_evaluate(config, "workdir/tiny")
+
+Per step: this process's rows -> global sharded batch -> jitted `train_step` -> optimizer host
+work (`optim.after_step`). Every `log.every_steps`: metrics to the console, TensorBoard and
+`metrics.jsonl`; every `eval.every_steps`: masked-LM accuracy on held-out data (MLPerf's metric);
+every `checkpoint.every_steps` and at the end: an orbax checkpoint (and a restart resumes from
+it, at the data position it had reached, computed rather than replayed). A checkpoint of other
+prepared data starts a new phase (two-phase pre-training: same parameters, optimizer state and
+step; the new data from its beginning). Without a checkpoint, `config.init_from` gives the
+starting parameters (a Hugging Face or Google BERT checkpoint, a bert_flax directory, or another
+run's workdir). SIGTERM, at any point, saves and stops within `checkpoint.preemption_grace_seconds`
+(or keeps the last complete checkpoint). At the end the workdir holds PNG plots.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging as logging_std
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+from absl import logging
+
+import optim
+from bert_flax import errors, sharding
+from bert_flax.block_sparse import resolve_impl
+from bert_flax.model import bert as bert_model
+from bert_flax.model.config import BertConfig, resolved_config_section
+from bert_flax.runs import metrics, parameters, pretrained
+from bert_flax.tasks import PreTrainingTask, Task
+from bert_flax.train import checkpointing, fingerprint
+from bert_flax.train.setup import TrainSetup, create_train_setup
+from bert_flax.train.step import TrainState
+
+# Input iterators of preempted runs, kept open until the process exits (`exit_if_preempted`).
+_PREEMPTED_INPUTS: list[Any] = []
+
+
+def quiet_library_logs() -> None:
+    """Drops orbax's per-save INFO chatter from the console (warnings still show)."""
+
+    class _Filter(logging_std.Filter):
+        def filter(self, record: logging_std.LogRecord) -> bool:
+            return record.levelno >= logging_std.WARNING or "orbax" not in record.pathname
+
+    handler = logging.get_absl_handler()
+    if not any(isinstance(f, _Filter) for f in handler.filters):
+        handler.addFilter(_Filter())
+
+
+def maybe_initialize_distributed(config: ml_collections.ConfigDict) -> None:
+    """`jax.distributed.initialize()` when `config.distributed.initialize` (auto-detects the
+    cluster on TPU pods and SLURM/Open MPI; explicit address/num_processes/process_id win)."""
+    dist = config.distributed
+    if not dist.initialize or jax.distributed.is_initialized():
+        return
+    kwargs: dict[str, Any] = {}
+    if dist.coordinator_address:
+        kwargs["coordinator_address"] = dist.coordinator_address
+    if dist.num_processes > 0:
+        kwargs["num_processes"] = dist.num_processes
+    if dist.process_id >= 0:
+        kwargs["process_id"] = dist.process_id
+    jax.distributed.initialize(**kwargs)
+    logging.info(
+        "jax.distributed: process %d of %d, %d local / %d global devices",
+        jax.process_index(),
+        jax.process_count(),
+        jax.local_device_count(),
+        jax.device_count(),
+    )
+
+
+def evaluate(
+    setup: TrainSetup,
+    params: Any,
+    batches: list[dict[str, np.ndarray]],
+    *,
+    stop_requested: Callable[[], bool] = lambda: False,
+    max_minutes: float = 0.0,
+    progress_seconds: float = 30.0,
+) -> tuple[dict[str, float], bool]:
+    """(metrics over the eval set, whether it ran to the end). It stops early when
+    `stop_requested()` (preemption) or after `max_minutes`, and logs its progress every
+    `progress_seconds`."""
+    started = last_report = time.perf_counter()
+    steps, outputs, complete = [], [], True
+    for index, batch in enumerate(batches):
+        now = time.perf_counter()
+        if stop_requested() or (max_minutes and now - started > 60.0 * max_minutes):
+            complete = False
+            logging.warning("Evaluation stopped after %d of %d batches.", index, len(batches))
+            break
+        if now - last_report > progress_seconds:
+            logging.info("eval: %d/%d batches, %.0fs", index, len(batches), now - started)
+            last_report = now
+        sums, out = setup.eval_step(params, sharding.global_batch(setup.mesh, batch))
+        steps.append(sums)
+        outputs.append(out)
+    summary = metrics.summarize(metrics.sum_metrics(steps)) if steps else {}
+    summary = {k: v for k, v in summary.items() if k not in ("steps", "loss")}
+    summary["eval_batches"] = float(len(steps))
+    if complete and steps and outputs[0]:  # the task's scoring needs the whole set
+        summary.update(setup.task.score_outputs(jax.device_get(outputs)))
+    return summary, complete
+
+
+def describe(setup: TrainSetup) -> dict[str, Any]:
+    """What the setup resolved (config.json's "resolved"): mesh, packing adjustment, task, and
+    the block-sparse layers' implementation where the model has them."""
+    a = setup.adjustment
+    info = {
+        "params": setup.num_params,
+        "mesh": dict(setup.mesh.shape),
+        "devices": jax.device_count(),
+        "processes": jax.process_count(),
+        "packing_factor": a.packing_factor,
+        "rows_per_step": a.batch_size,
+        "accumulation": a.accumulation,
+        "micro_batch_rows": a.batch_size // a.accumulation,
+        "betas": [a.b1, a.b2],
+        "examples_per_step": round(a.batch_size * a.packing_factor, 1),
+        "steps": setup.config.train.steps,
+        "peak_learning_rate": setup.config.schedule.learning_rate * a.learning_rate_scale,
+        **setup.task.describe(),
+    }
+    model = setup.model_config
+    if model.block_sparse is not None:  # the implementation its layers use ("auto" resolved)
+        sparse = model.block_sparse
+        info["block_sparse_impl"] = resolve_impl(sparse.impl, sparse.block_size, model.dtype)
+    return info
+
+
+def initial_state(
+    setup: TrainSetup, checkpointer: checkpointing.Checkpointer, workdir: str
+) -> tuple[TrainState, dict[str, Any]]:
+    """(state, progress) to start from: the workdir's latest checkpoint if it has one (and if it
+    was reading other data, a new phase: same parameters, optimizer state and step, this data
+    from its beginning); else `config.init_from`'s parameters or the fresh initialisation."""
+    config, data = setup.config, setup.task.identity()
+    progress = {
+        "data_position": 0,
+        "sequences_seen": 0.0,
+        "train_seconds": 0.0,  # wall-clock seconds in training steps (evaluations excluded)
+        "compile_seconds": 0.0,  # compiling the train step, once per process (not training)
+        "seed": config.seed,
+        "data": data,
+    }
+    restored = checkpointer.restore_latest(setup.state, setup.state_shardings)
+    if restored is None:
+        state = setup.state
+        if config.init_from:
+            state = with_pretrained_params(setup, config.init_from, config.init_from_step)
+        return state, progress
+    state, saved = restored
+    if config.init_from:
+        logging.info("Resuming from %s's checkpoint; config.init_from is not used.", workdir)
+    if saved.get("seed") != config.seed:
+        raise ValueError(
+            f"{workdir} holds a run with seed {saved.get('seed')}, not {config.seed}; "
+            "use another workdir or the same seed."
+        )
+    if saved.get("data", data) != data:
+        step = int(jax.device_get(state.step))
+        logging.warning(
+            "New phase at step %d: %s holds a checkpoint of other data; keeping its "
+            "parameters, optimizer state and step, and reading this data from its beginning.",
+            step,
+            workdir,
+        )
+        phases = [*saved.get("phases", []), {"step": step, "data": data}]
+        return state, {**saved, "data_position": 0, "data": data, "phases": phases}
+    return state, {"train_seconds": 0.0, **saved}  # checkpoints before train_seconds existed
+
+
+def with_pretrained_params(setup: TrainSetup, path: str, step: int | None) -> TrainState:
+    """`setup.state` with the parameters of checkpoint `path` (any `pretrained.checkpoint_kind`),
+    placed with the state's shardings; every misfit parameter is named."""
+    _, params = pretrained.load_pretrained(path, step)
+    params = bert_model.match_layer_layout(params, setup.state.params)  # scanned or not
+    params = setup.task.pretrained_params(params, setup.state.params)
+    parameters.check_params_fit(params, parameters.flat_shapes(setup.state.params), path)
+    params = jax.tree_util.tree_map(
+        lambda new, old: np.asarray(new, old.dtype), params, setup.state.params
+    )
+    logging.info("Initialised the parameters from %s", path)
+    return setup.state.replace(params=jax.device_put(params, setup.state_shardings.params))
+
+
+def train_and_evaluate(
+    config: ml_collections.ConfigDict, workdir: str, *, task: Task | None = None
+) -> dict[str, Any]:
+    """Trains `task` (default: pre-training), resuming from `workdir` if it holds checkpoints;
+    returns the final metrics."""
+    quiet_library_logs()
+    maybe_initialize_distributed(config)
+    grace = config.checkpoint.preemption_grace_seconds
+    with checkpointing.PreemptionGuard(grace_seconds=grace) as guard:
+        return _train(config, workdir, guard, task)
+
+
+def _train(
+    config: ml_collections.ConfigDict,
+    workdir: str,
+    guard: checkpointing.PreemptionGuard,
+    task: Task | None,
+) -> dict[str, Any]:
+    setup = create_train_setup(config, task=task)
+    task = setup.task
+    checkpointer = checkpointing.Checkpointer(
+        workdir,
+        every_steps=config.checkpoint.every_steps,
+        keep=config.checkpoint.keep,
+        enabled=config.checkpoint.enabled,
+    )
+    # Every input is read (checkpoint, init_from, data) before the first write to the workdir:
+    # bad input leaves it as it was.
+    try:
+        state, progress = initial_state(setup, checkpointer, workdir)
+        vocab = setup.model_config.vocab_size
+        train_iter = task.train_batches(setup.batch_size, vocab, start=progress["data_position"])
+        eval_set, baseline_name, baseline = evaluation_set(config, setup)
+    except Exception:
+        checkpointer.close()  # its background threads, before the error ends the run
+        raise
+    start_step = int(jax.device_get(state.step))
+    writer = metrics.MetricsWriter(workdir)
+    info = write_run_config(config, setup, workdir, writer)
+    loop = Loop(
+        config,
+        setup,
+        writer,
+        checkpointer,
+        guard,
+        eval_set,
+        baseline,
+        state,
+        progress,
+        parameters.BestParams(
+            workdir,
+            metric=task.eval_metric,
+            mode=task.eval_metric_mode,
+            enabled=config.checkpoint.keep_best and writer.enabled,
+        ),
+    )
+    started = time.perf_counter()
+    step, preempted, target_reached = loop.run(start_step, train_iter)
+    if preempted:  # closing it waits on tf.data's generator thread (seconds): leave it to exit
+        _PREEMPTED_INPUTS.append(train_iter)
+    del train_iter  # closes the tf.data generator now rather than at interpreter exit
+    checkpointer.close()
+    writer.close()
+    if loop.diverged:
+        raise errors.TrainingDiverged(loop.diverged)
+
+    final = {
+        "step": step,
+        "steps_this_run": step - start_step,
+        "seconds_this_run": time.perf_counter() - started,
+        "preempted": preempted,
+        "target_reached": target_reached,
+        "sequences_seen": progress["sequences_seen"],
+        "train_seconds": progress["train_seconds"],
+        "compile_seconds": progress.get("compile_seconds", 0.0),
+        "baseline": baseline,
+        "baseline_name": baseline_name,
+        "train": loop.train_summary,
+        "eval": loop.eval_summary,
+        "best": loop.best.record,
+        "setup": info,
+    }
+    if writer.enabled:
+        write_final(final, workdir, task if config.log.plots and not preempted else None)
+    return final
+
+
+def evaluation_set(config: ml_collections.ConfigDict, setup: TrainSetup) -> tuple[list, str, float]:
+    """(the fixed eval set, checked; the task's trivial predictor and its score on it)."""
+    task = setup.task
+    eval_set = task.eval_batches(config.eval.batch_size, setup.model_config.vocab_size)
+    task.check_batch(eval_set[0], setup.model_config, evaluation=True)
+    name, baseline = task.baseline(eval_set)
+    logging.info(
+        "Eval: %d batches; %s scores %s %.4f", len(eval_set), name, task.eval_metric, baseline
+    )
+    return eval_set, name, baseline
+
+
+FINAL_METRICS = "final_metrics.json"
+
+
+def write_final(final: dict[str, Any], workdir: str, plotting: Task | None) -> None:
+    """`final_metrics.json`, and the task's plots when `plotting` is given."""
+    with open(os.path.join(workdir, FINAL_METRICS), "w") as f:
+        json.dump(final, f, indent=2, default=float)
+    if plotting is not None:
+        plotting.plot(workdir)
+
+
+def ended_run(workdir: str) -> dict[str, Any] | None:
+    """The final metrics of the run in `workdir` if it ended on its own (its steps, its clock or
+    its eval target), else None (never started, or interrupted: training it again resumes it);
+    whichever config, data or code made it (`reusable_run` checks that)."""
+    path = os.path.join(workdir, FINAL_METRICS)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        final = json.load(f)
+    return None if final["preempted"] else final
+
+
+def reusable_run(
+    workdir: str, config: ml_collections.ConfigDict, task: Task | None = None
+) -> dict[str, Any] | None:
+    """The final metrics of the run in `workdir`, marked `"reused": True`, if it ended on its own
+    (`ended_run`) and is the same run: its fingerprint (`bert_flax.train.fingerprint`: config, data,
+    code) is that of `config` and `task` (default: pre-training). Else None, for the caller to
+    train: no run there, or an interrupted one of the same fingerprint (training resumes it). A
+    run of another fingerprint, finished or not, is moved aside (`set_aside`) with a warning
+    naming what differs. For drivers that must not train a finished run further (a rerun would
+    give it a new clock) nor reuse one that other config, data or code made."""
+    if not os.path.isdir(workdir) or not os.listdir(workdir):
+        return None
+    expected = fingerprint.of_run(config, task or PreTrainingTask(config))
+    differs = fingerprint.differences(fingerprint.load(workdir), expected)
+    if differs:
+        stale = set_aside(workdir)
+        logging.warning(
+            "%s held another run (%s): moved it to %s; training afresh.",
+            workdir,
+            "; ".join(differs),
+            stale,
+        )
+        return None
+    final = ended_run(workdir)
+    return final and {**final, "reused": True}
+
+
+def set_aside(workdir: str) -> str:
+    """Renames `workdir` to the first free `<workdir>.stale-N` (never deletes); returns it."""
+    n = 1
+    while os.path.exists(f"{workdir}.stale-{n}"):
+        n += 1
+    os.rename(workdir, f"{workdir}.stale-{n}")
+    return f"{workdir}.stale-{n}"
+
+
+def write_run_config(
+    config: ml_collections.ConfigDict,
+    setup: TrainSetup,
+    workdir: str,
+    writer: metrics.MetricsWriter,
+) -> dict[str, Any]:
+    """Logs the config (its model as resolved) and the setup, and writes them to the workdir
+    (config.json, bert_config.json, fingerprint.json, TensorBoard); returns the setup's
+    description."""
+    info = describe(setup)
+    shown = with_resolved_model(config, setup.model_config)
+    logging.info("Config (the model as resolved):\n%s", shown)
+    logging.info("Setup: %s", json.dumps(info))
+    if writer.enabled:
+        with open(os.path.join(workdir, "config.json"), "w") as f:
+            # The config with its model resolved, and what the setup resolved (`describe`).
+            resolved = {**json.loads(shown.to_json_best_effort()), "resolved": info}
+            json.dump(resolved, f, indent=2)
+        with open(os.path.join(workdir, parameters.CONFIG_FILE), "w") as f:
+            json.dump(setup.model_config.to_dict(), f, indent=2)  # what convert exports with
+        fingerprint.write(workdir, fingerprint.of_run(config, setup.task))
+        writer.write_text("config", f"```\n{shown}\n```")
+    return info
+
+
+@dataclasses.dataclass
+class Loop:
+    """The training loop of one run and what it carries between steps: the state, the data
+    position and counters (`progress`, what a checkpoint saves beside the state), the metrics
+    not yet logged, and the last train and eval summaries."""
+
+    config: ml_collections.ConfigDict
+    setup: TrainSetup
+    writer: metrics.MetricsWriter
+    checkpointer: checkpointing.Checkpointer
+    guard: checkpointing.PreemptionGuard
+    eval_set: list[dict[str, np.ndarray]]
+    baseline: float
+    state: TrainState
+    progress: dict[str, Any]
+    best: parameters.BestParams
+    pending: list[dict[str, jax.Array]] = dataclasses.field(default_factory=list)
+    throughput: metrics.Throughput = dataclasses.field(default_factory=metrics.Throughput)
+    train_summary: dict[str, float] = dataclasses.field(default_factory=dict)
+    eval_summary: dict[str, float] = dataclasses.field(default_factory=dict)
+    diverged: str = ""  # the error message once too many non-finite steps came in a row
+
+    def run(self, start_step: int, train_iter: Iterator[dict]) -> tuple[int, bool, bool]:
+        """Steps from `start_step` until the last step, the clock, the eval target, divergence
+        or preemption; returns (last step, preempted, target reached)."""
+        config, setup, task = self.config, self.setup, self.setup.task
+        preempted = target_reached = False
+        max_seconds = 60.0 * config.train.max_minutes
+        deadline = time.perf_counter() + max_seconds if max_seconds else None
+        step = start_step
+        for step in range(start_step + 1, config.train.steps + 1):
+            local = next(train_iter)
+            batch = sharding.global_batch(setup.mesh, local)
+            if step == start_step + 1:
+                task.check_batch(local, setup.model_config, evaluation=False)
+                self.compile(batch, step)
+            self.state, step_metrics = setup.loop_step(
+                self.state, batch, setup.step_key(step - 1), step
+            )
+            self.progress["data_position"] += 1
+            self.pending.append(step_metrics)
+            last = step == config.train.steps or (
+                deadline is not None and time.perf_counter() > deadline
+            )
+            evaluate_now = step % config.eval.every_steps == 0 or last
+            save_now = step % config.checkpoint.every_steps == 0 or last
+            if (
+                step % config.log.every_steps == 0
+                or evaluate_now
+                or save_now
+                or self.guard.requested
+            ):
+                self.flush(step)  # before evaluating, so the throughput covers training only
+            if self.diverged:
+                break
+            if evaluate_now and not self.guard.requested:
+                self.evaluate(step)
+                target_reached = reached(
+                    config.eval.stop_at, self.eval_summary.get(task.eval_metric)
+                )
+                last = last or target_reached
+            stop = self.guard.requested or self.checkpointer.reached_preemption(step)
+            if (save_now or last or stop) and finite_state(self.state, step):
+                self.checkpointer.save(step, self.state, dict(self.progress), force=last or stop)
+            if stop:
+                preempted = True
+                logging.warning("Stopping at step %d after saving (preemption).", step)
+            if stop or last:
+                break
+        return step, preempted, target_reached
+
+    def compile(self, batch: dict[str, jax.Array], step: int) -> None:
+        """Compiles the train step before the clock starts (the jitted step then finds it in
+        its cache): its seconds count in `compile_seconds`, not `train_seconds`."""
+        started = time.perf_counter()
+        self.setup.train_step.lower(self.state, batch, self.setup.step_key(step - 1)).compile()
+        seconds = time.perf_counter() - started
+        self.progress["compile_seconds"] = self.progress.get("compile_seconds", 0.0) + seconds
+        logging.info("Compiled the train step in %.1f s", seconds)
+        self.throughput.reset()
+
+    def flush(self, step: int) -> None:
+        """Logs and writes the metrics of the steps since the last flush."""
+        if not self.pending:
+            return
+        total = metrics.sum_metrics(self.pending)
+        self.pending = []
+        progress, setup = self.progress, self.setup
+        progress["sequences_seen"] += total.get("sequences", 0.0)
+        host = optim.host_metrics(setup.tx, self.state.opt_state)
+        summary = {**metrics.summarize(total), **self.throughput.measure(total), **host}
+        progress["train_seconds"] += summary["step_seconds"] * total["steps"]
+        summary["sequences_seen"] = progress["sequences_seen"]
+        summary["train_seconds"] = progress["train_seconds"]
+        self.train_summary = summary
+        self.writer.write("train", step, summary)
+        shown = setup.task.train_metrics_shown
+        line = metrics.progress_line(step, self.config.train.steps, summary, host, shown)
+        logging.info("%s", line)
+        self.diverged = self.diverged or divergence(self.config, step, summary, self.checkpointer)
+
+    def evaluate(self, step: int) -> None:
+        """Evaluates the current parameters on the eval set; offers them as the best."""
+        task, t0 = self.setup.task, time.perf_counter()
+        summary, complete = evaluate(
+            self.setup,
+            self.state.params,
+            self.eval_set,
+            stop_requested=lambda: self.guard.requested,
+            max_minutes=self.config.eval.max_minutes,
+        )
+        if not summary.get("eval_batches"):
+            return
+        self.eval_summary = {**summary, "baseline": self.baseline, "complete": float(complete)}
+        self.writer.write("eval", step, self.eval_summary)
+        shown = " | ".join(
+            f"{k} {self.eval_summary.get(k, float('nan')):.4f}" for k in task.eval_metrics_shown
+        )
+        logging.info(
+            "eval step %d | %s %.4f (baseline %.4f) | %s | %d batches | %.1fs",
+            step,
+            task.eval_metric,
+            self.eval_summary.get(task.eval_metric, float("nan")),
+            self.baseline,
+            shown,
+            summary["eval_batches"],
+            time.perf_counter() - t0,
+        )
+        if complete:
+            self.best.offer(
+                step,
+                self.eval_summary,
+                self.state.params,
+                self.setup.model_config,
+                self.setup.task.head_config(),
+            )
+        self.throughput.reset()
+
+
+def with_resolved_model(
+    config: ml_collections.ConfigDict, model_config: BertConfig
+) -> ml_collections.ConfigDict:
+    """A copy of `config` whose `model` section shows every value the run's model has, not the
+    placeholders that mean "the preset's value"."""
+    shown = config.copy_and_resolve_references()
+    with shown.unlocked():
+        shown.model = resolved_config_section(model_config, config.model.preset)
+    return shown
+
+
+def reached(target: float, value: float | None) -> bool:
+    """Whether an evaluation's metric reached `config.eval.stop_at` (0 = no target)."""
+    return target > 0 and value is not None and value >= target
+
+
+def finite_state(state: TrainState, step: int) -> bool:
+    """Whether the last step was applied (a checkpoint is worth saving). A host sync, only on
+    the steps that save."""
+    streak = int(jax.device_get(state.nonfinite_streak))
+    if streak:
+        logging.warning("Not saving step %d: its last %d steps were not finite.", step, streak)
+    return not streak
+
+
+def divergence(
+    config: ml_collections.ConfigDict,
+    step: int,
+    summary: dict[str, float],
+    checkpointer: checkpointing.Checkpointer,
+) -> str:
+    """The error message when the interval ending at `step` held `train.max_nonfinite_steps`
+    consecutive non-finite steps (checked when the metrics are fetched, so up to
+    `log.every_steps` later); "" otherwise."""
+    limit = config.train.max_nonfinite_steps
+    if not limit or summary.get("nonfinite_streak", 0.0) < limit:
+        return ""
+    latest = checkpointer.latest_step()
+    where = (
+        f"the last checkpoint (all are finite) is step {latest} in {checkpointer.directory}: "
+        "rerunning resumes from it"
+        if latest is not None
+        else "no checkpoint was saved"
+    )
+    return (
+        f"Training diverged: {summary['nonfinite_streak']:.0f} consecutive steps up to step "
+        f"{step} had a non-finite loss or gradient (train.max_nonfinite_steps={limit}; none was "
+        f"applied); {where}. Try a lower schedule.learning_rate (now "
+        f"{config.schedule.learning_rate:g}), a longer warm-up, train.grad_clip_norm=1.0 (now "
+        f"{config.train.grad_clip_norm:g}), or train.dtype=float32 if it is bfloat16."
+    )
+
+
+def exit_if_preempted(final: dict[str, Any]) -> None:
+    """For a program's main: after a preempted run (saved and closed), exit at once (status 0)
+    rather than after the interpreter's teardown of tf.data and XLA, which takes seconds a
+    preemption's grace period may not have (0.5 s instead of 5.6 s measured)."""
+    if final["preempted"]:
+        logging.flush()
+        sys.stdout.flush()
+        os._exit(0)

@@ -1,0 +1,442 @@
+"""`create_train_setup(config, task)`: exactly the configured model, mesh, sharded state and steps.
+
+The train loop (`bert_flax.train.loop`), the profiler and the benchmarks all build their step here,
+so what they measure is what trains:
+
+    setup = create_train_setup(configs.tiny.get_config())   # task: tasks.PreTrainingTask
+    batch = setup.make_batch(seed=0)                     # a global, sharded (synthetic) batch
+    state, metrics = setup.train_step(setup.state, batch, setup.step_key(0))
+
+`create_train_setup` reads top to bottom as the recipe: the task's data -> mesh -> packing
+adjustment -> model -> optimizer -> state -> steps. The helpers below it are those steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Callable
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+from jax.sharding import Mesh
+
+import optim
+import packing
+from bert_flax import sharding
+from bert_flax.model import attention
+from bert_flax.model import bert as bert_model
+from bert_flax.model.config import BertConfig
+from bert_flax.model.losses import Objective
+from bert_flax.tasks import PreTrainingTask, Task
+from bert_flax.train import step as train_step
+from bert_flax.train.step import TrainState
+
+DTYPES = ("float32", "bfloat16")
+# config.train.prng_impl -> jax's name. The dropout keys only: parameters are always initialised
+# with threefry, so a run's initial weights do not depend on this choice.
+PRNG_IMPLS = {"threefry": "threefry2x32", "rbg": "rbg", "unsafe_rbg": "unsafe_rbg"}
+PACKING_HPARAMS = ("none", "divide_accumulation", "raise_betas")
+
+
+@dataclasses.dataclass(frozen=True)
+class PackingAdjustment:
+    """Hyper-parameters after adapting to the packing factor (Krell et al., 2021, Sec. 4)."""
+
+    packing_factor: float
+    batch_size: int  # rows per optimizer step
+    accumulation: int
+    b1: float | None
+    b2: float | None
+    learning_rate_scale: float = 1.0  # times config.schedule's rates (train.min_rows_per_step)
+
+
+@dataclasses.dataclass
+class TrainProgram:
+    """Everything a run compiles, without any array: what `create_train_setup` materialises,
+    and what `bert_flax.aot` compiles for devices it does not have. `abstract_state` holds
+    `jax.ShapeDtypeStruct`s carrying `state_shardings`; `init_state(rng)` builds the state."""
+
+    config: ml_collections.ConfigDict
+    task: Task
+    mesh: Mesh
+    rules: list
+    adjustment: PackingAdjustment
+    model_config: BertConfig
+    model: nn.Module
+    tx: optax.GradientTransformation
+    learning_rate: optax.Schedule
+    init_state: Callable[[jax.Array], TrainState]
+    abstract_state: TrainState
+    state_shardings: TrainState
+    train_step: Callable[[TrainState, Any, jax.Array], tuple[TrainState, dict]]
+    eval_step: Callable[[Any, Any], tuple[dict, dict]]  # (metrics, outputs): train_step.eval_step
+
+
+@dataclasses.dataclass
+class TrainSetup(TrainProgram):
+    """What `create_train_setup` builds: the program and its state. `batch_size`/`accumulation`
+    are after packing adjustments (`adjustment`); `train_step` is jitted with shardings and
+    donates its state."""
+
+    state: TrainState
+
+    @property
+    def batch_size(self) -> int:
+        return self.adjustment.batch_size
+
+    @property
+    def accumulation(self) -> int:
+        return self.adjustment.accumulation
+
+    @property
+    def num_params(self) -> int:
+        return sum(int(x.size) for x in jax.tree_util.tree_leaves(self.state.params))
+
+    def loop_step(
+        self, state: TrainState, batch: Any, rng: jax.Array, step: int
+    ) -> tuple[TrainState, dict]:
+        """One step of the training loop: the jitted train step, then the optimizer's host
+        work after update number `step` (`optim.after_step`: Shampoo's asynchronous roots)."""
+        state, metrics = self.train_step(state, batch, rng)
+        return state.replace(opt_state=optim.after_step(self.tx, state.opt_state, step)), metrics
+
+    @functools.cached_property
+    def _dropout_base_key(self) -> jax.Array:
+        return dropout_base_key(self.config.seed, self.config.train.prng_impl)
+
+    def step_key(self, step: int) -> jax.Array:
+        """The dropout key of update `step` (`dropout_key`): one fold-in per step in the loop."""
+        return jax.random.fold_in(self._dropout_base_key, step)
+
+    def make_batch(self, seed: int = 0, rows: int | None = None) -> dict[str, jax.Array]:
+        """A synthetic global batch of `rows` (default: one optimizer step), sharded."""
+        rows = self.batch_size if rows is None else rows
+        local = self.task.synthetic_batch(
+            rows // jax.process_count(), seed=seed * jax.process_count() + jax.process_index()
+        )
+        return sharding.global_batch(self.mesh, local)
+
+    def first_train_batches(self, count: int) -> list[dict[str, jax.Array]]:
+        """The first `count` batches of the task's training data, sharded (to time a step on
+        real rows)."""
+        iterator = self.task.train_batches(self.batch_size, self.model_config.vocab_size)
+        return [sharding.global_batch(self.mesh, next(iterator)) for _ in range(count)]
+
+
+def dropout_base_key(seed: int, prng_impl: str = "threefry") -> jax.Array:
+    """The key every step's dropout key is folded from (`dropout_key`)."""
+    return jax.random.fold_in(jax.random.key(seed, impl=PRNG_IMPLS[prng_impl]), 1)
+
+
+def dropout_key(seed: int, step: int, prng_impl: str = "threefry") -> jax.Array:
+    """The dropout key of update `step`: a function of the seed, step and generator
+    (`PRNG_IMPLS`) only, so resuming repeats it."""
+    return jax.random.fold_in(dropout_base_key(seed, prng_impl), step)
+
+
+def create_train_setup(
+    config: ml_collections.ConfigDict,
+    mesh: Mesh | None = None,
+    *,
+    task: Task | None = None,
+    packing_factor_override: float | None = None,
+) -> TrainSetup:
+    """Builds the model, mesh, sharded TrainState and the jitted train/eval steps of `config`.
+
+    Args:
+      config: a config as in `configs/default.py`.
+      mesh: a mesh to use instead of the one `config.mesh` describes.
+      task: what to train (default: pre-training, `tasks.PreTrainingTask(config)`).
+      packing_factor_override: the packing factor to adapt hyper-parameters to, instead of the
+        one of the task's data.
+
+    Raises:
+      ValueError/FileNotFoundError: on configs that cannot run (message says what to change).
+    """
+    program = create_train_program(
+        config, mesh, task=task, packing_factor_override=packing_factor_override
+    )
+    # The state, initialised directly sharded (no device ever holds a full unsharded copy).
+    state = jax.jit(program.init_state, out_shardings=program.state_shardings)(
+        jax.random.key(config.seed)
+    )
+    fields = {f.name: getattr(program, f.name) for f in dataclasses.fields(TrainProgram)}
+    return TrainSetup(**fields, state=state)
+
+
+def create_train_program(
+    config: ml_collections.ConfigDict,
+    mesh: Mesh | None = None,
+    *,
+    task: Task | None = None,
+    packing_factor_override: float | None = None,
+) -> TrainProgram:
+    """`create_train_setup` up to the state: the recipe of a run (arguments as there), traced
+    only, so `mesh` may hold compile-only devices (`bert_flax.aot.targets`)."""
+    validate_config(config)
+    # The task's data: row shape, vocabulary and packing factor.
+    task = PreTrainingTask(config) if task is None else task
+
+    # Mesh and the logical-axis rules it supports.
+    if mesh is None:
+        mesh = sharding.create_mesh(config.mesh.shape, config.mesh.axes)
+    rules = sharding.rules_for_mesh(mesh, sharding.rules_from_config(config.mesh.rules))
+
+    # Packing adjustment: rows per step, micro-batches and betas for the packing factor.
+    factor = task.packing_factor() if packing_factor_override is None else packing_factor_override
+    adjustment = adjust_for_packing(config, factor, sharding.data_parallel_size(mesh))
+    sharding.check_batch_fits(mesh, adjustment.batch_size, adjustment.accumulation, "train")
+    sharding.check_batch_fits(mesh, config.eval.batch_size, 1, "eval")
+
+    # Model, and whether its kernels can run on this mesh.
+    model_config = task.model_config()
+    model = task.model(model_config)
+    attention.check_backend(
+        model_config.attention_impl,
+        model_config.num_heads,
+        config.data.max_seq_length,
+        dict(mesh.shape),
+    )
+
+    # Optimizer (layer by layer over the stacked parameters of scanned layers).
+    tx, schedule = create_optimizer(config, adjustment, scanned_layers=model_config.scan_layers)
+
+    # State: traced from an example of one row per data shard (kernels that run per shard in
+    # `shard_map`, such as splash attention, need every shard to hold a row).
+    example = task.synthetic_batch(sharding.data_parallel_size(mesh), seed=0)
+    init_state, state_shardings = sharded_state_init(
+        model, example, tx, mesh, rules, jax.random.key(config.seed)
+    )
+    abstract_state = sharding.abstract_arrays(
+        jax.eval_shape(init_state, jax.random.key(config.seed)), state_shardings
+    )
+
+    # Steps: the pure functions of `train_step`, bound and jitted with shardings.
+    jitted_train_step, jitted_eval_step = jit_steps(
+        model, tx, schedule, task.objective, adjustment.accumulation, mesh, rules, state_shardings
+    )
+    return TrainProgram(
+        config=config,
+        task=task,
+        mesh=mesh,
+        rules=rules,
+        adjustment=adjustment,
+        model_config=model_config,
+        model=model,
+        tx=tx,
+        learning_rate=schedule,
+        init_state=init_state,
+        abstract_state=abstract_state,
+        state_shardings=state_shardings,
+        train_step=jitted_train_step,
+        eval_step=jitted_eval_step,
+    )
+
+
+def jit_steps(
+    model: nn.Module,
+    tx: optax.GradientTransformation,
+    schedule: optax.Schedule,
+    objective: Objective,
+    accumulation: int,
+    mesh: Mesh,
+    rules: sharding.Rules,
+    state_shardings: Any,
+) -> tuple[Callable, Callable]:
+    """`train_step.train_step` and `eval_step` bound to the run's model, optimizer and
+    objective, jitted with its shardings (the train step donates the state)."""
+    batch, replicated = sharding.batch_sharding(mesh), sharding.replicated(mesh)
+    train = sharding.jit_partitioned(
+        functools.partial(
+            train_step.train_step,
+            model=model,
+            tx=tx,
+            learning_rate=schedule,
+            objective=objective,
+            accumulation=accumulation,
+        ),
+        mesh,
+        rules,
+        in_shardings=(state_shardings, batch, replicated),
+        out_shardings=(state_shardings, replicated),
+        donate_argnums=(0,),
+    )
+    evaluate = sharding.jit_partitioned(
+        functools.partial(train_step.eval_step, model=model, objective=objective),
+        mesh,
+        rules,
+        in_shardings=(None, batch),
+        out_shardings=replicated,
+    )
+    return train, evaluate
+
+
+# -- Config --------------------------------------------------------------------------------------
+
+
+def validate_config(config: ml_collections.ConfigDict) -> None:
+    """Fails early, with what to change, on configs that cannot run (before reading any data)."""
+    data, train = config.data, config.train
+    if train.dtype not in DTYPES:
+        raise ValueError(f"config.train.dtype={train.dtype!r} is not one of {DTYPES}.")
+    if train.prng_impl not in PRNG_IMPLS:
+        raise ValueError(
+            f"config.train.prng_impl={train.prng_impl!r} is not one of {list(PRNG_IMPLS)}."
+        )
+    if train.steps <= 0:
+        raise ValueError(f"config.train.steps={train.steps} must be positive.")
+    if train.min_rows_per_step < 1:
+        raise ValueError(f"config.train.min_rows_per_step={train.min_rows_per_step} must be >= 1.")
+    if data.max_sequences_per_pack < 1:
+        raise ValueError("config.data.max_sequences_per_pack must be >= 1.")
+    if data.algorithm not in packing.ALGORITHMS:
+        raise ValueError(
+            f"config.data.algorithm={data.algorithm!r} is not one of {packing.ALGORITHMS}."
+        )
+    for section in ("checkpoint", "eval", "log"):
+        if config[section].every_steps <= 0:
+            raise ValueError(
+                f"config.{section}.every_steps={config[section].every_steps} must be positive."
+            )
+
+
+def adjust_for_packing(
+    config: ml_collections.ConfigDict, packing_factor: float, row_multiple: int = 1
+) -> PackingAdjustment:
+    """Applies `config.train.packing_hparams` for rows holding `packing_factor` sequences.
+
+    "divide_accumulation": about p times fewer rows per step, so a step still sees about as many
+    sequences as unpacked: the number of micro-batches is divided by p (or, without accumulation,
+    the batch, rounded to a multiple of `row_multiple`, the data-parallel size). Where that
+    leaves fewer rows than `train.min_rows_per_step`, the step takes that many rows, r times the
+    sequences, and Adam's square-root scaling rule (Malladi et al., 2022) keeps the learning per
+    sequence: betas to the power r, learning rate times sqrt(r) (the steps, from the epochs, are
+    r times fewer). "raise_betas": same rows, p times more sequences per step, and the betas
+    raised to the power p.
+    """
+    mode = config.train.packing_hparams
+    if mode not in PACKING_HPARAMS:
+        raise ValueError(f"config.train.packing_hparams={mode!r} is not one of {PACKING_HPARAMS}.")
+    if packing_factor < 1.0:
+        raise ValueError(f"packing factor {packing_factor} < 1: rows hold at least one sequence.")
+    batch, accumulation = config.train.batch_size, config.train.accumulation
+    name, hparams = optim.settings_of(config.optimizer)
+    b1, b2 = hparams.get("b1"), hparams.get("b2")
+    scale = 1.0  # sequences per step over the unpacked step's, beyond what packing divides
+    if mode == "divide_accumulation":
+        micro = batch // accumulation
+        if accumulation > 1:
+            divided = max(1, round(accumulation / packing_factor))
+            floor = -(-config.train.min_rows_per_step // micro)
+            accumulation = min(max(divided, floor), accumulation)
+            scale, batch = accumulation / divided, micro * accumulation
+        else:
+            divided = max(row_multiple, round(batch / packing_factor / row_multiple) * row_multiple)
+            floor = -(-config.train.min_rows_per_step // row_multiple) * row_multiple
+            batch = min(max(divided, floor), batch)
+            scale = batch / divided
+        if scale > 1.0 and b1 is not None and b2 is not None:
+            b1, b2 = optim.adjust_betas_for_packing(b1, b2, scale)
+    elif mode == "raise_betas":
+        if b1 is None or b2 is None:
+            with_betas = [
+                k for k in optim.OPTIMIZERS if {"b1", "b2"} <= set(optim.hyperparameters(k))
+            ]
+            raise ValueError(
+                f"packing_hparams='raise_betas' raises the betas b1, b2, but optimizer {name!r} "
+                f"has none; use divide_accumulation, or an optimizer with betas: {with_betas}."
+            )
+        b1, b2 = optim.adjust_betas_for_packing(b1, b2, packing_factor)
+    return PackingAdjustment(packing_factor, batch, accumulation, b1, b2, math.sqrt(scale))
+
+
+# -- Optimizer -----------------------------------------------------------------------------------
+
+
+def learning_rate_schedule(
+    schedule: ml_collections.ConfigDict, train_steps: int, scale: float = 1.0
+) -> optax.Schedule:
+    """Linear warm-up from 0 to the peak, then polynomial decay to `end_learning_rate` (both
+    rates times `scale`).
+
+    The schedule starts at step `schedule.step_offset` (0 before it) and decays over
+    `schedule.total_steps` steps (0: until `train_steps`).
+    """
+    offset = schedule.get("step_offset", 0)
+    total = schedule.get("total_steps", 0) or (train_steps - offset)
+    warmup = schedule.warmup_steps
+    if total <= 0 or warmup < 0 or warmup > total:
+        raise ValueError(
+            f"Bad schedule: warmup_steps={warmup}, total_steps={total} (step_offset={offset}); "
+            "need 0 <= warmup_steps <= total_steps and total_steps > 0."
+        )
+    peak = schedule.learning_rate * scale
+    decay = optax.polynomial_schedule(
+        init_value=peak,
+        end_value=schedule.end_learning_rate * scale,
+        power=schedule.decay_power,
+        transition_steps=max(total - warmup, 1),
+    )
+    warm = optax.linear_schedule(0.0, peak, max(warmup, 1))
+    phase = optax.join_schedules([warm, decay], [warmup])
+    return phase if offset == 0 else (lambda step: phase(step - offset))
+
+
+def create_optimizer(
+    config: ml_collections.ConfigDict, adjustment: PackingAdjustment, scanned_layers: bool = False
+) -> tuple[optax.GradientTransformation, optax.Schedule]:
+    """`optim.create(config.optimizer)` with the schedule, clipping and packing-adjusted betas;
+    `scanned_layers`: the model's layers are stacked (`BertConfig.scan_layers`), and the
+    optimizer updates them layer by layer (`optim.layerwise`).
+
+    Keep the returned transformation itself for `optim.after_step` (host work, e.g. Shampoo).
+    """
+    schedule = learning_rate_schedule(
+        config.schedule, config.train.steps, adjustment.learning_rate_scale
+    )
+    overrides = {"learning_rate": schedule}
+    if adjustment.b1 is not None:
+        overrides.update(b1=adjustment.b1, b2=adjustment.b2)
+    if config.train.grad_clip_norm:
+        overrides["grad_clip_norm"] = config.train.grad_clip_norm
+    if scanned_layers:
+        overrides["layerwise"] = lambda names: names[:2] == ["bert", bert_model.SCANNED_LAYERS[0]]
+    return optim.create(config.optimizer, **overrides), schedule
+
+
+# -- State ---------------------------------------------------------------------------------------
+
+
+def sharded_state_init(
+    model: nn.Module,
+    example: dict[str, Any],
+    tx: optax.GradientTransformation,
+    mesh: Mesh,
+    rules: sharding.Rules,
+    rng: jax.Array,
+) -> tuple[Callable[[jax.Array], TrainState], TrainState]:
+    """`init_state(rng)`, a TrainState's initialisation, and the tree of its shardings.
+
+    The initialisation is traced with `jax.eval_shape` (no memory) to derive every leaf's
+    sharding; run it under `jax.jit(init_state, out_shardings=...)` so that no device ever
+    holds a full unsharded copy.
+    """
+    example = jax.tree_util.tree_map(jnp.asarray, example)
+
+    def init_params(rng: jax.Array) -> Any:
+        return model.init(rng, example, deterministic=True)["params"]
+
+    def init_state(rng: jax.Array) -> TrainState:
+        with sharding.partitioning(mesh, rules):
+            params = sharding.unbox(init_params(rng))
+        return TrainState.create(params, tx)
+
+    with sharding.partitioning(mesh, rules):
+        boxed = jax.eval_shape(init_params, rng)
+    return init_state, sharding.state_shardings(jax.eval_shape(init_state, rng), boxed, mesh, rules)

@@ -1,0 +1,203 @@
+"""Everything compiles for TPU: the run's real steps on compile-only v5e devices (libtpu, no TPU).
+
+Each variant is compiled once, with tiny shapes, and checked for what can go wrong: the program
+holds the kernels and collectives its config implies, and the memory and FLOPs that XLA reports
+agree with the shapes.
+"""
+
+import functools
+import logging
+
+import numpy as np
+import pytest
+
+from bert_flax.aot import program, targets
+from bert_flax.profile import classify
+from configs import tiny
+
+V5E_4 = targets.target("v5e-4")
+GIB = 2**30
+
+
+@functools.cache
+def v5e_devices() -> tuple:
+    return tuple(targets.compile_only_devices(V5E_4))
+
+
+def tiny_config(mesh=(4, 1, 1), **model):
+    config = tiny.get_config()
+    config.data.synthetic = True
+    config.train.batch_size = config.eval.batch_size = 8
+    config.mesh.shape = mesh
+    config.model.update(model)
+    return config
+
+
+def compiled(config) -> tuple[program.Compiled, program.Report]:
+    steps = program.compile_steps(config, list(v5e_devices()))
+    return steps, program.report(steps, V5E_4)
+
+
+@functools.cache
+def compiled_tiny(mesh=(4, 1, 1), optimizer="adamw") -> tuple[program.Compiled, program.Report]:
+    """The tiny config's steps on v5e-4 (shared by the tests of one worker)."""
+    config = tiny_config(mesh)
+    config.optimizer.name = optimizer
+    return compiled(config)
+
+
+def custom_calls(executable) -> set[str]:
+    return {
+        line.split('custom_call_target="')[1].split('"')[0]
+        for line in executable.as_text().splitlines()
+        if 'custom_call_target="' in line
+    }
+
+
+def kinds(report: program.Report) -> set[str]:
+    return {c.kind for c in report.collectives}
+
+
+@pytest.mark.parametrize("name", sorted(targets.TARGETS))
+def test_every_target_names_its_chips(name):
+    target = targets.TARGETS[name]
+    if target.platform != "tpu":
+        pytest.skip("CUDA targets need jax's CUDA plugin (docs/compile.md)")
+    devices = targets.compile_only_devices(target)
+    assert len(devices) == target.chips
+    assert {d.device_kind for d in devices} == {target.chip.name}
+
+
+def test_unknown_target_lists_the_known_ones():
+    with pytest.raises(ValueError, match="v5e-8"):
+        targets.target("v5e-7")
+
+
+@pytest.mark.slow(seconds=40)
+@pytest.mark.parametrize("impl", ["xla", "splash", "cudnn"])
+def test_attention_backends_compile_for_tpu_on_a_data_mesh(impl):
+    config = tiny_config(attention_impl=impl, attention_dropout_rate=0.0)
+    steps, report = compiled_tiny() if impl == "xla" else compiled(config)
+    # Splash is Mosaic-compiled, not interpreted: its kernel is a TPU custom call, in both steps.
+    mosaic = "tpu_custom_call"
+    assert (mosaic in custom_calls(steps.train)) == (impl == "splash")
+    assert (mosaic in custom_calls(steps.eval)) == (impl == "splash")
+    # Pure data parallelism: gradients are all-reduced, parameters never gathered.
+    assert "all-reduce" in kinds(report) and "all-gather" not in kinds(report)
+    assert report.train_memory.total > report.param_bytes + report.optimizer_bytes > 0
+    assert report.fits and report.roofline_step_s > 0
+    # Every kernel charged its FLOPs; XLA's count cannot see into the splash kernels.
+    assert not report.uncounted_kernels
+    if impl == "splash":
+        fused = report.classes["attention_fused"].flops
+        assert fused > 0 and report.hlo_flops == pytest.approx(report.xla_flops + fused, rel=0.02)
+    assert not set(report.classes) & set(classify.UNNAMED_CLASSES) or (
+        sum(report.classes[c].seconds for c in classify.UNNAMED_CLASSES)
+        < 0.1 * report.roofline_step_s
+    )
+
+
+@pytest.mark.slow(seconds=30)
+def test_block_sparse_ffn_compiles_its_mosaic_kernels():
+    config = tiny_config(hidden_size=256, intermediate_size=1024)
+    dense_steps, dense = compiled(config)
+    config.model.block_sparse.update(enabled=True, block_size=128, density=0.5)
+    steps, report = compiled(config)
+    # Forward, input gradient and weight gradient of both FFN layers, per batch shard.
+    assert "tpu_custom_call" in custom_calls(steps.train)
+    assert "tpu_custom_call" in custom_calls(steps.eval)
+    assert "tpu_custom_call" not in custom_calls(dense_steps.train)
+    ffn = 2 * 2 * 256 * 1024 * 4  # two layers of two float32 FFN kernels
+    assert report.param_bytes == pytest.approx(dense.param_bytes - ffn / 2, rel=0.01)
+    # The kernels' FLOPs counted from their shapes: forward, input and weight gradients of 2 x 2
+    # layers, 2 FLOPs per multiply-add of each stored half of a 256 x 1024 kernel, with each of
+    # a device's 256 tokens (8 rows of 128 over 4 devices).
+    assert not report.uncounted_kernels
+    kernels = 3 * 2 * 2 * 2 * 256 * (256 * 1024 * 0.5)
+    assert kernels <= report.classes["feed_forward"].flops < 1.05 * kernels
+    assert report.classes["feed_forward"].flops < dense.classes["feed_forward"].flops / 1.8
+
+
+@pytest.mark.slow(seconds=40)
+def test_fsdp_gathers_parameters_and_scatters_gradients():
+    _, data = compiled_tiny((4, 1, 1))
+    _, fsdp = compiled_tiny((1, 4, 1))
+    # TPU writes a reduce-scatter as an "all-reduce-scatter" fusion (`program.collectives`).
+    assert {"all-gather", "reduce-scatter"} <= kinds(fsdp)
+    assert "all-gather" not in kinds(data)
+    # Parameters and Adam's moments are split four ways along the embed dim.
+    assert fsdp.param_bytes < data.param_bytes / 2
+    assert fsdp.optimizer_bytes < data.optimizer_bytes / 2
+    # The same work a device: the data-parallel step's FLOPs.
+    assert fsdp.xla_flops == pytest.approx(data.xla_flops, rel=0.2)
+
+
+@pytest.mark.slow(seconds=30)
+def test_tensor_parallel_rules_split_the_ffn():
+    _, report = compiled_tiny((2, 1, 2))
+    _, data = compiled_tiny((4, 1, 1))
+    assert report.mesh == {"data": 2, "fsdp": 1, "model": 2}
+    assert report.param_bytes < data.param_bytes  # "mlp", "joined_kv", "vocab" over model
+    assert "all-reduce" in kinds(report)
+
+
+@pytest.mark.slow(seconds=60)
+@pytest.mark.parametrize("optimizer", ["lamb", "adamw", "muon", "shampoo", "soap"])
+def test_optimizers_compile_for_tpu(optimizer):
+    _, report = compiled_tiny(optimizer=optimizer)
+    # Every optimizer keeps state; Adam-like ones two parameter-shaped moments, the others at
+    # least a momentum.
+    ratio = report.optimizer_bytes / report.param_bytes
+    assert ratio >= (2.0 if optimizer in ("lamb", "adamw") else 1.0), ratio
+    assert report.xla_flops > 0 and report.fits
+
+
+@pytest.mark.slow(seconds=60)
+def test_bert_base_shapes_fit_and_count_the_model_flops():
+    config = tiny_config(preset="base", num_layers=2, attention_impl="splash")
+    config.model.attention_dropout_rate = 0.0
+    config.train.dtype = "bfloat16"
+    _, report = compiled(config)
+    params = report.model["parameters"]
+    assert 35e6 < params < 45e6  # two of BERT-base's layers (7.1M each) and its embeddings
+    # Data parallel: each device holds all float32 parameters and two Adam moments of them.
+    assert report.param_bytes == params * 4 and report.optimizer_bytes >= 2 * params * 4
+    assert report.train_memory.arguments >= report.param_bytes + report.optimizer_bytes
+    # XLA's count of the program (per device) matches 6 x parameters x tokens + attention.
+    per_device = report.model_flops_per_step / report.devices
+    assert report.xla_flops == pytest.approx(per_device, rel=0.35)
+    # The roofline's own count of the compiled ops agrees with XLA's (TPU writes attention's
+    # batched products as dilated convolutions: `hlo._window_taps`).
+    assert report.hlo_flops == pytest.approx(report.xla_flops, rel=0.05)
+    assert report.fits and report.model_flops_utilisation < 1
+
+
+def test_largest_batch_bisects_to_the_last_fitting_size(monkeypatch, caplog):
+    compiled_rows = []
+
+    def fake_compile_for(config, target, packing_factor, devices):
+        rows = config.train.batch_size
+        compiled_rows.append(rows)
+        memory = program.Memory(0, 0, 0, rows * targets.GIB / 4, 0)
+        return type("R", (), {"fits": rows <= 44, "train_memory": memory, "eval_memory": None,
+                              "compile_s": {"train": 1.0}})()  # fmt: skip
+
+    monkeypatch.setattr(program, "compile_for", fake_compile_for)
+    config = tiny_config((4, 1, 1))
+    with caplog.at_level(logging.INFO):
+        rows, report = program.largest_batch(config, V5E_4)
+    assert rows == 44 and report.fits  # 11 rows on each of 4 data shards
+    assert max(compiled_rows) == 64 and len(compiled_rows) <= 8
+    assert config.train.batch_size == 8  # the caller's config is left as it was
+    progress = [r.getMessage() for r in caplog.records if r.getMessage().startswith("largest")]
+    assert len(progress) == len(compiled_rows)  # one line a compile: a long search shows progress
+    assert "44 rows fit (HBM 11.00 of 16.00 GiB" in " ".join(progress)
+
+
+def test_model_flops_match_a_hand_count():
+    cfg = type("C", (), {"num_layers": 2, "hidden_size": 4, "vocab_size": 10})()
+    params = {"embeddings": {"word_embeddings": {"embedding": np.zeros((10, 4))}},
+              "layer": {"kernel": np.zeros((4, 4))}}  # fmt: skip
+    row = type("S", (), {"max_seq_length": 8, "max_predictions_per_pack": 3})()
+    # per token 6 * 16 + 12 * 2 * 4 * 8 = 864; 8 tokens; decoder 6 * 10 * 4 * 3 = 720; 2 rows
+    assert program.model_flops_per_step(params, cfg, 2, row) == 2 * (864 * 8 + 720)

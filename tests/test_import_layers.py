@@ -1,0 +1,165 @@
+"""The import layers (docs/design.md, "The map"): a module imports only from its own layer or
+below, and no modules import each other in a circle, deferred imports included. Type-only imports
+(`if TYPE_CHECKING:`) are exempt: they name a type, nothing runs. The layers are read from the
+map's table, so the map and the tree cannot drift apart."""
+
+from __future__ import annotations
+
+import ast
+import os
+import pathlib
+import re
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PACKAGES = ("packing", "optim", "bert_flax", "configs")
+
+
+def map_layers(design: str) -> list[tuple[str, ...]]:
+    """Bottom to top, the module names of each row of design.md's map (`bert_flax/model/` ->
+    `bert_flax.model`; `__main__.py` stands for every package's `__main__`)."""
+    layers = []
+    for line in design.split("## The map", 1)[1].splitlines():
+        row = re.match(r"\| (\d+) \| ([^|]*) \|", line)
+        if row:
+            assert int(row[1]) == len(layers), f"the map's layer {row[1]} is out of order"
+            paths = re.findall(r"`([^`]+)`", row[2])
+            layers.append(tuple(p.removesuffix(".py").strip("/").replace("/", ".") for p in paths))
+    return layers
+
+
+LAYERS = map_layers((ROOT / "docs" / "design.md").read_text())
+
+
+def module_files() -> dict[str, pathlib.Path]:
+    files = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return files
+
+
+MODULES = module_files()
+
+
+def layer(module: str) -> int:
+    for index, names in reversed(list(enumerate(LAYERS))):
+        if module.endswith(".__main__") and "__main__" in names:
+            return index
+        if any(module == n or module.startswith(n + ".") for n in names):
+            return index
+    raise AssertionError(f"{module} is in no layer of the map: add it to docs/design.md.")
+
+
+def _type_only(tree: ast.Module) -> set[int]:
+    """ids of the import nodes under `if TYPE_CHECKING:`."""
+    skipped = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped |= {
+                id(n) for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom))
+            }
+    return skipped
+
+
+def imports(module: str) -> set[str]:
+    """The project's modules `module` imports, anywhere in it (deferred ones too)."""
+    path = MODULES[module]
+    tree = ast.parse(path.read_text())
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found, skipped = set(), _type_only(tree)
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join([*parts[: len(parts) - node.level + 1], base]).strip(".")
+            names = [
+                f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names
+            ]
+        else:
+            continue
+        found |= {n for n in names if n in MODULES and n != module}
+    return found
+
+
+GRAPH = {module: imports(module) for module in MODULES}
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    upward = [
+        f"{module} (layer {layer(module)}) imports {target} (layer {layer(target)})"
+        for module, targets in GRAPH.items()
+        for target in sorted(targets)
+        if layer(target) > layer(module)
+    ]
+    assert not upward, "\n".join(upward)
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected component of more than one module (Tarjan)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph[node]):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while not component or component[-1] != node:
+                component.append(stack.pop())
+                on_stack.discard(component[-1])
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_circle():
+    assert not cycles(GRAPH), cycles(GRAPH)
+
+
+@pytest.mark.parametrize(
+    "graph, circles",
+    [
+        ({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}, [["a", "b", "c"]]),
+        ({"a": {"b"}, "b": set()}, []),
+    ],
+)
+def test_cycles_finds_exactly_the_circles(graph, circles):
+    assert cycles(graph) == circles
+
+
+def test_the_map_names_only_what_the_tree_holds():
+    named = {n for names in LAYERS for n in names} - {"__main__"}
+    assert not named - set(MODULES), f"the map names what the tree lacks: {named - set(MODULES)}"
+    assert [
+        layer(m) for m in ("packing.api", "bert_flax.train.loop", "bert_flax.aot.__main__")
+    ] == [
+        0,
+        8,
+        len(LAYERS) - 1,
+    ]
+
+
+def test_every_module_of_the_project_is_seen():
+    assert {"bert_flax.train.loop", "bert_flax.model.bert", "packing.api", "optim.shampoo"} <= set(
+        MODULES
+    )
+    assert GRAPH["bert_flax.train.loop"] >= {"bert_flax.train.setup", "bert_flax.runs.metrics"}
+    assert os.path.basename(MODULES["bert_flax.model"]) == "__init__.py"
