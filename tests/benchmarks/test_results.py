@@ -110,3 +110,29 @@ def test_publish_run_publishes_a_demos_summary(results, benchmark_results_dir, t
     (tmp_path / "demo_summary.json").write_text(json.dumps({"summary": "Demo summary\n  x"}))
     results.publish_run(str(tmp_path), "demo", "make demo")
     assert results.read("demo")["result"] == {"summary": "Demo summary\n  x"}
+
+
+# A measured figure: a decimal, a percentage, a thousands separator, a time, a size or a ratio.
+FIGURE = re.compile(
+    r"\d\.\d|\d ?%|\d,\d{3}|\b\d+ ?(?:s|ms|x|min|minutes|seconds|hours|GB|MB|GiB|MiB)\b"
+)
+
+
+def hand_typed_figures(text: str) -> list[str]:
+    """The lines of `text` outside its results blocks and code fences that quote a figure."""
+    outside = re.sub(r"<!-- results:.*?<!-- /results -->|```.*?```", "", text, flags=re.S)
+    return [line for line in outside.splitlines() if FIGURE.search(line)]
+
+
+def test_the_results_page_holds_only_figures_its_files_render():
+    with open(os.path.join(ROOT, "docs", "results.md"), encoding="utf-8") as f:
+        typed = hand_typed_figures(f.read())
+    assert not typed, (
+        f"docs/results.md: publish these as results files, or move them to docs/notes/: {typed[:3]}"
+    )
+
+
+def test_a_hand_typed_figure_is_found_outside_the_blocks_only():
+    block = "<!-- results:x -->\n1.5x\n<!-- /results -->\n```bash\nrun --minutes=0.5\n```\n"
+    assert hand_typed_figures(block + "at depth 3 of 8\n") == []
+    assert hand_typed_figures(block + "packed 1.93x faster\n") == ["packed 1.93x faster"]
