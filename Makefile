@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: venv test test-fast lint demo bench clean
+.PHONY: venv test test-fast lint demo clean
 
 $(VENV)/.installed: setup.py constraints/ci.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

@@ -1,9 +1,9 @@
 """Block-sparse matmul vs dense `jnp.dot`: forward and forward+backward, interleaved in one run.
 
-  python benchmarks/block_sparse_bench.py                      # table, 4096x4096, 256 rows
-  python benchmarks/block_sparse_bench.py --json               # the cases as one JSON line
-  python benchmarks/block_sparse_bench.py --block_sizes=32 --densities=0.1 --repeats=20
-  python benchmarks/block_sparse_bench.py --impls=cpu,xla      # the C++ kernel vs the XLA path
+  python -m benchmarks.block_sparse_bench                      # table, 4096x4096, 256 rows
+  python -m benchmarks.block_sparse_bench --json               # the cases as one JSON line
+  python -m benchmarks.block_sparse_bench --block_sizes=32 --densities=0.1 --repeats=20
+  python -m benchmarks.block_sparse_bench --impls=cpu,xla      # the C++ kernel vs the XLA path
 
 One dense baseline per shape (the product with a dense weight, forward and forward+backward,
 jitted once) is timed in every round of every case, alternating with that case's block-sparse
@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from results import publish
 
+from benchmarks.lib.records import Read, publish
+from benchmarks.lib.render import Columns, items_table, source, times
 from bert_flax.block_sparse import block_sparse_matmul, random_layout, resolve_impl
 
 
@@ -153,6 +155,68 @@ def main():
             f"{r['fwd_bwd_speedup']:>7.2f}x"
         )
     print(f"({args.repeats} rounds per case; spread = interquartile range / median)")
+
+
+# Its blocks in the docs, rendered from its results files (`python -m benchmarks --docs`).
+
+
+def block_sparse_row(read: Read) -> tuple[str, str]:
+    def case(record: dict, impl: str, density: float) -> dict:
+        cases = record["result"]["cases"]
+        key = (impl, 32, density)
+        return next(c for c in cases if (c["impl"], c["block_size"], c["density"]) == key)
+
+    record = read("block_sparse_bench")
+    ten, five = case(record, "cpu", 0.1), case(record, "cpu", 0.05)
+    xla = case(record, "xla", 0.1)
+    others = [case(run, "cpu", 0.1) for run in record.get("earlier_runs", [])]
+    again = "".join(
+        f"; {o['fwd_bwd_speedup']:.2f}x / {o['fwd_speedup']:.2f}x in another run" for o in others
+    )
+    side = ten["features"]
+    return f"block-sparse {side}x{side} vs dense `jnp.dot`, block 32, C++ CPU kernel", (
+        f"10% density: **{ten['fwd_bwd_speedup']:.2f}x forward+backward** "
+        f"({ten['fwd_speedup']:.2f}x forward{again}), 5%: {five['fwd_bwd_speedup']:.1f}x; "
+        f"the XLA path {xla['fwd_bwd_speedup']:.2f}x"
+    )
+
+
+BLOCK_SPARSE_COLUMNS: Columns = {
+    "implementation": lambda c: c["impl"],
+    "block": lambda c: c["block_size"],
+    "density": lambda c: f"{c['density']:.0%}",
+    "dense forward (ms)": lambda c: c["fwd_dense_ms"],
+    "sparse forward (ms)": lambda c: c.get("fwd_sparse_ms", "-"),
+    "forward speed-up": lambda c: times(c["fwd_speedup"]),
+    "dense forward+backward (ms)": lambda c: c["fwd_bwd_dense_ms"],
+    "sparse forward+backward (ms)": lambda c: c.get("fwd_bwd_sparse_ms", "-"),
+    "forward+backward speed-up": lambda c: times(c["fwd_bwd_speedup"]),
+}
+
+
+def block_sparse_block(read: Read) -> str:
+    """Its run's cases, then those of the earlier runs it keeps (block 32 at 10 %: the last row)."""
+    record = read("block_sparse_bench")
+    earlier = record.get("earlier_runs", [])
+    cases = [c for run in (record, *earlier) for c in run["result"]["cases"]]
+    sources = [source("block_sparse_bench", read)]
+    sources += [
+        f"{source('block_sparse_bench', read, i)} (its rows are the last)"
+        for i in range(len(earlier))
+    ]
+    side = cases[0]["features"]
+    return (
+        "\n\n".join(sources) + f"\n\n{side}x{side} weights, float32:\n\n"
+        f"{items_table(cases, BLOCK_SPARSE_COLUMNS)}"
+    )
+
+
+BLOCKS: dict[str, Callable[[Read], str]] = {"block_sparse_bench": block_sparse_block}
+README_ROW = (
+    block_sparse_row,
+    "`python -m benchmarks.block_sparse_bench --impls=cpu,xla` "
+    "([results](docs/results.md#block-sparse))",
+)  # its row of the README's headline table
 
 
 if __name__ == "__main__":

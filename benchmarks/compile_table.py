@@ -2,9 +2,9 @@ r"""The table a researcher reads before booking TPUs: BERT-base and BERT-large, 
 compiled for TPU slices (and single GPUs) on this CPU host. Every time and rate in it is a
 roofline prediction.
 
-    python benchmarks/compile_table.py             # writes benchmarks/results/compile_table.json
-    python benchmarks/compile_table.py --markdown  # the table docs/compile.md shows
-    PYTHONPATH=/tmp/cuda_plugin python benchmarks/compile_table.py --targets h100 h200
+    python -m benchmarks.compile_table             # writes benchmarks/results/compile_table.json
+    python -m benchmarks.compile_table --markdown  # the table docs/compile.md shows
+    PYTHONPATH=/tmp/cuda_plugin python -m benchmarks.compile_table --targets h100 h200
                                                    # the GPU rows (docs/compile.md, GPU targets)
 
 Each cell compiles the real train step of the config (`bert_flax.aot.program.compile_steps`:
@@ -31,9 +31,11 @@ import json
 import math
 import os
 import sys
+from collections.abc import Callable
 
 import jax
 
+from benchmarks.lib.records import Read, commit, now
 from bert_flax.aot import program, targets
 from bert_flax.model import config as config_lib
 from configs import bert_base, bert_large
@@ -361,9 +363,53 @@ def main() -> None:
         print(rendered(results))
         return
     for model, length, target, packed in missing_cells(results["cells"], args.targets):
-        results["cells"].append(measure_cell(model, length, target, packed).as_dict())
+        cell = measure_cell(model, length, target, packed).as_dict()
+        results["cells"].append(cell | {"commit": commit(), "date": now()})
         save(results, args.out)
     print(rendered(results))
+
+
+# Its blocks in the docs, rendered from its results files (`python -m benchmarks --docs`).
+
+
+HEADLINE_CELL = ("base", 512, "v5e-8", True)
+
+
+def compile_row(read: Read) -> tuple[str, str]:
+    cells = read("compile_table")["cells"]
+    listed = lambda key: list(dict.fromkeys(c[key] for c in cells))
+    models = " and ".join(f"BERT-{m}" for m in listed("model"))
+    layouts = " and ".join("packed" if p else "padded" for p in listed("packed"))
+    by_key = {(c["model"], c["length"], c["target"], c["packed"]): c for c in cells}
+    packed, padded = by_key.get(HEADLINE_CELL), by_key.get((*HEADLINE_CELL[:3], False))
+    headline = ""
+    if packed and padded:
+        gain = packed["sequences_per_s"] / padded["sequences_per_s"] / packed["packing_factor"]
+        headline = (
+            f"; BERT-base packed at 512 on v5e-8: **MFU {packed['mfu']:.0%}**, "
+            f"{packed['sequences_per_s']:,.0f} sequences/s, {gain:.2f} of the packing factor "
+            "over padded"
+        )
+    return (
+        "will it fit, how fast could it be (compiled for TPU and GPU on this CPU host; "
+        "**predictions**: roofline, not measured)",
+        f"{models}, {layouts}, on {', '.join(listed('target'))}: fits, largest batch, HBM, "
+        f"FLOPs, collectives, step time, sequences/s (predictions from compiles){headline}",
+    )
+
+
+def compile_block(read: Read) -> str:
+    from benchmarks import compile_table  # JAX and libtpu: only for this block
+
+    return compile_table.rendered(read("compile_table"))
+
+
+BLOCKS: dict[str, Callable[[Read], str]] = {"compile_table": compile_block}
+README_ROW = (
+    compile_row,
+    "`python -m benchmarks.compile_table` "
+    "([compile](docs/compile.md#the-table-before-booking-tpus))",
+)  # its row of the README's headline table
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The accelerator checks in one prepared script (under 8 minutes), for when a GPU or TPU is lent:
 
-  python benchmarks/device_check.py            # one JSON line per check, then a summary line
+  python -m benchmarks.device_check            # one JSON line per check, then a summary line
 
 1. attention: the cuDNN (`jax.nn.dot_product_attention`) and splash (Pallas) back-ends against
    XLA's dense-mask attention on packed segment ids, bfloat16, BERT-base heads: max error and
@@ -22,9 +22,7 @@ next one runs. On a CPU the same checks run at small shapes (a dry run of the sc
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -32,8 +30,6 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from bert_flax.model import attention
 
@@ -91,8 +87,7 @@ def check_attention() -> dict:
 
 
 def check_block_sparse() -> dict:
-    from block_sparse_bench import bench_case
-
+    from benchmarks.block_sparse_bench import bench_case
     from bert_flax.block_sparse.layout import random_layout
     from bert_flax.block_sparse.matmul import block_sparse_matmul, masked_dense_weight
 
@@ -116,8 +111,7 @@ def check_block_sparse() -> dict:
 
 
 def check_utilisation() -> dict:
-    from model_bench import measure, synthetic_batch
-
+    from benchmarks.model_bench import measure, synthetic_batch
     from bert_flax.model.bert import BertForPreTraining
     from bert_flax.model.config import BertConfig
     from bert_flax.model.losses import pretraining_loss

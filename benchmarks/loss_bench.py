@@ -1,9 +1,9 @@
 """The masked-LM loss over the vocabulary: one max for both the loss and the accuracy
 (`losses.cross_entropy_and_hits`) against optax's cross-entropy plus a separate argmax.
 
-    python benchmarks/loss_bench.py            # ~1 min on 2 CPU cores
-    python benchmarks/loss_bench.py --json
-    python benchmarks/loss_bench.py --step_configs=tiny,cpu_pretrain --rounds=24   # ~5 min
+    python -m benchmarks.loss_bench            # ~1 min on 2 CPU cores
+    python -m benchmarks.loss_bench --json
+    python -m benchmarks.loss_bench --step_configs=tiny,cpu_pretrain --rounds=24   # ~5 min
 
 Times the loss, its accuracy and the gradient with respect to the logits (what a train step
 computes at the masked positions), jitted, the two variants taking turns for `--rounds` rounds;
@@ -23,13 +23,15 @@ import argparse
 import dataclasses
 import importlib
 import time
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from results import publish
 
+from benchmarks.lib.records import Read, publish
+from benchmarks.lib.render import Columns, items_table, plus_minus, source, whole
 from bert_flax import sharding
 from bert_flax.model import losses
 from bert_flax.model.losses import cross_entropy_and_hits
@@ -159,6 +161,45 @@ def main() -> None:
         )
     if args.json:
         publish("loss_bench", results)
+
+
+# Its blocks in the docs, rendered from its results files (`python -m benchmarks --docs`).
+
+
+LOSS_TIMES: Columns = {
+    "optax + argmax": lambda r: f"{r['reference_ms']:.1f} ms",
+    "one max": lambda r: f"{r['ours_ms']:.1f} ms",
+}
+
+
+LOSS_SHAPE_COLUMNS: Columns = {
+    "masked positions x vocabulary": lambda r: (
+        f"{r['shape']}: {whole(r['positions'])} x {whole(r['vocab'])}"
+    ),
+    **LOSS_TIMES,
+    "speed-up": lambda r: plus_minus(r["speedup"], r["speedup_error"]),
+}
+
+
+LOSS_STEP_COLUMNS: Columns = {
+    "config": lambda r: r["config"],
+    **LOSS_TIMES,
+    "speed-up": lambda r: plus_minus(r["speedup"], r["speedup_error"], 3),
+}
+
+
+def loss_bench_block(read: Read) -> str:
+    shapes = [{"shape": shape, **r} for shape, r in read("loss_bench")["result"].items()]
+    steps = [{"config": config, **r} for config, r in read("loss_bench_steps")["result"].items()]
+    return (
+        f"{source('loss_bench', read)}\n\nThe loss, its accuracy and its gradient with respect "
+        f"to the logits:\n\n{items_table(shapes, LOSS_SHAPE_COLUMNS)}\n\n"
+        f"{source('loss_bench_steps', read)}\n\nThe whole train step of `configs/<config>.py`:"
+        f"\n\n{items_table(steps, LOSS_STEP_COLUMNS)}"
+    )
+
+
+BLOCKS: dict[str, Callable[[Read], str]] = {"loss_bench": loss_bench_block}
 
 
 if __name__ == "__main__":

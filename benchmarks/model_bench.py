@@ -1,7 +1,7 @@
 """Packed vs padded BERT steps: time, sequences/s, and XLA FLOPs against the machine's matmul rate.
 
-    python benchmarks/model_bench.py                       # tiny and base, L = 128 and 512
-    python benchmarks/model_bench.py --models=tiny --lengths=128 --repeats=5 --json
+    python -m benchmarks.model_bench                       # tiny and base, L = 128 and 512
+    python -m benchmarks.model_bench --models=tiny --lengths=128 --repeats=5 --json
 
 Both layouts use the same number of rows of the same length: a padded row holds one sequence
 (about half full), a packed row two (~80% full, three slots), so the compute per step is nearly
@@ -14,14 +14,15 @@ Utilisation = (XLA cost-analysis FLOPs / step time) / (measured dense float32 ma
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags
-from results import publish
 
+from benchmarks.lib.records import Read, publish
+from benchmarks.lib.render import Columns, items_table, source, times, whole
 from bert_flax.data.contract import RowShape
 from bert_flax.data.synthetic import batch_from_lengths
 from bert_flax.model.bert import BertForPreTraining
@@ -29,15 +30,24 @@ from bert_flax.model.config import BertConfig
 from bert_flax.model.losses import pretraining_loss
 from bert_flax.train.timing import in_turns
 
-FLAGS = flags.FLAGS
-flags.DEFINE_list("models", ["tiny", "base"], "BertConfig presets.")
-flags.DEFINE_list("lengths", ["128", "512"], "Row lengths.")
-flags.DEFINE_string("batch", "tiny:8,base:1", "Rows per batch per preset (preset:rows,...).")
-flags.DEFINE_integer("repeats", 3, "Rounds of timed calls, the layouts in turns (after a warm-up).")
-flags.DEFINE_integer("matmul_size", 1024, "Square float32 matmul size for the peak rate.")
-flags.DEFINE_bool("json", False, "End with one JSON line (benchmarks/results/model_bench.json).")
-
 MASKED_FRACTION = 0.15
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", default="tiny,base", help="BertConfig presets.")
+    parser.add_argument("--lengths", default="128,512", help="Row lengths.")
+    parser.add_argument(
+        "--batch", default="tiny:8,base:1", help="Rows per batch per preset (preset:rows,...)."
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="Rounds of timed calls, the layouts in turns."
+    )
+    parser.add_argument(
+        "--matmul_size", type=int, default=1024, help="Square float32 matmul for the peak rate."
+    )
+    parser.add_argument("--json", action="store_true", help="End with one JSON line.")
+    return parser.parse_args()
 
 
 def synthetic_batch(rng, rows: int, length: int, per_row: int, slots: int) -> dict[str, np.ndarray]:
@@ -133,17 +143,17 @@ def bench_one(preset: str, length: int, rows: int, repeats: int, peak: float) ->
     return results
 
 
-def main(argv):
-    del argv
-    rows_for = dict(item.split(":") for item in FLAGS.batch.split(","))
-    peak = matmul_rate(FLAGS.matmul_size, FLAGS.repeats)
+def main() -> None:
+    args = parse_args()
+    rows_for = dict(item.split(":") for item in args.batch.split(","))
+    peak = matmul_rate(args.matmul_size, args.repeats)
     print(
         f"{jax.devices()[0].device_kind}: dense float32 matmul {peak / 1e9:.1f} GFLOP/s", flush=True
     )
     results = []
-    for preset in FLAGS.models:
-        for length in map(int, FLAGS.lengths):
-            results += bench_one(preset, length, int(rows_for.get(preset, 2)), FLAGS.repeats, peak)
+    for preset in args.models.split(","):
+        for length in map(int, args.lengths.split(",")):
+            results += bench_one(preset, length, int(rows_for.get(preset, 2)), args.repeats, peak)
 
     print(
         "\n| model | L | layout | seqs/step | fill | fwd ms | fwd+bwd ms | seq/s | "
@@ -164,9 +174,46 @@ def main(argv):
             f"{packed['train_seq_per_s'] / padded['train_seq_per_s']:.2f}x sequences/s, "
             f"step time ratio {packed['train_ms'] / padded['train_ms']:.2f}"
         )
-    if FLAGS.json:
+    if args.json:
         publish("model_bench", {"matmul_flops_per_s": peak, "results": results})
 
 
+# Its blocks in the docs, rendered from its results files (`python -m benchmarks --docs`).
+
+
+MODEL_COLUMNS: Columns = {
+    "model": lambda r: r["model"],
+    "L": lambda r: r["length"],
+    "layout": lambda r: r["layout"],
+    "rows": lambda r: r["rows"],
+    "seqs/step": lambda r: f"{r['sequences']:.0f}",
+    "fill": lambda r: f"{r['fill']:.0%}",
+    "fwd ms": lambda r: whole(r["fwd_ms"]),
+    "fwd+bwd ms": lambda r: whole(r["train_ms"]),
+    "GFLOP/step": lambda r: f"{r['train_gflop']:.4g}",
+    "util fwd / fwd+bwd": lambda r: f"{r['fwd_utilisation']:.2f} / {r['train_utilisation']:.2f}",
+    "seq/s (fwd+bwd)": lambda r: f"{1e3 * r['sequences'] / r['train_ms']:.3g}",
+}
+
+
+def model_bench_block(read: Read) -> str:
+    r = read("model_bench")["result"]
+    padded = {(x["model"], x["length"]): x for x in r["results"] if x["layout"] == "padded"}
+    rate = lambda x: x["sequences"] / x["train_ms"]
+    over_padded = lambda x: times(rate(x) / rate(padded[x["model"], x["length"]]))
+    columns: Columns = {
+        **MODEL_COLUMNS,
+        "packed / padded seq/s": lambda x: "-" if x["layout"] == "padded" else over_padded(x),
+    }
+    return (
+        f"{source('model_bench', read)}\n\nDense float32 matmul measured at "
+        f"{r['matmul_flops_per_s'] / 1e9:.1f} GFLOP/s (utilisation's denominator):\n\n"
+        f"{items_table(r['results'], columns)}"
+    )
+
+
+BLOCKS: dict[str, Callable[[Read], str]] = {"model_bench": model_bench_block}
+
+
 if __name__ == "__main__":
-    app.run(main)
+    main()

@@ -6,8 +6,8 @@
     synchronous, N = 1) over LAMB;
 (c) time of one inverse-root computation against the matrix size (coupled Newton and eigh).
 
-  python benchmarks/optimizer_bench.py              # ~10 min on 2 shared CPU cores
-  python benchmarks/optimizer_bench.py --quick --json
+  python -m benchmarks.optimizer_bench              # ~10 min on 2 shared CPU cores
+  python -m benchmarks.optimizer_bench --quick --json
 
 With --json the last line is one JSON object with the figures (see `summary` in main()).
 The BERT MLM task uses synthetic packed batches (the packed-batch contract) whose masked tokens
@@ -28,9 +28,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax.core import meta
-from results import publish
 
 import optim
+from benchmarks.lib.records import publish
 from bert_flax.data import synthetic
 from bert_flax.data.contract import RowShape
 from bert_flax.model import losses

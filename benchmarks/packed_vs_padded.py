@@ -1,7 +1,7 @@
 r"""Packed vs padded BERT pre-training, timed side by side: real sequences/s and loss per sequence.
 
-    python benchmarks/packed_vs_padded.py                 # tiny BERT on CPU, a few minutes
-    python benchmarks/packed_vs_padded.py --model=base --rows=32 --json   # on an accelerator
+    python -m benchmarks.packed_vs_padded                 # tiny BERT on CPU, a few minutes
+    python -m benchmarks.packed_vs_padded --model=base --rows=32 --json   # on an accelerator
 
 Speed: the configured train step (`create_train_setup`, exactly what `bert_flax.train` runs) with
 the same model and the same rows per batch, on sequence lengths drawn from a Wikipedia-like
@@ -28,12 +28,14 @@ import argparse
 import math
 import os
 import time
+from collections.abc import Callable
 
 import jax
 import numpy as np
-from results import publish
 
 import packing
+from benchmarks.lib.records import Read, publish
+from benchmarks.lib.render import Columns, items_table, source, times
 from bert_flax import sharding
 from bert_flax.data import synthetic
 from bert_flax.data.contract import PreparedData
@@ -288,6 +290,47 @@ def main():
                 "learning": learning,
             },
         )
+
+
+# Its blocks in the docs, rendered from its results files (`python -m benchmarks --docs`).
+
+
+PACKED_VS_PADDED_CASES = {"wikipedia-like 512": "Wikipedia-like", "SQuAD 1.1 384": "SQuAD"}
+
+
+def packed_vs_padded_row(read: Read) -> tuple[str, str]:
+    cases = read("packed_vs_padded")["result"]["cases"]
+    figures = [
+        f"{c['speedup']:.2f}x at {c['max_seq_length']} ({PACKED_VS_PADDED_CASES[c['case']]}, "
+        f"{'packing factor ' if i == 0 else ''}{c['packing_factor']:.3f})"
+        for i, c in enumerate(cases)
+    ]
+    return "packed vs padded, same model and rows, step timed side by side", ", ".join(figures)
+
+
+PACKED_VS_PADDED_COLUMNS: Columns = {
+    "case": lambda c: c["case"],
+    "rows a step": lambda c: c["rows"],
+    "packing factor": lambda c: c["packing_factor"],
+    "packed seq/s": lambda c: c["packed_sequences_per_s"],
+    "padded seq/s": lambda c: c["padded_sequences_per_s"],
+    "speed-up": lambda c: times(c["speedup"]),
+    "speed-up / packing factor": lambda c: c["speedup_over_packing_factor"],
+    "timing": lambda c: c["timing"],
+}
+
+
+def packed_vs_padded_block(read: Read) -> str:
+    cases = read("packed_vs_padded")["result"]["cases"]
+    return f"{source('packed_vs_padded', read)}\n\n{items_table(cases, PACKED_VS_PADDED_COLUMNS)}"
+
+
+BLOCKS: dict[str, Callable[[Read], str]] = {"packed_vs_padded": packed_vs_padded_block}
+README_ROW = (
+    packed_vs_padded_row,
+    "`python -m benchmarks.packed_vs_padded --json` "
+    "([results](docs/results.md#packed-versus-padded))",
+)  # its row of the README's headline table
 
 
 if __name__ == "__main__":

@@ -3,10 +3,10 @@ a corpus-like one with real-world structure (dense jagged bins, a heavy short ta
 max_len), the paper's dense NNLS solve side by side with ours, and how the time grows with
 max_len and with the number of sequences.
 
-  python benchmarks/packing_bench.py            # a few minutes on 2 cores
-  python benchmarks/packing_bench.py --quick    # skips the paper's dense NNLS solve
-  python benchmarks/packing_bench.py --paper-512  # also the paper's dense NNLS at 512 (slow)
-  python benchmarks/packing_bench.py --json     # ends with the three tables as one JSON line
+  python -m benchmarks.packing_bench            # a few minutes on 2 cores
+  python -m benchmarks.packing_bench --quick    # skips the paper's dense NNLS solve
+  python -m benchmarks.packing_bench --paper-512  # also the paper's dense NNLS at 512 (slow)
+  python -m benchmarks.packing_bench --json     # ends with the three tables as one JSON line
 
 Short runs are timed as the best of 5. Single-threaded BLAS is forced (before numpy is
 imported): the dense solves here are small, and on a shared machine threaded BLAS is many times
@@ -23,12 +23,14 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import argparse  # noqa: E402
 import dataclasses  # noqa: E402
 import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 
 import numpy as np  # noqa: E402
 import scipy.optimize  # noqa: E402
-from results import publish  # noqa: E402
 
 import packing  # noqa: E402
+from benchmarks.lib.records import Read, publish  # noqa: E402
+from benchmarks.lib.render import Columns, items_table, source  # noqa: E402
 from packing import nnlshp  # noqa: E402
 from packing import patterns as patterns_lib  # noqa: E402
 
@@ -256,6 +258,53 @@ def main() -> None:
     if args.json:
         tables = {"squad": squad_results, "wikipedia_like": wiki, "corpus_like": corpus}
         publish("packing_bench", {name: table_json(t) for name, t in tables.items()})
+
+
+# Its blocks in the docs, rendered from its results files (`python -m benchmarks --docs`).
+
+
+def _run(runs: list[dict], algorithm: str, depth: int) -> dict:
+    return next(r for r in runs if r["algorithm"] == algorithm and r["depth"] == depth)
+
+
+def packing_row(read: Read) -> tuple[str, str]:
+    squad = read("packing_bench")["result"]["squad"]
+    padded, lp = _run(squad["runs"], "none", 1), _run(squad["runs"], "lp", 3)
+    bound = lp["lower_bound"]
+    bound = " = its proven lower bound" if lp["packs"] == bound else f", bound {bound:,}"
+    return f"packing efficiency, SQuAD 1.1 at {squad['max_len']}, depth {lp['depth']}", (
+        f"padded {padded['efficiency']:.2f}%; LP {lp['efficiency']:.2f}% ({lp['packs']:,} packs"
+        f"{bound}, packing factor {lp['packing_factor']:.3f})"
+    )
+
+
+PACKING_COLUMNS: Columns = {
+    "algorithm": lambda r: r["algorithm"],
+    "depth": lambda r: r["depth"] or "unlimited",
+    "packs": lambda r: f"{r['packs']:,}",
+    "efficiency": lambda r: f"{r['efficiency']}%",
+    "packing factor": lambda r: r["packing_factor"],
+    "lower bound": lambda r: f"{r['lower_bound']:,}" if "lower_bound" in r else "-",
+    "solve (s)": lambda r: r.get("solve_seconds", "-"),
+}
+
+
+def packing_block(read: Read) -> str:
+    parts = [source("packing_bench", read)]
+    for name, case in read("packing_bench")["result"].items():
+        bound = case["runs"][0]["max_packing_factor"]
+        parts.append(
+            f"{name}, rows of {case['max_len']} tokens (the packing factor at most {bound}):"
+            f"\n\n{items_table(case['runs'], PACKING_COLUMNS)}"
+        )
+    return "\n\n".join(parts)
+
+
+BLOCKS: dict[str, Callable[[Read], str]] = {"packing_bench": packing_block}
+README_ROW = (
+    packing_row,
+    "`python -m benchmarks.packing_bench` ([results](docs/results.md#packing))",
+)  # its row of the README's headline table
 
 
 if __name__ == "__main__":

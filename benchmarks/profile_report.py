@@ -5,10 +5,10 @@ BERT-base-shaped model (hidden 768, 12 heads, FFN 3072, full 30,522 vocabulary; 
 --base_layers layers to fit a CPU) at lengths 128 and 512, float32 against bfloat16, packed
 against padded, LAMB against Shampoo, and writes a table, a stacked-bar plot and a roofline:
 
-  python benchmarks/profile_report.py                      # a few minutes on 2 CPU cores
-  python benchmarks/profile_report.py --models=tiny --out_dir=/tmp/profile_report
-  python benchmarks/profile_report.py --models=tiny --limit=2 --out_dir=/tmp/p   # a quick look
-  python benchmarks/profile_report.py --json   # ends with the summary as one JSON line
+  python -m benchmarks.profile_report                      # a few minutes on 2 CPU cores
+  python -m benchmarks.profile_report --models=tiny --out_dir=/tmp/profile_report
+  python -m benchmarks.profile_report --models=tiny --limit=2 --out_dir=/tmp/p   # a quick look
+  python -m benchmarks.profile_report --json   # ends with the summary as one JSON line
 
 Each setting is one row of the sweep table (time share per class, % of the step) and one bar of
 the plot. Ceilings (peak matmul FLOP/s per dtype, stream bytes/s) are measured once in this run.
@@ -19,21 +19,23 @@ attention dropout) at each model and length (float32, packed, LAMB): the dropout
 in each one's profile, and the step time of each against threefry's, timed side by side
 (`metrics.side_by_side`: the variants take turns, median of the rounds' ratios):
 
-  python benchmarks/profile_report.py --dropout --models=tiny,base     # ~15 min on 2 CPU cores
-  python benchmarks/profile_report.py --dropout --models=base --lengths=512 --json"""
+  python -m benchmarks.profile_report --dropout --models=tiny,base     # ~15 min on 2 CPU cores
+  python -m benchmarks.profile_report --dropout --models=base --lengths=512 --json"""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import ml_collections
-from absl import app, flags
-from results import publish
 
+from benchmarks.lib.records import Read, publish
+from benchmarks.lib.render import Columns, either, items_table, plus_minus, share, source
 from bert_flax.profile import configured, report
 from bert_flax.profile.ceilings import Ceilings
 from bert_flax.profile.profiler import StepProfile
@@ -41,16 +43,22 @@ from bert_flax.train.setup import create_train_setup
 from bert_flax.train.timing import paired_ratio, side_by_side
 from configs import tiny
 
-_MODELS = flags.DEFINE_list("models", ["tiny", "base"], "Model shapes to profile: tiny, base.")
-_BASE_LAYERS = flags.DEFINE_integer("base_layers", 2, "Layers of the BERT-base-shaped model.")
-_STEPS = flags.DEFINE_integer("steps", 2, "Traced steps per setting (after warm-up).")
-_WARMUP = flags.DEFINE_integer("warmup", 1, "Untraced steps per setting.")
-_OUT_DIR = flags.DEFINE_string("out_dir", "docs/images", "Where the plots and JSON lines go.")
-_DROPOUT = flags.DEFINE_boolean("dropout", False, "Compare DROPOUT_VARIANTS instead.")
-_ROUNDS = flags.DEFINE_integer("rounds", 8, "--dropout: side-by-side rounds (3 steps each).")
-_LENGTHS = flags.DEFINE_list("lengths", ["128", "512"], "--dropout: sequence lengths.")
-_LIMIT = flags.DEFINE_integer("limit", 0, "Profile only the first N settings (0: all).")
-_JSON = flags.DEFINE_boolean("json", False, "End with the summary and ceilings as one JSON line.")
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add = parser.add_argument
+    add("--models", default="tiny,base", help="Model shapes to profile: tiny, base.")
+    add("--base_layers", type=int, default=2, help="Layers of the BERT-base-shaped model.")
+    add("--steps", type=int, default=2, help="Traced steps per setting (after warm-up).")
+    add("--warmup", type=int, default=1, help="Untraced steps per setting.")
+    add("--out_dir", default="docs/images", help="Where the plots and JSON lines go.")
+    add("--dropout", action="store_true", help="Compare DROPOUT_VARIANTS instead.")
+    add("--rounds", type=int, default=8, help="--dropout: side-by-side rounds (3 steps each).")
+    add("--lengths", default="128,512", help="--dropout: sequence lengths.")
+    add("--limit", type=int, default=0, help="Profile only the first N settings (0: all).")
+    add("--json", action="store_true", help="End with the summary and ceilings as one JSON line.")
+    return parser.parse_args()
+
 
 # Rows per step: tiny at 128/512, base-shaped at 128/512 (small, to fit a CPU in minutes).
 ROWS = {("tiny", 128): 8, ("tiny", 512): 2, ("base", 128): 2, ("base", 512): 1}
@@ -93,7 +101,9 @@ def shampoo_section(config):
     )
 
 
-def make_config(model: str, seq_len: int, dtype: str, packed: bool, optimizer: str):
+def make_config(
+    model: str, seq_len: int, dtype: str, packed: bool, optimizer: str, base_layers: int
+):
     config = tiny.get_config()
     config.data.synthetic = True
     config.data.max_seq_length = seq_len
@@ -104,7 +114,7 @@ def make_config(model: str, seq_len: int, dtype: str, packed: bool, optimizer: s
     config.eval.batch_size = 1
     if model == "base":
         config.model.preset = "base"
-        config.model.num_layers = _BASE_LAYERS.value
+        config.model.num_layers = base_layers
     if optimizer == "shampoo":
         shampoo_section(config)
     else:
@@ -112,8 +122,10 @@ def make_config(model: str, seq_len: int, dtype: str, packed: bool, optimizer: s
     return config
 
 
-def label(model: str, seq_len: int, dtype: str, packed: bool, optimizer: str) -> str:
-    name = model if model == "tiny" else f"base{_BASE_LAYERS.value}L"
+def label(
+    model: str, seq_len: int, dtype: str, packed: bool, optimizer: str, base_layers: int
+) -> str:
+    name = model if model == "tiny" else f"base{base_layers}L"
     dt = "f32" if dtype == "float32" else "bf16"
     return f"{name} {seq_len} {dt} {'packed' if packed else 'padded'} {optimizer}"
 
@@ -161,19 +173,19 @@ def dropout_share(profile: StepProfile) -> float:
     return sum(c.time_ms for c in profile.classes if c.name == "dropout") / profile.step_ms
 
 
-def compare_dropout(model: str, seq_len: int) -> list[dict]:
+def compare_dropout(args: argparse.Namespace, model: str, seq_len: int) -> list[dict]:
     """Each variant's step time (side by side and profiled), dropout share and speed-up."""
-    base = make_config(model, seq_len, "float32", True, "lamb")
+    base = make_config(model, seq_len, "float32", True, "lamb", args.base_layers)
     configs = {name: configured.with_settings(base, o) for name, o in DROPOUT_VARIANTS.items()}
-    name = label(model, seq_len, "float32", True, "lamb")
+    name = label(model, seq_len, "float32", True, "lamb", args.base_layers)
     shares = {}
     for variant, config in configs.items():
-        profile = configured.profile_config(config, steps=_STEPS.value, warmup=_WARMUP.value,
+        profile = configured.profile_config(config, steps=args.steps, warmup=args.warmup,
                                             ceilings=False)  # fmt: skip
         shares[variant] = (profile.step_ms, dropout_share(profile))
     setups = {v: create_train_setup(c) for v, c in configs.items()}
     batches = {v: [s.make_batch(seed=i) for i in range(3)] for v, s in setups.items()}
-    timings = side_by_side(setups, batches, rounds=_ROUNDS.value, steps=3)
+    timings = side_by_side(setups, batches, rounds=args.rounds, steps=3)
     reference = timings["threefry"].round_step_seconds
     rows = []
     for variant, timing in timings.items():
@@ -192,46 +204,46 @@ def dropout_row(r: dict) -> str:
             f"{r['speedup'] * r['speedup_error']:.3f} |")  # fmt: skip
 
 
-def main_dropout() -> None:
+def main_dropout(args: argparse.Namespace) -> None:
     start = time.perf_counter()
     header = ["| setting | dropout bits | step ms (side by side) | step ms (profiled) | "
               "dropout % of step | speed-up vs threefry |",
               "|---|---|---|---|---|---|"]  # fmt: skip
     rows = []
-    for model in _MODELS.value:
-        for seq_len in _LENGTHS.value:
-            rows += compare_dropout(model, int(seq_len))
+    for model in args.models.split(","):
+        for seq_len in args.lengths.split(","):
+            rows += compare_dropout(args, model, int(seq_len))
     print("\n".join(["", *header, *map(dropout_row, rows)]))
-    print(f"\n{_ROUNDS.value} rounds of 3 steps per variant; {time.perf_counter() - start:.0f} s; "
+    print(f"\n{args.rounds} rounds of 3 steps per variant; {time.perf_counter() - start:.0f} s; "
           f"rows per step {ROWS}", flush=True)  # fmt: skip
-    if _JSON.value:
+    if args.json:
         rows_per_step = {f"{model} {length}": n for (model, length), n in ROWS.items()}
-        result = {"rows": rows, "rounds": _ROUNDS.value, "rows_per_step": rows_per_step}
+        result = {"rows": rows, "rounds": args.rounds, "rows_per_step": rows_per_step}
         publish("profile_report_dropout", result)
 
 
-def main(argv):
-    del argv
-    if _DROPOUT.value:
-        return main_dropout()
-    os.makedirs(_OUT_DIR.value, exist_ok=True)
-    plan = [(m, *s) for m in _MODELS.value for s in SETTINGS][: _LIMIT.value or None]
+def main() -> None:
+    args = parse_args()
+    if args.dropout:
+        return main_dropout(args)
+    os.makedirs(args.out_dir, exist_ok=True)
+    plan = [(m, *s) for m in args.models.split(",") for s in SETTINGS][: args.limit or None]
     measured: dict[str, Ceilings] = {}
     profiles: list[StepProfile] = []
     failed: list[str] = []
     start = time.perf_counter()
     for i, (model, seq_len, dtype, packed, optimizer) in enumerate(plan):
-        name = label(model, seq_len, dtype, packed, optimizer)
+        name = label(model, seq_len, dtype, packed, optimizer, args.base_layers)
         elapsed = time.perf_counter() - start
         eta = elapsed / i * (len(plan) - i) if i else float("nan")
         print(f"[{i + 1}/{len(plan)}] {name}  (elapsed {elapsed:.0f} s, ETA {eta:.0f} s)",
               file=sys.stderr, flush=True)  # fmt: skip
-        config = make_config(model, seq_len, dtype, packed, optimizer)
+        config = make_config(model, seq_len, dtype, packed, optimizer, args.base_layers)
         try:
             result = configured.profile_config(
                 config,
-                steps=_STEPS.value,
-                warmup=_WARMUP.value,
+                steps=args.steps,
+                warmup=args.warmup,
                 label=name,
                 ceilings=measured.get(dtype, True),
             )
@@ -257,7 +269,7 @@ def main(argv):
         print(f"FAILED {line}")
     if not profiles:
         raise SystemExit("every setting failed")
-    out = _OUT_DIR.value
+    out = args.out_dir
     with open(os.path.join(out, "profile_report.jsonl"), "w") as f:
         for p in profiles:
             f.write("\n".join(report.json_lines(p)) + "\n")
@@ -268,10 +280,68 @@ def main(argv):
     report.plot_roofline(picks, os.path.join(out, "profile_roofline.png"))
     print(f"\nwrote {out}/profile_breakdown.png, profile_roofline.png, profile_report.jsonl "
           f"in {time.perf_counter() - start:.0f} s", file=sys.stderr)  # fmt: skip
-    if _JSON.value:
+    if args.json:
         ceilings = {dtype: dataclasses.asdict(c) for dtype, c in measured.items()}
         publish("profile_report", {"settings": settings, "ceilings": ceilings})
 
 
+# Its blocks in the docs, rendered from its results files (`python -m benchmarks --docs`).
+
+
+def profile_row(read: Read) -> tuple[str, str]:
+    lamb = [s for s in read("profile_report")["result"]["settings"] if s["label"].endswith("lamb")]
+    span = lambda key: "-".join(f"{100 * f(s[key] for s in lamb):.0f}" for f in (min, max))
+    return "where a step's time goes (profiler, LAMB settings)", (
+        f"non-matmul work {span('non_matmul_share')}% of the step, nearly all memory-bound by "
+        f"the roofline; matrix products {span('matmul_share')}%"
+    )
+
+
+PROFILE_COLUMNS: Columns = {
+    "setting": lambda s: s["label"],
+    "step (ms)": lambda s: s["step_ms"],
+    "sequences / s": lambda s: s["sequences_per_s"],
+    "matrix products": lambda s: share(s["matmul_share"]),
+    "other work": lambda s: share(s["non_matmul_share"]),
+    "memory-bound (roofline)": lambda s: share(s["memory_bound_share"]),
+    "unattributed": lambda s: share(s["unattributed_share"]),
+}
+
+
+def profile_block(read: Read) -> str:
+    settings = read("profile_report")["result"]["settings"]
+    return f"{source('profile_report', read)}\n\n{items_table(settings, PROFILE_COLUMNS)}"
+
+
+DROPOUT_COLUMNS: Columns = {
+    "setting": lambda r: r["setting"],
+    "dropout bits": lambda r: r["variant"],
+    "step ms (side by side)": lambda r: either(r.get("step_ms"), ".1f"),
+    "step ms (profiled)": lambda r: either(r.get("profiled_step_ms"), ".1f"),
+    "dropout share of step": lambda r: share(r["dropout_share"]) if "dropout_share" in r else "-",
+    "speed-up vs threefry": lambda r: plus_minus(r["speedup"], r["speedup_error"], 3),
+}
+
+
+def dropout_block(read: Read) -> str:
+    name, record = "profile_report_dropout", read("profile_report_dropout")
+    parts = [(source(name, read), record)]  # its own run, then a second (base at 512)
+    parts += [(source(name, read, i), run) for i, run in enumerate(record["earlier_runs"])]
+    return "\n\n".join(
+        f"{line}\n\n{items_table(run['result']['rows'], DROPOUT_COLUMNS)}" for line, run in parts
+    )
+
+
+BLOCKS: dict[str, Callable[[Read], str]] = {
+    "profile_report": profile_block,
+    "profile_report_dropout": dropout_block,
+}
+README_ROW = (
+    profile_row,
+    "`python -m benchmarks.profile_report` "
+    "([results](docs/results.md#what-it-shows-for-bert-pre-training))",
+)  # its row of the README's headline table
+
+
 if __name__ == "__main__":
-    app.run(main)
+    main()

@@ -1,7 +1,7 @@
 r"""What a step costs per row and per step, packed and padded: why packing's speed-up falls short
 of the packing factor when a step holds few rows.
 
-    python benchmarks/step_cost.py --data_dir=workdir/bench/time_to_accuracy/sotu_cpu --json
+    python -m benchmarks.step_cost --data_dir=workdir/bench/time_to_accuracy/sotu_cpu --json
 
 The CPU recipe's training-loop step (`configs/cpu_pretrain.py`, `TrainSetup.loop_step`) at
 --rows rows per step, packed and padded, every setting taking turns (`metrics.side_by_side`:
@@ -21,10 +21,12 @@ ratio to the packing factor.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 import numpy as np
-from results import publish
 
+from benchmarks.lib.records import Read, publish
+from benchmarks.lib.render import Columns, items_table, runs, share, source, times
 from bert_flax import demo
 from bert_flax.demo import LAYOUTS
 from bert_flax.train.setup import create_train_setup
@@ -108,6 +110,48 @@ def main() -> None:
     )
     if args.json:
         publish("step_cost", result)
+
+
+# Its blocks in the docs, rendered from its results files (`python -m benchmarks --docs`).
+
+
+def step_cost_block(read: Read) -> str:
+    items = [
+        {"run": run["date"], "layout": layout, **run["result"]}
+        for run in runs("step_cost", read)
+        for layout in run["result"]["step_ms"]
+    ]
+    at = lambda r, key: r[key][r["layout"]]
+    line = lambda r: at(r, "fixed_ms") + at(r, "per_row_ms") * at(r, "recipe_rows")
+    columns: Columns = {
+        "run": lambda r: r["run"],
+        "layout": lambda r: r["layout"],
+        **{
+            f"{rows} rows": (lambda r, rows=rows: at(r, "step_ms")[rows])
+            for rows in items[0]["step_ms"]["packed"]
+        },
+        "fixed ms a step": lambda r: at(r, "fixed_ms"),
+        "ms a row": lambda r: at(r, "per_row_ms"),
+        "fixed share at the recipe's rows": lambda r: share(at(r, "fixed_ms") / line(r)),
+        "recipe's step: speed-up": lambda r: (
+            f"{times(r['recipe_speedup'])} = {r['recipe_speedup_over_packing_factor']:.2f} p"
+            if r["layout"] == "packed"
+            else ""
+        ),
+    }
+    earlier = range(len(read("step_cost").get("earlier_runs", [])))
+    sources = "\n\n".join(
+        [*(source("step_cost", read, i) for i in earlier), source("step_cost", read)]
+    )
+    r = items[-1]
+    return (
+        f"{sources}\n\nMedian step ms by rows a step, {r['optimizer'].upper()}; the recipe's step "
+        f"is {r['recipe_rows']['padded']} padded rows or {r['recipe_rows']['packed']} packed "
+        f"(packing factor p = {r['packing_factor']}):\n\n{items_table(items, columns)}"
+    )
+
+
+BLOCKS: dict[str, Callable[[Read], str]] = {"step_cost": step_cost_block}
 
 
 if __name__ == "__main__":

@@ -124,7 +124,7 @@ def timing_steps(config: ml_collections.ConfigDict) -> int:
     return int(settings.get("preconditioning_compute_steps", 3))
 
 
-# The printed summary, kept in the workdir (`benchmarks/results.py --publish_run` publishes it).
+# The printed summary, kept in the workdir (`benchmarks/lib/records.py --publish_run` publishes it).
 DEMO_SUMMARY_FILE = "demo_summary.json"
 # Side-by-side timing rounds: 12 of 10 steps take about 40 s (medians of 6 rounds ranged over
 # 2.07-2.23x from one demo run to the next).

@@ -162,7 +162,7 @@ def for_accelerators(config: ml_collections.ConfigDict) -> None:
     - At 512, splash attention (a flash kernel over segments: no [rows, heads, length, length]
       scores or mask in HBM) and so no attention-probability dropout, which splash does not
       have: MosaicBERT and Cramming pre-train without it, and on the CPU recipe it learns as
-      well without (benchmarks/attention_dropout.py). On a GPU, set
+      well without (benchmarks/studies/attention_dropout.py). On a GPU, set
       `--config.model.attention_impl=pallas_gpu` (the same over segments, in Triton).
     """
     config.model.scan_layers = True

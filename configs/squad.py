@@ -6,7 +6,7 @@ window) sequences a row.
       --config.init_from=DIR --config.data.train_file=train-v1.1.json \
       --config.data.validation_file=dev-v1.1.json           # or the v2.0 files
   python -m bert_flax.finetune --workdir=workdir/squad --predict=dev-v1.1.json  # predictions.json
-  # the tiny BERT on the bundled cloze set, on a CPU (benchmarks/squad_packed_vs_padded.py):
+  # the tiny BERT on the bundled cloze set, on a CPU (benchmarks/studies/squad_packed_vs_padded.py):
   python -m bert_flax.finetune --config=configs/squad.py --workdir=workdir/cloze \
       [--config.init_from=workdir/demo/packed --config.model.preset=init_from]
 

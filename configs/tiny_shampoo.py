@@ -4,7 +4,8 @@ r"""The CPU demo (configs/tiny.py) with Shampoo: inverse roots on the host, asyn
       --config.data.data_dir=workdir/sotu_128
 
 It reaches the race's target eval MLM loss in 0.58x the steps of AdamW and LAMB
-(`benchmarks/optimizer_race.py`, docs/results.md). Every `preconditioning_compute_steps` steps the
+(`benchmarks/studies/optimizer_race.py`, docs/results.md). Every `preconditioning_compute_steps`
+steps the
 host computes new inverse 4th roots of the statistics while the device keeps stepping with the
 previous ones (`asynchronous`); the Adam graft sets each block's step size, so the learning rate is
 AdamW's. `shampoo/staleness` (steps since the roots in use were computed from the statistics),

@@ -28,7 +28,7 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "1")
 
 @pytest.fixture(scope="session", autouse=True)
 def benchmark_results_dir(tmp_path_factory) -> Iterator[str]:
-    """Where the benchmarks a test runs publish (BENCHMARK_RESULTS_DIR: benchmarks/results.py),
+    """Where the benchmarks a test runs publish (BENCHMARK_RESULTS_DIR: benchmarks/lib/records.py),
     inherited by their processes."""
     with pytest.MonkeyPatch.context() as patch:
         directory = str(tmp_path_factory.mktemp("benchmark_results"))

@@ -42,57 +42,57 @@ TESTED_BY = {
         '"bert_flax.finetune"',
     ),
     "-m bert_flax.profile": (f"{SMOKE}::test_profile_command", '"bert_flax.profile"'),
-    "benchmarks/packing_bench.py": (
+    "-m benchmarks.packing_bench": (
         f"{SMOKE}::test_packing_bench",
-        '"benchmarks/packing_bench.py"',
+        '"benchmarks.packing_bench"',
     ),
-    "benchmarks/packed_vs_padded.py": (
+    "-m benchmarks.packed_vs_padded": (
         f"{SMOKE}::test_packed_vs_padded_with_its_learning_case",
-        '"packed_vs_padded.py"',
+        '"benchmarks.packed_vs_padded"',
     ),
-    "benchmarks/time_to_accuracy.py": (
-        f"{JOURNEYS}::test_make_demo_in_miniature",
-        '"time_to_accuracy.py"',
+    "-m benchmarks.studies.time_to_accuracy": (
+        f"{JOURNEYS}::test_the_readme_learning_benchmarks",
+        '"benchmarks.studies.time_to_accuracy"',
     ),
-    "benchmarks/learning_curves.py": (
-        f"{JOURNEYS}::test_make_demo_in_miniature",
-        '"learning_curves.py"',
+    "-m benchmarks.studies.learning_curves": (
+        f"{JOURNEYS}::test_the_readme_learning_benchmarks",
+        '"benchmarks.studies.learning_curves"',
     ),
-    "benchmarks/finetune_packed_vs_padded.py": (
+    "-m benchmarks.studies.finetune_packed_vs_padded": (
         f"{SMOKE}::test_finetune_packed_vs_padded",
-        '"finetune_packed_vs_padded.py"',
+        '"benchmarks.studies.finetune_packed_vs_padded"',
     ),
-    "benchmarks/attention_dropout.py": (
+    "-m benchmarks.studies.attention_dropout": (
         f"{SMOKE}::test_attention_dropout",
-        '"attention_dropout.py"',
+        '"benchmarks.studies.attention_dropout"',
     ),
-    "benchmarks/label_efficiency.py": (
+    "-m benchmarks.studies.label_efficiency": (
         f"{SMOKE}::test_label_efficiency",
-        '"label_efficiency.py"',
+        '"benchmarks.studies.label_efficiency"',
     ),
-    "benchmarks/squad_packed_vs_padded.py": (
+    "-m benchmarks.studies.squad_packed_vs_padded": (
         f"{SMOKE}::test_squad_packed_vs_padded",
-        '"squad_packed_vs_padded.py"',
+        '"benchmarks.studies.squad_packed_vs_padded"',
     ),
-    "benchmarks/profile_report.py": (
+    "-m benchmarks.profile_report": (
         f"{SMOKE}::test_profile_report",
-        '"benchmarks/profile_report.py"',
+        '"benchmarks.profile_report"',
     ),
     "-m bert_flax.aot": (
         "tests/bert_flax/aot/test_compile.py::test_compile_command_reports_fit_flops_collectives_and_a_roofline",
         "compile_command(",
     ),
-    "benchmarks/compile_table.py": (
+    "-m benchmarks.compile_table": (
         "tests/benchmarks/test_compile_table.py::test_the_markdown_command_prints_the_docs_block",
-        '"benchmarks/compile_table.py"',
+        '"benchmarks.compile_table"',
     ),
-    "benchmarks/block_sparse_bench.py": (
+    "-m benchmarks.block_sparse_bench": (
         f"{SMOKE}::test_block_sparse_bench",
-        '"block_sparse_bench.py"',
+        '"benchmarks.block_sparse_bench"',
     ),
-    "benchmarks/block_sparse_learning.py": (
+    "-m benchmarks.studies.block_sparse_learning": (
         f"{SMOKE}::test_block_sparse_learning",
-        '"block_sparse_learning.py"',
+        '"benchmarks.studies.block_sparse_learning"',
     ),
 }
 
@@ -113,7 +113,7 @@ def readme_commands() -> list[list[str]]:
 
 
 def program_of(argv: list[str]) -> str:
-    """A command's program as `TESTED_BY` names it: "make demo", "-m packing", "benchmarks/x.py"."""
+    """A command's program as `TESTED_BY` names it: "make demo", "-m packing", "-m benchmarks.x"."""
     if argv[0] == "make":
         return " ".join(argv[:2])
     return " ".join(argv[1:3] if argv[1] == "-m" else argv[1:2])

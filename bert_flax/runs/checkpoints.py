@@ -48,8 +48,6 @@ def saved_misfits(directory: str, step: int, target: Any, part: str | None = Non
     """The arrays of `target` (a state, or its `part` such as "params"; arrays or shape structs)
     that checkpoint `step` lacks, has extra or shapes otherwise, from its metadata alone; [] when
     they fit or the metadata does not read (restoring then says what is wrong)."""
-    from bert_flax.runs import parameters  # parameters reads checkpoints through this module
-
     handler = item_handlers()["state"]  # not a manager: making one is a barrier of all processes
     try:
         saved = handler.metadata(epath.Path(directory) / str(step) / "state").tree

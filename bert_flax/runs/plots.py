@@ -148,23 +148,6 @@ def plot_packed_vs_padded(
     return _save(fig, os.path.dirname(path) or ".", os.path.basename(path))
 
 
-def plot_label_efficiency(
-    examples: list[int], curves: dict[str, list[float]], baseline: float, path: str
-) -> str:
-    """Validation accuracy against labelled training examples (log scale), one curve per
-    start, the majority-class baseline drawn."""
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for name, accuracy in curves.items():
-        ax.plot(examples, accuracy, "o-", label=name)
-    ax.axhline(baseline, color="gray", ls=":", label="majority class")
-    ax.set_xscale("log")
-    ax.set(xlabel="labelled training examples", ylabel="validation accuracy",
-           title="Fine-tuning with few labels")  # fmt: skip
-    ax.grid(alpha=0.3)
-    ax.legend()
-    return _save(fig, os.path.dirname(path) or ".", os.path.basename(path))
-
-
 def _save(fig, workdir: str, name: str) -> str:
     path = os.path.join(workdir, name)
     fig.tight_layout()

@@ -1,6 +1,6 @@
 """Benchmarks and the profiler as a user types them, on tiny settings: they run to their JSON
 line (or table), what they report is well formed, and the README's row reads what they publish
-(benchmarks/results_tables.py; published here into the tests' BENCHMARK_RESULTS_DIR). Their
+(benchmarks/lib/blocks.py; published here into the tests' BENCHMARK_RESULTS_DIR). Their
 figures come from full runs (benchmarks/results/); this only keeps the README's commands from
 breaking unnoticed (tests/test_readme.py). No speed is asserted: timing belongs to full runs. The
 multi-process benchmarks (prepare_bench's Beam modes) are left out: they would oversubscribe CI's
@@ -29,25 +29,26 @@ def run_command(*command: str) -> str:
     return done.stdout
 
 
-def run_benchmark(name: str, *args: str) -> dict:
-    """The last JSON line of `benchmarks/<name> *args --json`."""
-    stdout = run_command(os.path.join("benchmarks", name), *args, "--json")
+def run_benchmark(module: str, *args: str) -> dict:
+    """The last JSON line of `python -m <module> *args --json`."""
+    stdout = run_command("-m", module, *args, "--json")
     return json.loads(stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture
 def readme_row(load_benchmark):
-    """`readme_row(row, result)`: the README row `row` of benchmarks/results_tables.py rendered
-    from `result`, as (result, figure), for every results file the row reads."""
-    tables = load_benchmark("results_tables")
-    return lambda row, result: getattr(tables, row)(lambda name: {"result": result})
+    """`readme_row(module, result)`: the README row of benchmark `module` ("packing_bench",
+    "studies.finetune_packed_vs_padded") rendered from `result`, as (result, figure)."""
+    return lambda module, result: load_benchmark(module).README_ROW[0](
+        lambda name: {"result": result}
+    )
 
 
 @pytest.mark.slow(seconds=130)
 def test_packed_vs_padded_with_its_learning_case(tmp_path, recipe_data, readme_row):
     shutil.copytree(recipe_data, tmp_path / "learn")  # the benchmark reuses prepared data
     result = run_benchmark(
-        "packed_vs_padded.py",
+        "benchmarks.packed_vs_padded",
         "--rounds=1",
         "--steps=1",
         "--sample_rows=32",
@@ -61,14 +62,14 @@ def test_packed_vs_padded_with_its_learning_case(tmp_path, recipe_data, readme_r
     learning = result["learning"]
     assert learning["padded"]["steps"] == 4 and learning["packed"]["steps"] < 4
     assert learning["packing_factor"] > 1.5
-    assert readme_row("packed_vs_padded_row", result)[1].count("x at ") == 2
+    assert readme_row("packed_vs_padded", result)[1].count("x at ") == 2
 
 
 @pytest.mark.slow(seconds=45)
 def test_step_cost(tmp_path, recipe_data):
     shutil.copytree(recipe_data, tmp_path / "data")  # the benchmark reuses prepared data
     result = run_benchmark(
-        "step_cost.py",
+        "benchmarks.step_cost",
         f"--data_dir={tmp_path / 'data'}",
         "--dupe_factor=1",  # as recipe_data was prepared
         "--rows=1,2",
@@ -92,12 +93,14 @@ def test_block_sparse_bench(benchmark_results_dir, readme_row):
     with open(published) as f:
         before = f.read()
     args = ["--features=256", "--rows=16", "--block_sizes=32", "--densities=0.1,0.05"]
-    result = run_benchmark("block_sparse_bench.py", *args, "--impls=auto,xla", "--repeats=2")
+    result = run_benchmark(
+        "benchmarks.block_sparse_bench", *args, "--impls=auto,xla", "--repeats=2"
+    )
     cases = result["cases"]
     expected = [(32, d, i) for d in (0.1, 0.05) for i in ("cpu", "xla")]  # auto: the kernel
     assert [(c["block_size"], c["density"], c["impl"]) for c in cases] == expected
     assert all(c["fwd_speedup"] > 0 and c["fwd_bwd_speedup"] > 0 for c in cases)
-    assert readme_row("block_sparse_row", result)[0].startswith("block-sparse 256x256")
+    assert readme_row("block_sparse_bench", result)[0].startswith("block-sparse 256x256")
     with open(os.path.join(benchmark_results_dir, "block_sparse_bench.json")) as f:
         assert json.load(f)["result"] == result
     with open(published) as f:
@@ -106,25 +109,27 @@ def test_block_sparse_bench(benchmark_results_dir, readme_row):
 
 def test_model_bench(benchmark_results_dir, load_benchmark):
     args = ["--models=tiny", "--lengths=128", "--batch=tiny:1", "--repeats=1", "--matmul_size=64"]
-    result = run_benchmark("model_bench.py", *args)
+    result = run_benchmark("benchmarks.model_bench", *args)
     assert [r["layout"] for r in result["results"]] == ["padded", "packed"]
     assert result["matmul_flops_per_s"] > 0 and all(r["train_ms"] > 0 for r in result["results"])
     with open(os.path.join(benchmark_results_dir, "model_bench.json")) as f:
         record = json.load(f)
     assert record["result"] == result
-    block = load_benchmark("results_tables").BLOCKS["model_bench"](lambda name: record)
+    block = load_benchmark("lib.blocks").BLOCKS["model_bench"](lambda name: record)
     assert "| tiny | 128 | packed | 1 | 2 |" in block  # the results page's block renders it
 
 
 @pytest.mark.slow(seconds=50)
 def test_packing_bench(readme_row):
-    stdout = run_command("benchmarks/packing_bench.py", "--quick", "--json")
+    stdout = run_command("-m", "benchmarks.packing_bench", "--quick", "--json")
     for heading in ("SQuAD 1.1 (max_len 384)", "Wikipedia-like", "Corpus-like", "== targets"):
         assert heading in stdout
     assert "NNLSHP depth 3" in stdout and "total" in stdout
     result = json.loads(stdout.strip().splitlines()[-1])
     assert set(result) == {"squad", "wikipedia_like", "corpus_like"}
-    assert readme_row("packing_row", result)[1].startswith("padded 44.80%; LP 98.80% (40,195 packs")
+    assert readme_row("packing_bench", result)[1].startswith(
+        "padded 44.80%; LP 98.80% (40,195 packs"
+    )
 
 
 @pytest.mark.slow(seconds=25)
@@ -143,7 +148,7 @@ def test_profile_command(tmp_path):
 @pytest.mark.slow(seconds=65)
 def test_profile_report(tmp_path, readme_row):
     stdout = run_command(
-        "benchmarks/profile_report.py", "--models=tiny", "--limit=1", "--steps=1", "--warmup=1",
+        "-m", "benchmarks.profile_report", "--models=tiny", "--limit=1", "--steps=1", "--warmup=1",
         f"--out_dir={tmp_path}", "--json",
     )  # fmt: skip
     lines = [
@@ -154,36 +159,49 @@ def test_profile_report(tmp_path, readme_row):
     result = json.loads(stdout.strip().splitlines()[-1])
     assert [s["label"] for s in result["settings"]] == ["tiny 128 f32 packed lamb"]
     assert "float32" in result["ceilings"]
-    assert readme_row("profile_row", result)[1].startswith("non-matmul work ")
+    assert readme_row("profile_report", result)[1].startswith("non-matmul work ")
 
 
 @pytest.mark.slow(seconds=90)
 def test_finetune_packed_vs_padded(readme_row):
     result = run_benchmark(
-        "finetune_packed_vs_padded.py", "--sets=pairs", "--seeds=1", "--epochs=0.05",
-        "--speed_rounds=1", "--speed_steps=1",
-    )  # fmt: skip
+        "benchmarks.studies.finetune_packed_vs_padded",
+        "--sets=pairs",
+        "--seeds=1",
+        "--epochs=0.05",
+        "--speed_rounds=1",
+        "--speed_steps=1",
+    )
     pairs = result["sets"]["pairs"]
     assert pairs["packing_factor"] > 1.5 and pairs["speedup"] > 0
     assert 0 <= pairs["accuracy_packed"] <= 1 and 0 <= pairs["accuracy_padded"] <= 1
-    assert readme_row("finetune_row", result)[0].endswith("(median of 1 seeds)")
+    assert readme_row("studies.finetune_packed_vs_padded", result)[0].endswith(
+        "(median of 1 seeds)"
+    )
 
 
 @pytest.mark.slow(seconds=100)
 def test_label_efficiency(tmp_path, recipe_data, load_benchmark):
     shutil.copytree(recipe_data, tmp_path / "sotu_cpu")  # the benchmark reuses prepared data
     result = run_benchmark(
-        "label_efficiency.py", f"--workdir={tmp_path}", "--pretrain_steps=2", "--sizes=60,120",
-        "--seeds=1", "--grid=1e-3", "--tune_size=60", "--min_steps=2", "--evaluations=1",
+        "benchmarks.studies.label_efficiency",
+        f"--workdir={tmp_path}",
+        "--pretrain_steps=2",
+        "--sizes=60,120",
+        "--seeds=1",
+        "--grid=1e-3",
+        "--tune_size=60",
+        "--min_steps=2",
+        "--evaluations=1",
         "--epochs=0.01",
-    )  # fmt: skip
+    )
     assert [row["train_examples"] for row in result["sizes"]] == [60, 120]
     for row in result["sizes"]:
         assert row["steps"] == 2 and 0 <= row["pretrained"] <= 1 and 0 <= row["random"] <= 1
         assert row["gain"] == pytest.approx(row["pretrained"] - row["random"])
     assert len(result["reused"]) == 2  # the tuning runs at 60 examples, seed 0
     assert (tmp_path / "label_efficiency.png").stat().st_size > 0
-    tables = load_benchmark("results_tables")
+    tables = load_benchmark("lib.blocks")
     assert "| 120 |" in tables.BLOCKS["label_efficiency"](
         lambda name: {
             "result": result,
@@ -199,10 +217,17 @@ def test_label_efficiency(tmp_path, recipe_data, load_benchmark):
 def test_squad_packed_vs_padded(tmp_path, recipe_data, load_benchmark):
     shutil.copytree(recipe_data, tmp_path / "sotu_cpu")  # the benchmark reuses prepared data
     result = run_benchmark(
-        "squad_packed_vs_padded.py", f"--workdir={tmp_path}", "--pretrain_steps=2", "--seeds=1",
-        "--train_examples=40", "--validation_examples=20", "--epochs=0.5", "--speed_rounds=1",
-        "--speed_steps=1", "--squad_windows=64",
-    )  # fmt: skip
+        "benchmarks.studies.squad_packed_vs_padded",
+        f"--workdir={tmp_path}",
+        "--pretrain_steps=2",
+        "--seeds=1",
+        "--train_examples=40",
+        "--validation_examples=20",
+        "--epochs=0.5",
+        "--speed_rounds=1",
+        "--speed_steps=1",
+        "--squad_windows=64",
+    )
     assert sorted(result["cloze"]) == [
         "pre-trained/packed", "pre-trained/padded", "random/packed", "random/padded",
     ]  # fmt: skip
@@ -214,18 +239,21 @@ def test_squad_packed_vs_padded(tmp_path, recipe_data, load_benchmark):
             case["sequences_per_second"]["packed"] / case["sequences_per_second"]["padded"]
         )
     record = {"result": result, "command": "c", "date": None, "machine": {}, "commit": "unknown"}
-    tables = load_benchmark("results_tables")
+    tables = load_benchmark("lib.blocks")
     block = tables.BLOCKS["squad_packed_vs_padded"](lambda _: record)
     assert "| pre-trained | packed |" in block and "| squad_1_1_384 |" in block
-    assert "from random weights" in tables.squad_row(lambda _: record)[1]
+    assert (
+        "from random weights"
+        in load_benchmark("studies.squad_packed_vs_padded").squad_row(lambda _: record)[1]
+    )
 
 
 @pytest.mark.slow(seconds=120)
 def test_block_sparse_learning(tmp_path, recipe_data):
     shutil.copytree(recipe_data, tmp_path / "sotu_cpu")  # the benchmark reuses prepared data
     result = run_benchmark(
-        "block_sparse_learning.py", f"--workdir={tmp_path}", "--dupe_factor=1",
-        "--settings=dense,sparse25_small", "--minutes=0.2", "--eval_every=2", "--seeds=2",
+        "benchmarks.studies.block_sparse_learning", f"--workdir={tmp_path}", "--dupe_factor=1",
+        "--settings=dense,sparse25_small", "--minutes=0.1", "--eval_every=2", "--seeds=2",
         "--lr_factors=1,2", "--speed_rounds=1",
     )  # fmt: skip
     dense, sparse = result["settings"]["dense"], result["settings"]["sparse25_small"]
@@ -249,10 +277,14 @@ def test_block_sparse_learning(tmp_path, recipe_data):
 def test_attention_dropout(tmp_path, recipe_data, load_benchmark):
     shutil.copytree(recipe_data, tmp_path / "sotu_cpu")  # the benchmark reuses prepared data
     result = run_benchmark(
-        "attention_dropout.py", f"--workdir={tmp_path}", "--steps=2", "--seeds=1", "--dupe_factor=1"
+        "benchmarks.studies.attention_dropout",
+        f"--workdir={tmp_path}",
+        "--steps=2",
+        "--seeds=1",
+        "--dupe_factor=1",
     )
     assert list(result["accuracy"]) == ["0.1", "0"] and result["steps"] == 2
     assert all(0 <= a[0] <= 1 for a in result["accuracy"].values()) and result["baseline"] > 0
     record = {"result": result, "command": "c", "date": None, "machine": {}, "commit": "unknown"}
-    block = load_benchmark("results_tables").BLOCKS["attention_dropout"](lambda name: record)
+    block = load_benchmark("lib.blocks").BLOCKS["attention_dropout"](lambda name: record)
     assert "| 0.1 |" in block and "| 0 |" in block

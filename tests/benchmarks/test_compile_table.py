@@ -40,11 +40,11 @@ def test_only_the_per_row_classes_grow_with_the_batch(load_benchmark):
 
 def test_the_markdown_command_prints_the_docs_block(load_benchmark):
     done = subprocess.run(
-        [sys.executable, "benchmarks/compile_table.py", "--markdown"],
+        [sys.executable, "-m", "benchmarks.compile_table", "--markdown"],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    tables = load_benchmark("results_tables")
+    tables = load_benchmark("lib.blocks")
     assert done.stdout.strip() == tables.BLOCKS["compile_table"](tables.published)
 
 

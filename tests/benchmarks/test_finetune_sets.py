@@ -17,7 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 @pytest.fixture(scope="module")
 def sets(tmp_path_factory, load_benchmark):
-    bench = load_benchmark("finetune_packed_vs_padded")
+    bench = load_benchmark("studies.finetune_packed_vs_padded")
     directory = tmp_path_factory.mktemp("sets")
     out = {}
     for name in bench.SET_BUILDERS:

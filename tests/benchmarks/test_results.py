@@ -1,4 +1,4 @@
-"""Published results (benchmarks/results.py): what a results file records and where it goes, and
+"""Published results (benchmarks/lib/records.py): what a results file records and where it goes, and
 every marked block of the README and docs being exactly the rendering of the published files."""
 
 from __future__ import annotations
@@ -15,19 +15,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 @pytest.fixture(scope="module")
 def results(load_benchmark):
-    return load_benchmark("results")
+    return load_benchmark("lib.records")
 
 
 @pytest.fixture(scope="module")
 def tables(load_benchmark):
-    return load_benchmark("results_tables")
+    return load_benchmark("lib.blocks")
 
 
 def test_every_block_in_the_docs_is_its_results_files_rendering(tables):
     differ = tables.update_docs(write=False)
-    assert not differ, (
-        f"run `python benchmarks/results.py --docs`: {differ} differ from their files"
-    )
+    assert not differ, f"run `python -m benchmarks --docs`: {differ} differ from their files"
 
 
 def test_the_readme_and_each_results_page_block_are_rendered(tables):
@@ -67,7 +65,7 @@ def test_publish_records_the_run_where_the_environment_says(results, benchmark_r
     assert capsys.readouterr().out.splitlines()[-1] == '{"speedup": 2.0}'  # the JSON line
     with open(os.path.join(benchmark_results_dir, "probe.json")) as f:
         record = json.load(f)
-    assert record["command"] == "python benchmarks/step_cost.py --rows=1,2 --json"
+    assert record["command"] == "python -m benchmarks.step_cost --rows=1,2 --json"
     assert record["result"] == {"speedup": 2.0}
     when = datetime.datetime.fromisoformat(record["date"])
     assert when.utcoffset() == datetime.timedelta(0)
@@ -76,6 +74,16 @@ def test_publish_records_the_run_where_the_environment_says(results, benchmark_r
     assert record["machine"]["cores"] == os.cpu_count()
     assert re.fullmatch(r"[0-9a-f]{40}(\+dirty)?", record["commit"]), record["commit"]
     assert not os.path.exists(os.path.join(results.PUBLISHED, "probe.json"))
+
+
+def test_a_rerun_is_a_new_record_that_keeps_the_runs_before_it(results, benchmark_results_dir):
+    for speedup in (1.0, 2.0, 3.0):
+        results.publish("rerun_probe", {"speedup": speedup}, ["benchmarks/step_cost.py"])
+    record = results.read("rerun_probe")
+    assert record["result"] == {"speedup": 3.0}
+    earlier = record["earlier_runs"]
+    assert [run["result"]["speedup"] for run in earlier] == [1.0, 2.0]  # oldest first
+    assert all("earlier_runs" not in run and run["date"] for run in earlier)
 
 
 def test_a_commit_outside_git_is_unknown(results, tmp_path):

@@ -8,7 +8,7 @@ import pytest
 
 @pytest.fixture(scope="module")
 def bench(load_benchmark):
-    return load_benchmark("time_to_accuracy")
+    return load_benchmark("studies.time_to_accuracy")
 
 
 def test_grid_and_first_evaluation_at_the_target(bench):

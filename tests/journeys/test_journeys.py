@@ -54,10 +54,10 @@ def run(*args: str, timeout: float = 600, **popen) -> subprocess.CompletedProces
     )
 
 
-def benchmark(script: str, *args: str) -> dict:
-    """The JSON line of `python benchmarks/<script> *args --json`."""
+def benchmark(module: str, *args: str) -> dict:
+    """The JSON line of `python -m <module> *args --json`."""
     env = dict(os.environ, JAX_PLATFORMS="cpu")
-    command = [sys.executable, os.path.join("benchmarks", script), *args, "--json"]
+    command = [sys.executable, "-m", module, *args, "--json"]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -397,11 +397,11 @@ def test_finetune_from_hugging_face_then_predict_a_file(tmp_path):
     assert all(r["label"] in ("rotten", "fresh") for r in records)
 
 
-@pytest.mark.slow(seconds=370)
+@pytest.mark.slow(seconds=250)
 def test_make_demo_in_miniature(tmp_path, recipe_data):
     """`make demo`'s program with a few steps on the recipe's paragraph data (prepared once per
     session, which the demo reuses) that packs at >= 1.8: both runs with their learning curves,
-    both fine-tunings, the summary and the plot; then the README's learning benchmarks."""
+    both fine-tunings, the summary and the plot."""
     shutil.copytree(recipe_data, tmp_path / "sotu_cpu")
     done = run(
         "bert_flax.demo",
@@ -433,18 +433,21 @@ def test_make_demo_in_miniature(tmp_path, recipe_data):
     for start in ("pretrained", "random"):
         assert (tmp_path / f"sentiment_{start}_seed0" / "best" / "best.json").exists()
 
-    # The learning benchmarks of the README, on the recipe's data (`PREPARE`: 5 maskings, not
-    # the demo's one, so prepared anew: about 40 s; the demo's would be refused) in a workdir
-    # of their own.
-    bench = tmp_path / "bench"
+
+@pytest.mark.slow(seconds=90)
+def test_the_readme_learning_benchmarks(tmp_path, recipe_data):
+    """The learning benchmarks of the README on the session's recipe data (one masking, which
+    --dupe_factor=1 asks for, so they reuse it) in a workdir of their own."""
+    shutil.copytree(recipe_data, tmp_path / "sotu_cpu")
+    data = [f"--workdir={tmp_path}", "--dupe_factor=1"]
     curves = benchmark(
-        "learning_curves.py", f"--workdir={bench}", "--seeds=1", "--steps=2",
-        "--eval_every=1", "--finetune_epochs=0",
+        "benchmarks.studies.learning_curves", *data, "--seeds=1", "--steps=2", "--eval_every=1",
+        "--finetune_epochs=0",
     )  # fmt: skip
     assert curves["steps"] == 2 and len(curves["curves"]["packed"]["step"]) == 2
     assert curves["reused"] == []
     race = benchmark(
-        "time_to_accuracy.py", f"--workdir={bench}", "--rows=padded+lamb,packed+lamb",
+        "benchmarks.studies.time_to_accuracy", *data, "--rows=padded+lamb,packed+lamb",
         "--seeds=1", "--grid=1", "--max_steps=2", "--eval_every=1", "--target=0.99",
         "--speed_rounds=1",
     )  # fmt: skip
@@ -478,21 +481,45 @@ MESH_VARIANTS = {
 # them interpreted on four devices.
 
 
-@pytest.mark.slow(seconds=60)
+CHECKPOINT_BY_TWO = ["--config.checkpoint.every_steps=2", "--config.eval.every_steps=1000"]
+
+
+@pytest.fixture(scope="module")
+def one_device_run(prepared, tmp_path_factory):
+    """`one_device_run(flags)`: the final metrics of 4 steps on one device with XLA's kernels for
+    what `flags` select (XLA attention; block-sparse layers through their XLA path), each run
+    once a test process: the reference every back-end on four devices must equal."""
+    runs = {}
+
+    def reference(flags: list[str]) -> dict:
+        sparse = any(flag in SPARSE_FFN for flag in flags)
+        key = (*SPARSE_FFN, "--config.model.block_sparse.impl=xla") if sparse else ()
+        if key not in runs:
+            workdir = tmp_path_factory.mktemp("one_device")
+            runs[key], _ = train(
+                workdir, prepared[128], *key, *CHECKPOINT_BY_TWO, "--config.train.steps=4",
+                length=128,
+            )  # fmt: skip
+        return runs[key]
+
+    return reference
+
+
+@pytest.mark.slow(seconds=45)
 @pytest.mark.parametrize("variant", sorted(MESH_VARIANTS))
-def test_every_backend_trains_resumes_and_evaluates_on_four_devices(prepared, tmp_path, variant):
+def test_every_backend_trains_resumes_and_evaluates_on_four_devices(
+    prepared, one_device_run, tmp_path, variant
+):
     """Each attention back-end and block-sparse kernel on a 4-device mesh (simulated CPUs):
-    2 steps, saved, resumed for 2 more, evaluated; the same as 4 steps on one device."""
+    2 steps, saved, resumed for 2 more, evaluated; the same as 4 steps of XLA's on one device."""
     mesh, flags = MESH_VARIANTS[variant]
-    common = [*flags, "--config.checkpoint.every_steps=2", "--config.eval.every_steps=1000"]
-    one, _ = train(tmp_path / "one", prepared[128], *common, "--config.train.steps=4", length=128)
     four = {"env": {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}}
-    sharded = [*common, f"--config.mesh.shape={mesh}"]
+    sharded = [*flags, *CHECKPOINT_BY_TWO, f"--config.mesh.shape={mesh}"]
     first, _ = train(tmp_path / "four", prepared[128], *sharded, "--config.train.steps=2",
                      length=128, **four)  # fmt: skip
     resumed, log = train(tmp_path / "four", prepared[128], *sharded, "--config.train.steps=4",
                          length=128, **four)  # fmt: skip
     assert first["step"] == 2 and "Restored checkpoint of step 2" in log
     assert resumed["step"] == 4 and resumed["steps_this_run"] == 2
-    for name, value in one["eval"].items():
+    for name, value in one_device_run(flags)["eval"].items():
         assert resumed["eval"][name] == pytest.approx(value, rel=1e-4, abs=1e-5), name

@@ -1,9 +1,11 @@
 r"""Pre-training where labels are scarce: fine-tuning accuracy against the number of labelled
 examples, from the demo's pre-trained model and from a random start.
 
-    python benchmarks/label_efficiency.py --json     # 5 sizes x 2 starts x 3 seeds, grid at 1,000
-    python benchmarks/label_efficiency.py --pretrained=workdir/demo/packed   # make demo's model
-    python benchmarks/label_efficiency.py --sizes=100,1000 --seeds=1 --grid=1e-3
+    # 5 sizes x 2 starts x 3 seeds, grid at 1,000
+    python -m benchmarks.studies.label_efficiency --json
+    # make demo's model
+    python -m benchmarks.studies.label_efficiency --pretrained=workdir/demo/packed
+    python -m benchmarks.studies.label_efficiency --sizes=100,1000 --seeds=1 --grid=1e-3
 
 The pre-trained model is the demo's packed run (`bert_flax.demo`: its data, its recipe) trained
 for --pretrain_steps steps (about what its 3 minutes give on an idle machine, so that a loaded
@@ -30,11 +32,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+from collections.abc import Callable
 
-from results import finish
-
+from benchmarks.lib.records import Read, finish
+from benchmarks.lib.render import Columns, items_table, points, source
 from bert_flax import demo, finetune
-from bert_flax.runs.plots import plot_label_efficiency
+from bert_flax.runs.pretrained import pretrained_vocab_file
 from bert_flax.tasks import ClassificationTask
 from bert_flax.train import loop
 
@@ -62,7 +65,7 @@ def parse_args() -> argparse.Namespace:
 def finetuned(args, pretrained: str, start: str, size: int, rate: float, seed: int) -> dict:
     """One fine-tuning run's final metrics (reused when it is the same run)."""
     # Both starts tokenize with the pre-training data's vocabulary (`finetuning_config`).
-    data_dir = os.path.dirname(pretrained.pretrained_vocab_file(pretrained))
+    data_dir = os.path.dirname(pretrained_vocab_file(pretrained))
     init_from = pretrained if start == "pre-trained" else ""
     config = demo.finetuning_config(data_dir, init_from, args.epochs, seed)
     config.data.train_examples = size
@@ -103,6 +106,31 @@ def tuned_rates(args, pretrained: str, grid: list[float]) -> dict[str, float]:
 
 def median(runs: list[dict], key: str) -> float:
     return statistics.median(run[key] for run in runs)
+
+
+def plot_label_efficiency(
+    examples: list[int], curves: dict[str, list[float]], baseline: float, path: str
+) -> str:
+    """Validation accuracy against labelled training examples (log scale), one curve per
+    start, the majority-class baseline drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for name, accuracy in curves.items():
+        ax.plot(examples, accuracy, "o-", label=name)
+    ax.axhline(baseline, color="gray", ls=":", label="majority class")
+    ax.set_xscale("log")
+    ax.set(xlabel="labelled training examples", ylabel="validation accuracy",
+           title="Fine-tuning with few labels")  # fmt: skip
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def main() -> None:
@@ -157,6 +185,51 @@ def main() -> None:
         os.path.join(args.workdir, "label_efficiency.png"),
     )  # fmt: skip
     finish("label_efficiency", result, path, args.plot, args.json)
+
+
+# Its blocks in the docs, rendered from its results files (`python -m benchmarks --docs`).
+
+
+def label_efficiency_row(read: Read) -> tuple[str, str]:
+    r = read("label_efficiency")["result"]
+    gains = ", ".join(f"{points(s['gain'])} at {s['train_examples']:,}" for s in r["sizes"])
+    return (
+        f"fine-tuning with few labels: the demo's pre-trained model vs a random start (median "
+        f"of {r['seeds']} seeds, validation accuracy; majority class {r['baseline']:.3f})",
+        f"gain in points by labelled examples: {gains}",
+    )
+
+
+LABEL_EFFICIENCY_COLUMNS: Columns = {
+    "labelled examples": lambda s: f"{s['train_examples']:,}",
+    "steps": lambda s: s["steps"],
+    "pre-trained": lambda s: f"{s['pretrained']:.4f}",
+    "random": lambda s: f"{s['random']:.4f}",
+    "gain (points)": lambda s: points(s["gain"]),
+    "test: pre-trained": lambda s: f"{s['pretrained_test']:.4f}",
+    "test: random": lambda s: f"{s['random_test']:.4f}",
+    "test gain": lambda s: points(s["test_gain"]),
+}
+
+
+def label_efficiency_block(read: Read) -> str:
+    r = read("label_efficiency")["result"]
+    rates = ", ".join(f"{start} {rate:g}" for start, rate in r["learning_rates"].items())
+    return (
+        f"{source('label_efficiency', read)}\n\nValidation accuracy (the whole split; the "
+        f"majority class scores {r['baseline']:.4f}), median of {r['seeds']} seeds; learning "
+        f"rates {rates}, each start's best of {r['grid']} at {r['tune_size']:,} examples; "
+        f"{r['epochs']:g} epoch, at least {r['min_steps']} steps:\n\n"
+        f"{items_table(r['sizes'], LABEL_EFFICIENCY_COLUMNS)}"
+    )
+
+
+BLOCKS: dict[str, Callable[[Read], str]] = {"label_efficiency": label_efficiency_block}
+README_ROW = (
+    label_efficiency_row,
+    "`python -m benchmarks.studies.label_efficiency --json` "
+    "([results](docs/results.md#fine-tuning-with-few-labels))",
+)  # its row of the README's headline table
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 r"""Block-sparse that pays in learning? A wider block-sparse FFN against the dense one at the same
 FLOPs per token, in the same minutes and at the same steps.
 
-    python benchmarks/block_sparse_learning.py --json        # 5 settings; grid and 3 seeds for 2
-    python benchmarks/block_sparse_learning.py --minutes=1 --seeds=1 --settings=dense,sparse25_small
+    python -m benchmarks.studies.block_sparse_learning --json  # 5 settings; grid and 3 seeds for 2
+    python -m benchmarks.studies.block_sparse_learning --minutes=1 --seeds=1 \
+        --settings=dense,sparse25_small
 
 The CPU recipe (`configs/cpu_pretrain.py`: its data, prepared once in --workdir, packed, its
 optimizer at its learning rate) with the feed-forward layers as named:
@@ -41,11 +42,14 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-from results import finish
 
+from benchmarks.lib import recipe_data
+from benchmarks.lib.records import Read, finish
+from benchmarks.lib.render import Columns, items_table, points, source, times
 from bert_flax import demo
 from bert_flax.model.config import BertConfig
 from bert_flax.model.layers import BertFeedForward
@@ -66,10 +70,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workdir", default="workdir/bench/block_sparse_learning")
     parser.add_argument("--settings", default=",".join(SETTINGS))
-    parser.add_argument(
-        "--dupe_factor", type=int, default=cpu_pretrain.PREPARE["dupe_factor"],
-        help="Maskings of the corpus in the prepared data (the recipe's).",
-    )  # fmt: skip
+    recipe_data.add_flag(parser)
     parser.add_argument("--minutes", type=float, default=5.0)
     parser.add_argument("--eval_every", type=int, default=200)
     parser.add_argument("--block_size", type=int, default=8)
@@ -202,8 +203,7 @@ def main() -> None:
     args = parse_args()
     settings = args.settings.split(",")
     factors = [float(f) for f in args.lr_factors.split(",")]
-    data_dir = os.path.join(args.workdir, "sotu_cpu")
-    demo.prepare_data(data_dir, dupe_factor=args.dupe_factor)
+    data_dir, _ = recipe_data.prepare(args)
     seed0, best_sparse = seed0_runs(args, data_dir, settings, factors)
     best_factor = {
         s: max((f for t, f in seed0 if t == s), key=lambda f: final_accuracy(seed0[s, f]))
@@ -258,6 +258,70 @@ def main() -> None:
         os.path.join(args.workdir, "block_sparse_learning.png"),
     )
     finish("block_sparse_learning", result, path, args.plot, args.json)
+
+
+# Its blocks in the docs, rendered from its results files (`python -m benchmarks --docs`).
+
+
+def block_sparse_learning_row(read: Read) -> tuple[str, str]:
+    r = read("block_sparse_learning")["result"]
+    best, dense = r["best_sparse"], r["settings"]["dense"]
+    figures = r["settings"][best]
+    return (
+        f"wider block-sparse FFN ({best}, same FLOPs a token) vs dense, CPU recipe, "
+        f"{r['minutes']:g} minutes",
+        f"**{points(r['gain_equal_seconds'])} points at equal seconds**, "
+        f"{points(r['gain_equal_steps'])} at equal steps ({figures['accuracy_equal_seconds']:.3f} "
+        f"vs {dense['accuracy_equal_seconds']:.3f}, baseline {r['baseline']:.3f}); its FFN costs "
+        f"{times(figures['ffn_seconds'] / dense['ffn_seconds'])} the dense one's time",
+    )
+
+
+def rate_factor(item: tuple[str, float]) -> float:
+    return float(item[0])
+
+
+def block_sparse_learning_block(read: Read) -> str:
+    r = read("block_sparse_learning")["result"]
+    settings = [{"name": name, **figures} for name, figures in r["settings"].items()]
+    dense = r["settings"]["dense"]
+    columns: Columns = {
+        "FFN": lambda s: s["name"],
+        "parameters": lambda s: f"{s['parameters']:,}",
+        "learning rate": lambda s: f"{s['learning_rate']:g}",
+        "step (ms)": lambda s: f"{1e3 * s['step_seconds']:.0f}",
+        "FFN blocks (ms)": lambda s: f"{1e3 * s['ffn_seconds']:.1f}",
+        "FFN time / dense (same FLOPs)": lambda s: times(s["ffn_seconds"] / dense["ffn_seconds"]),
+        "steps in the minutes": lambda s: f"{s['steps']:,.0f}",
+        f"accuracy at {r['minutes']:g} min": lambda s: f"{s['accuracy_equal_seconds']:.4f}",
+        "accuracy at equal steps (dense's; step)": lambda s: (
+            f"{s['accuracy_equal_steps']:.4f} ({s['dense_accuracy_equal_steps']:.4f}; "
+            f"{s['equal_steps']:,})"
+        ),
+        "seeds": lambda s: s["seeds"],
+    }
+    grid = "; ".join(
+        f"{name} "
+        + ", ".join(f"{f} x: {a:.4f}" for f, a in sorted(by_factor.items(), key=rate_factor))
+        for name, by_factor in r["learning_rate_grid"].items()
+        if len(by_factor) > 1
+    )
+    return (
+        f"{source('block_sparse_learning', read)}\n\nEval masked-LM accuracy (most-frequent-token "
+        f"baseline {r['baseline']:.4f}), medians over seeds; blocks of {r['block_size']}. Best "
+        f"sparse setting {r['best_sparse']}: {points(r['gain_equal_seconds'])} points against "
+        f"dense at equal seconds, {points(r['gain_equal_steps'])} at equal steps.\n\n"
+        f"{items_table(settings, columns)}\n\nLearning-rate grid (seed 0, accuracy at equal "
+        f"seconds by factor of the recipe's rate): {grid}."
+    )
+
+
+BLOCKS: dict[str, Callable[[Read], str]] = {"block_sparse_learning": block_sparse_learning_block}
+README_ROW = (
+    block_sparse_learning_row,
+    "`python -m benchmarks.studies.block_sparse_learning --json` "
+    "([results](docs/results.md#does-a-wider-sparse-ffn-learn-more))",
+)  # its row of the README's headline table
 
 
 if __name__ == "__main__":

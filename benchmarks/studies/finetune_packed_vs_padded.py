@@ -1,8 +1,8 @@
 """Packed vs padded fine-tuning at packing factors of about 2, 4.6 and 8, side by side.
 
-  python benchmarks/finetune_packed_vs_padded.py --json                  # the three sets, 3 seeds
-  python benchmarks/finetune_packed_vs_padded.py --sets= --train_file=train.tsv   # your data
-  python benchmarks/finetune_packed_vs_padded.py --sets=first_words --seeds=1 --epochs=0.1
+  python -m benchmarks.studies.finetune_packed_vs_padded --json  # the three sets, 3 seeds
+  python -m benchmarks.studies.finetune_packed_vs_padded --sets= --train_file=train.tsv  # your data
+  python -m benchmarks.studies.finetune_packed_vs_padded --sets=first_words --seeds=1 --epochs=0.1
 
 Each set is fine-tuned by `bert_flax.finetune` at configs/finetune_sentiment.py's settings (tiny
 BERT, rows of 128 tokens, AdamW, warm-up and linear decay, its epochs) once padded (one example
@@ -40,8 +40,9 @@ import tempfile
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from results import publish
 
+from benchmarks.lib.records import Read, publish
+from benchmarks.lib.render import Columns, items_table, source, times
 from bert_flax import finetune, tasks
 from bert_flax.tasks.classification import data as classification
 from bert_flax.train.setup import create_train_setup
@@ -230,6 +231,53 @@ def main(argv: Sequence[str] | None = None) -> None:
                 "min_speedup_over_packing_factor": min(ratios.values()),
             },
         )
+
+
+# Its blocks in the docs, rendered from its results files (`python -m benchmarks --docs`).
+
+
+def finetune_row(read: Read) -> tuple[str, str]:
+    r = read("finetune_packed_vs_padded")["result"]
+    sets = r["sets"].values()
+    each = lambda key, fmt: " / ".join(format(s[key], fmt) for s in sets)
+    times = " / ".join(f"{s['speedup']:.2f}x" for s in sets)
+    over = " / ".join(f"{s['speedup'] / s['packing_factor']:.2f}" for s in sets)
+    return (
+        f"fine-tuning packed vs padded at packing factors {each('packing_factor', '.2f')} "
+        f"(median of {r['seeds']} seeds)",
+        f"validation accuracy packed {each('accuracy_packed', '.4f')} vs padded "
+        f"{each('accuracy_padded', '.4f')}; step speed-up {times} "
+        f"({over} of the packing factor)",
+    )
+
+
+FINETUNE_COLUMNS: Columns = {
+    "set": lambda s: s["name"],
+    "packing factor": lambda s: s["packing_factor"],
+    "rows a step (padded / packed)": lambda s: "{padded} / {packed}".format(**s["rows_per_step"]),
+    "steps": lambda s: "{padded} / {packed}".format(**s["steps"]) if "steps" in s else "-",
+    "padded accuracy": lambda s: s["accuracy_padded"],
+    "packed accuracy": lambda s: s["accuracy_packed"],
+    "step speed-up": lambda s: times(s["speedup"]),
+    "of the packing factor": lambda s: f"{s['speedup'] / s['packing_factor']:.2f}",
+}
+
+
+def finetune_block(read: Read) -> str:
+    r = read("finetune_packed_vs_padded")["result"]
+    sets = [{"name": name, **s} for name, s in r["sets"].items()]
+    return (
+        f"{source('finetune_packed_vs_padded', read)}\n\nValidation accuracy, median of "
+        f"{r['seeds']} seeds:\n\n{items_table(sets, FINETUNE_COLUMNS)}"
+    )
+
+
+BLOCKS: dict[str, Callable[[Read], str]] = {"finetune_packed_vs_padded": finetune_block}
+README_ROW = (
+    finetune_row,
+    "`python -m benchmarks.studies.finetune_packed_vs_padded --json` "
+    "([results](docs/results.md#fine-tuning))",
+)  # its row of the README's headline table
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 r"""Does BERT need attention-probability dropout? The CPU recipe with and without it, equal steps.
 
-    python benchmarks/attention_dropout.py --json      # 2 rates x 3 seeds x 1,000 steps: ~30 min
+    # 2 rates x 3 seeds x 1,000 steps: ~30 min
+    python -m benchmarks.studies.attention_dropout --json
 
 Splash attention (the TPU kernel the compile table predicts fastest at 512) has no dropout on
 the attention probabilities; MosaicBERT and Cramming pre-train without it. This trains the CPU
@@ -19,10 +20,13 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 
 import numpy as np
-from results import publish
 
+from benchmarks.lib import recipe_data
+from benchmarks.lib.records import Read, publish
+from benchmarks.lib.render import Columns, items_table, source
 from bert_flax import demo
 from bert_flax.train import loop
 from configs import cpu_pretrain
@@ -36,12 +40,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rates", type=float, nargs="+", default=[0.1, 0.0])
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=1000)
-    parser.add_argument(
-        "--dupe_factor",
-        type=int,
-        default=cpu_pretrain.PREPARE["dupe_factor"],
-        help="Maskings of each document in the prepared data (the recipe's by default).",
-    )
+    recipe_data.add_flag(parser)
     parser.add_argument("--json", action="store_true", help="End with one JSON line.")
     return parser.parse_args()
 
@@ -57,8 +56,7 @@ def run(args, data_dir: str, rate: float, seed: int) -> dict:
 
 def main() -> None:
     args = parse_args()
-    data_dir = os.path.join(args.workdir, "sotu_cpu")
-    demo.prepare_data(data_dir, dupe_factor=args.dupe_factor)
+    data_dir, _ = recipe_data.prepare(args)
     accuracies: dict[str, list[float]] = {}
     baseline = float("nan")
     for seed in range(args.seeds):
@@ -80,6 +78,48 @@ def main() -> None:
     }
     if args.json:
         publish("attention_dropout", result)
+
+
+# Its blocks in the docs, rendered from its results files (`python -m benchmarks --docs`).
+
+
+def attention_dropout_row(read: Read) -> tuple[str, str]:
+    r = read("attention_dropout")["result"]
+    return (
+        f"attention dropout 0.1 vs none, CPU recipe, {r['steps']:,} steps (median of "
+        f"{r['seeds']} seeds)",
+        f"eval masked-LM accuracy {r['median']['0.1']:.4f} with vs {r['median']['0']:.4f} "
+        f"without (baseline {r['baseline']:.4f}): the TPU presets drop it at 512 (splash)",
+    )
+
+
+ATTENTION_DROPOUT_COLUMNS: Columns = {
+    "attention dropout": lambda r: r["rate"],
+    "eval masked-LM accuracy, median": lambda r: f"{r['median']:.4f}",
+    "min": lambda r: f"{min(r['seeds']):.4f}",
+    "max": lambda r: f"{max(r['seeds']):.4f}",
+}
+
+
+def attention_dropout_block(read: Read) -> str:
+    result = read("attention_dropout")["result"]
+    rows = [
+        {"rate": rate, "median": result["median"][rate], "seeds": seeds}
+        for rate, seeds in result["accuracy"].items()
+    ]
+    return (
+        f"{source('attention_dropout', read)}\n\nThe packed CPU recipe at step "
+        f"{result['steps']}, {result['seeds']} seeds (most-frequent-token baseline "
+        f"{result['baseline']:.4f}):\n\n{items_table(rows, ATTENTION_DROPOUT_COLUMNS)}"
+    )
+
+
+BLOCKS: dict[str, Callable[[Read], str]] = {"attention_dropout": attention_dropout_block}
+README_ROW = (
+    attention_dropout_row,
+    "`python -m benchmarks.studies.attention_dropout --json` "
+    "([results](docs/results.md#attention-dropout-at-512))",
+)  # its row of the README's headline table
 
 
 if __name__ == "__main__":

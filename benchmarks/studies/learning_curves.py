@@ -1,7 +1,7 @@
 r"""Packed vs padded learning per sequence, past the plateau, and what pre-training is worth.
 
-    python benchmarks/learning_curves.py --json          # 3 seeds: about 35 minutes on 2 cores
-    python benchmarks/learning_curves.py --recipe=cpu_pretrain --steps=800 --json   # AdamW
+    python -m benchmarks.studies.learning_curves --json  # 3 seeds: about 35 minutes on 2 cores
+    python -m benchmarks.studies.learning_curves --recipe=cpu_pretrain --steps=800 --json   # AdamW
 
 The demo's recipe (`bert_flax.demo.RECIPE`, or --recipe, a module of configs/) on its data
 (`configs/cpu_pretrain.py`'s `PREPARE`, prepared once in --workdir), packed and padded for the same
@@ -30,10 +30,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+from collections.abc import Callable
 
 import numpy as np
-from results import publish
 
+from benchmarks.lib import recipe_data
+from benchmarks.lib.records import Read, publish
+from benchmarks.lib.render import Columns, items_table, source
 from bert_flax import demo
 from bert_flax.runs.metrics import learning_curve
 from bert_flax.train import loop
@@ -56,6 +59,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--finetune_epochs", type=float, default=1.0, help="As the demo's; 0 skips it."
     )
+    recipe_data.add_flag(parser)
     parser.add_argument("--json", action="store_true", help="End with one JSON line.")
     return parser.parse_args()
 
@@ -99,8 +103,7 @@ def max_gap(packed: dict, padded: dict, plateau: float) -> float | None:
 
 def main() -> None:
     args = parse_args()
-    data_dir = os.path.join(args.workdir, "sotu_cpu")
-    data = demo.prepare_data(data_dir)
+    data_dir, data = recipe_data.prepare(args)
     runs: dict[str, list[str]] = {layout: [] for layout in demo.LAYOUTS}
     baseline, tuned = float("nan"), {start: [] for start in demo.FINETUNE_STARTS}
     reused: list[str] = []
@@ -147,6 +150,50 @@ def main() -> None:
     )
     if args.json:
         publish("learning_curves", result)
+
+
+# Its blocks in the docs, rendered from its results files (`python -m benchmarks --docs`).
+
+
+def learning_curves_row(read: Read) -> tuple[str, str]:
+    r = read("learning_curves")["result"]
+    return (
+        f"learning curves, packed vs padded per sequence ({r['seeds']} seeds, {r['steps']} steps)",
+        f"largest gap past the plateau {100 * r['max_curve_gap']:.2f} points (to "
+        f"{r['mlm_accuracy_packed']:.3f}; baseline {r['baseline']:.3f})",
+    )
+
+
+def learning_curves_block(read: Read) -> str:
+    r = read("learning_curves")["result"]
+    curves, metric = r["curves"], "masked_lm_accuracy"
+    span = lambda layout, i: "{} ({}-{})".format(
+        *(curves[layout][f"{metric}{end}"][i] for end in ("", "_min", "_max"))
+    )
+    gap = lambda i: curves["packed"][metric][i] - curves["padded"][metric][i]
+    columns: Columns = {
+        "step": lambda i: curves["packed"]["step"][i],
+        "packed (min-max)": lambda i: span("packed", i),
+        "padded (min-max)": lambda i: span("padded", i),
+        "gap (points)": lambda i: f"{100 * gap(i):+.2f}",
+    }
+    evaluations = list(range(len(curves["packed"]["step"])))
+    return (
+        f"{source('learning_curves', read)}\n\nEval masked-LM accuracy, median of {r['seeds']} "
+        f"seeds (most-frequent-token baseline {r['baseline']}, packing factor "
+        f"{r['packing_factor']}):\n\n{items_table(evaluations, columns)}\n\nFine-tuned from the "
+        f"packed run: {r['finetune_pretrained']} validation accuracy; from a random start "
+        f"{r['finetune_random']}."
+    )
+
+
+BLOCKS: dict[str, Callable[[Read], str]] = {"learning_curves": learning_curves_block}
+README_ROW = (
+    learning_curves_row,
+    "`python -m benchmarks.studies.learning_curves --json --recipe=cpu_pretrain --steps=800 "
+    "--eval_every=200 --finetune_epochs=1` "
+    "([results](docs/results.md#packed-and-padded-learn-alike-per-sequence))",
+)  # its row of the README's headline table
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 r"""Time to accuracy: the project's thesis in one number, packed + second-order vs padded + LAMB.
 
-    python benchmarks/time_to_accuracy.py --json                    # the full grid: many hours
-    python benchmarks/time_to_accuracy.py --seeds=1 --grid=1 --rows=padded+lamb,packed+soap --json
-    python benchmarks/time_to_accuracy.py --rows=padded+lamb,packed+soap \
-        --learning_rates=padded+lamb=5e-3,packed+soap=2e-3 --name=time_to_accuracy_rerun --json
+    python -m benchmarks.studies.time_to_accuracy --json  # the full grid: many hours
+    python -m benchmarks.studies.time_to_accuracy --seeds=1 --grid=1 \
+        --rows=padded+lamb,packed+soap --json
+    python -m benchmarks.studies.time_to_accuracy --rows=padded+lamb,packed+soap \
+        --learning_rates=padded+lamb=5e-3,packed+soap=2e-3 \
+        --name=time_to_accuracy_at_chosen_rates --json
 
 The recipe of `configs/cpu_pretrain.py` on its data (`PREPARE`, prepared once in --workdir),
 trained by each row (a layout and an optimizer) until its eval masked-LM accuracy reaches
@@ -43,11 +45,13 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
-from results import publish
 
+from benchmarks.lib import recipe_data
+from benchmarks.lib.records import Read, publish
+from benchmarks.lib.render import Columns, items_table, source, times
 from bert_flax import demo
 from bert_flax.runs.metrics import learning_curve
 from bert_flax.train import loop
@@ -113,6 +117,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--learning_rates", default="",
         help="ROW=RATE,...: these rows train at RATE only (no grid), e.g. a published choice.",
     )  # fmt: skip
+    recipe_data.add_flag(parser)
     parser.add_argument("--json", action="store_true", help="End with one JSON line.")
     parser.add_argument("--name", default="time_to_accuracy", help="The results file's name.")
     args = parser.parse_args(argv)
@@ -309,8 +314,7 @@ def print_table(result: dict) -> None:
 
 def main() -> None:
     args = parse_args()
-    data_dir = os.path.join(args.workdir, "sotu_cpu")
-    data = demo.prepare_data(data_dir)
+    data_dir, data = recipe_data.prepare(args)
     grids = row_grids(args)
     trials: dict[str, dict] = {row: {} for row in args.rows}
     baseline = float("nan")
@@ -333,6 +337,128 @@ def main() -> None:
     print_table(result)
     if args.json:
         publish(args.name, result)
+
+
+# Its blocks in the docs, rendered from its results files (`python -m benchmarks --docs`).
+
+
+TIME_TO_ACCURACY_ROWS = {
+    "packed+soap": "packed + SOAP",
+    "packed+muon": "packed + Muon",
+    "packed+shampoo": "packed + Shampoo (async)",
+    "packed+lamb": "packed + LAMB",
+    "packed+adamw": "packed + AdamW",
+}
+
+
+def time_to_accuracy_row(read: Read) -> tuple[str, str]:
+    r = read("time_to_accuracy")["result"]
+    speedup, steps = r["speedup_vs_padded_lamb"], r["steps_to_target"]
+    seconds = r["seconds_to_target"]["padded+lamb"]  # shown in whole seconds elapsed
+    rows = sorted(TIME_TO_ACCURACY_ROWS, key=lambda row: -speedup[row])
+    figures = []
+    for i, row in enumerate(rows):
+        detail = f"{steps[row]:,}" + (" steps" if i == 0 else "")
+        if row == "packed+lamb":
+            detail += f"; {speedup[row] / r['packing_factor']:.2f} x the packing factor"
+        text = f"{TIME_TO_ACCURACY_ROWS[row]} {speedup[row]:.2f}x"
+        figures.append((f"**{text}**" if i == 0 else text) + f" ({detail})")
+    result = (
+        f"time to eval masked-LM accuracy {r['target']:g} (CPU recipe, baseline "
+        f"{r['baseline']:.3f}; each row at its {r['grid']}-point grid's best rate, median of "
+        f"{r['seeds']} seeds) vs padded + LAMB ({int(seconds)} s, "
+        f"{steps['padded+lamb']:,} steps)"
+    )
+    return result, ", ".join(figures)
+
+
+def time_to_accuracy_block(read: Read) -> str:
+    r = read("time_to_accuracy")["result"]
+    missed = lambda value, spec: "missed" if value is None else format(value, spec)
+    ratio = lambda row: r.get("step_time_over_packed_lamb", {}).get(row)
+    compiled = r.get("compile_seconds")
+    columns: Columns = {
+        "row": lambda row: row,
+        "learning rate": lambda row: r["learning_rates"][row],
+        "seconds to target": lambda row: missed(r["seconds_to_target"][row], ".1f"),
+        "compile (s)": lambda row: missed(compiled[row], ".1f") if compiled else "not recorded",
+        "steps": lambda row: missed(r["steps_to_target"][row], ","),
+        "sequences": lambda row: missed(r["sequences_to_target"][row], ","),
+        "speed-up vs padded + LAMB": lambda row: times(r["speedup_vs_padded_lamb"][row]),
+        "step time / packed + LAMB": lambda row: (
+            "{:.2f} ± {:.2f}".format(*ratio(row)) if ratio(row) else "-"
+        ),
+    }
+    return (
+        f"{source('time_to_accuracy', read)}\n\nTarget eval masked-LM accuracy {r['target']} "
+        f"(most-frequent-token baseline {r['baseline']}), packing factor {r['packing_factor']}, "
+        f"medians of {r['seeds']} seeds at each row's best rate of a {r['grid']}-point grid:"
+        f"\n\n{items_table(list(r['seconds_to_target']), columns)}"
+    )
+
+
+def time_to_accuracy_at_chosen_rates_block(read: Read) -> str:
+    """The headline's rows rerun at the rates the grid chose, beside the published run."""
+    before, after = (
+        read(name)["result"] for name in ("time_to_accuracy", "time_to_accuracy_at_chosen_rates")
+    )
+    missed = lambda value, spec: "missed" if value is None else format(value, spec)
+    speedup = lambda r, row: (
+        "-" if r["speedup_vs_padded_lamb"][row] is None else times(r["speedup_vs_padded_lamb"][row])
+    )
+    columns: Columns = {
+        "row": lambda row: row,
+        "learning rate": lambda row: f"{after['learning_rates'][row]:g}",
+        "steps, before / after": lambda row: (
+            f"{missed(before['steps_to_target'][row], ',.0f')} / "
+            f"{missed(after['steps_to_target'][row], ',.0f')}"
+        ),
+        "seconds, after": lambda row: missed(after["seconds_to_target"][row], ".1f"),
+        "compile (s), after": lambda row: f"{after['compile_seconds'][row]:.1f}",
+        "speed-up vs padded + LAMB, before / after": lambda row: (
+            f"{speedup(before, row)} / {speedup(after, row)}"
+        ),
+    }
+    return (
+        f"{source('time_to_accuracy_at_chosen_rates', read)}\n\nBefore: the published run above "
+        f"(its "
+        f"training seconds then included compiling the first step); after: the same rows at the "
+        f"same rates with the fixes (training seconds from the compiled step on, compile seconds "
+        f"beside them), target {after['target']}, medians of {after['seeds']} seeds. Seconds are "
+        f"not compared across the two runs (machines differ in speed from session to session); "
+        f"the speed-ups are ratios within each run:\n\n"
+        f"{items_table(list(after['seconds_to_target']), columns)}"
+    )
+
+
+def time_to_accuracy_race_block(read: Read) -> str:
+    race = read("time_to_accuracy")["result"]["race"]
+    rows = [{"by": by, "rows": race.get(f"by_{by}")} for by in ("steps", "seconds")]
+    named = lambda row, i: row["rows"][i] if row["rows"] else "not recorded"
+    columns: Columns = {
+        "to target": lambda row: row["by"],
+        "best first-order row": lambda row: named(row, 0),
+        "best second-order row": lambda row: named(row, 1),
+        "second-order over first-order": lambda row: times(
+            race[f"{row['by']}_second_over_first_order"]
+        ),
+    }
+    return (
+        f"{source('time_to_accuracy', read)}\n\nIts `race`: the best second-order packed row "
+        f"against the best first-order one:\n\n{items_table(rows, columns)}"
+    )
+
+
+BLOCKS: dict[str, Callable[[Read], str]] = {
+    "time_to_accuracy": time_to_accuracy_block,
+    "time_to_accuracy_at_chosen_rates": time_to_accuracy_at_chosen_rates_block,
+    "time_to_accuracy_race": time_to_accuracy_race_block,
+}
+README_ROW = (
+    time_to_accuracy_row,
+    "`python -m benchmarks.studies.time_to_accuracy --seeds=3 --grid=3 --target=0.25 --json` "
+    "([results](docs/results.md#time-to-accuracy))",
+)  # its row of the README's headline table
 
 
 if __name__ == "__main__":

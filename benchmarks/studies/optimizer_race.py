@@ -5,11 +5,12 @@ pre-training the tiny packed BERT through the project's own training loop
 History: its table in docs/results.md measures the first few hundred steps, where masked-LM accuracy
 sits near the most-frequent-token baseline. The race past the plateau, every registered optimizer
 (Muon and SOAP included) to an eval masked-LM accuracy of 0.25 with the CPU recipe, is
-`benchmarks/time_to_accuracy.py` (its `race` key).
+`benchmarks/studies/time_to_accuracy.py` (its `race` key).
 
-  python benchmarks/optimizer_race.py --data_dir=workdir/sotu_128 --steps=300 --eval_every=25 \
+  python -m benchmarks.studies.optimizer_race --data_dir=workdir/sotu_128 --steps=300 \
+      --eval_every=25 \
       --eval_batches=4 --seeds=3 --json     # the run in docs/results.md, ~45 min on 2 CPU cores
-  python benchmarks/optimizer_race.py --data_dir=workdir/sotu_128 --quick --json
+  python -m benchmarks.studies.optimizer_race --data_dir=workdir/sotu_128 --quick --json
 
 Per optimizer the same budget of trials: a grid of peak learning rate (its centre times
 --lr_multipliers) x warm-up steps (--warmups), each run with seed 0; the trial with the lowest
@@ -37,12 +38,13 @@ import json
 import os
 import statistics
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 import numpy as np
-from results import publish
 
+from benchmarks.lib.records import Read, publish
+from benchmarks.lib.render import Columns, either, items_table, source
 from bert_flax import sharding
 from bert_flax.runs.metrics import read_metrics
 from bert_flax.train import loop
@@ -437,6 +439,67 @@ def main(argv: Sequence[str] | None = None) -> None:
                 **{k: v for k, v in summary.items() if k != "results"},
             },
         )
+
+
+# Its blocks in the docs, rendered from its results files (`python -m benchmarks --docs`).
+
+
+RACES = ("optimizer_race", "optimizer_race_short_documents")  # on the plateau; short documents
+
+
+STUDY_COLUMNS: Columns = {
+    "final eval MLM loss": lambda row: f"{row['final_eval_mlm_loss']:.3f}",
+    "s/step": lambda row: either(row.get("step_seconds"), ".3f"),
+    "host wait s/step": lambda row: either(row.get("host_wait_seconds_per_step"), ".3g"),
+}
+
+
+def steps_to(row: dict) -> str:
+    return "never" if row["steps_to_target"] == float("inf") else f"{row['steps_to_target']:g}"
+
+
+def optimizer_race_block(name: str) -> Callable[[Read], str]:
+    """The block of one optimizer_race.py run: the race, then Shampoo's studies, if any."""
+
+    def block(read: Read) -> str:
+        r = read(name)["result"]
+        table = [{"optimizer": optimizer, **row} for optimizer, row in r["table"].items()]
+        first = min(FIRST_ORDER, key=lambda n: r["table"][n]["seconds_to_target"])
+        vs = lambda row, key: row[key] / r["table"][first][key]
+        columns: Columns = {
+            "optimizer": lambda row: row["optimizer"],
+            "lr, warm-up": lambda row: f"{row['learning_rate']:g}, {row['warmup']}",
+            "steps to target": steps_to,
+            "s to target": lambda row: f"{row['seconds_to_target']:.1f}",
+            f"steps / seconds vs {first}": lambda row: (
+                f"{vs(row, 'steps_to_target'):.2f}x / {vs(row, 'seconds_to_target'):.2f}x"
+            ),
+            **STUDY_COLUMNS,
+            "state bytes/param": lambda row: either(row.get("state_bytes_per_param"), ".1f"),
+        }
+        studies = [
+            {"study": study, "setting": setting, **row}
+            for study in ("ablation", "staleness", "max_staleness")
+            for setting, row in r[study].items()
+        ]
+        text = (
+            f"{source(name, read)}\n\nTarget eval MLM loss {r['target']}; step times side by "
+            f"side: asynchronous Shampoo over LAMB {r['async_over_lamb_step_time']:.3f} (± "
+            f"{r['async_over_lamb_step_time_error']:.1%}), synchronous roots over asynchronous "
+            f"{r['sync_over_async_step_time']:.2f}:\n\n{items_table(table, columns)}"
+        )
+        if studies:
+            shampoo = {"study": lambda s: s["study"], "setting": lambda s: s["setting"]}
+            text += (
+                "\n\nShampoo's winner (seed 0) with one setting changed:\n\n"
+                f"{items_table(studies, {**shampoo, **STUDY_COLUMNS})}"
+            )
+        return text
+
+    return block
+
+
+BLOCKS: dict[str, Callable[[Read], str]] = {**{name: optimizer_race_block(name) for name in RACES}}
 
 
 if __name__ == "__main__":

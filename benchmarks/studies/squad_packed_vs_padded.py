@@ -1,8 +1,8 @@
 """Packed vs padded SQuAD fine-tuning (the packing paper's comparison), side by side.
 
-  python benchmarks/squad_packed_vs_padded.py --json            # cloze set, 2 starts, 3 seeds
-  python benchmarks/squad_packed_vs_padded.py --seeds=1 --train_examples=500 --epochs=0.5
-  python benchmarks/squad_packed_vs_padded.py --pretrained=workdir/demo/packed
+  python -m benchmarks.studies.squad_packed_vs_padded --json  # cloze set, 2 starts, 3 seeds
+  python -m benchmarks.studies.squad_packed_vs_padded --seeds=1 --train_examples=500 --epochs=0.5
+  python -m benchmarks.studies.squad_packed_vs_padded --pretrained=workdir/demo/packed
 
 On the bundled cloze set (`bert_flax.tasks.squad.cloze`, SQuAD v1.1 format), configs/squad.py's
 recipe (windows of 384 tokens, stride 128, up to 3 a row packed; AdamW, warm-up and linear
@@ -32,14 +32,16 @@ import argparse
 import os
 import statistics
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
-from results import publish
 
 import packing
+from benchmarks.lib.records import Read, publish
+from benchmarks.lib.render import Columns, items_table, source, times
 from bert_flax import demo, finetune, sharding
 from bert_flax.data import rows as data_rows
+from bert_flax.runs.pretrained import pretrained_vocab_file
 from bert_flax.tasks import SquadTask
 from bert_flax.tasks.squad.reading import Window
 from bert_flax.tasks.squad.rows import WindowTable
@@ -214,7 +216,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     os.makedirs(args.workdir, exist_ok=True)
     pretrained = args.pretrained or demo.pretrained_model(args.workdir, args.pretrain_steps)
-    data_dir = os.path.dirname(pretrained.pretrained_vocab_file(pretrained))
+    data_dir = os.path.dirname(pretrained_vocab_file(pretrained))
     speeds = speed(data_dir, args)  # first, while nothing else of this run is going on
     print(
         "| start | layout | rows per step | steps | exact match | F1 |\n|---|---|---|---|---|---|"
@@ -241,6 +243,75 @@ def main(argv: Sequence[str] | None = None) -> None:
                 "min_speedup_over_packing_factor": ratio,
             },
         )
+
+
+# Its blocks in the docs, rendered from its results files (`python -m benchmarks --docs`).
+
+
+def squad_row(read: Read) -> tuple[str, str]:
+    r = read("squad_packed_vs_padded")["result"]
+    f1 = lambda start: "{} packed vs {} padded".format(
+        *(f"{r['cloze'][f'{start}/{layout}']['f1']:.1f}" for layout in ("packed", "padded"))
+    )
+    speeds = ", ".join(
+        f"{s['speedup']:.2f}x at {name} (packing factor {s['packing_factor']:.2f})"
+        for name, s in r["speed"].items()
+    )
+    return (
+        f"SQuAD-style QA fine-tuning packed vs padded, cloze set (median of {r['seeds']} seeds)",
+        f"F1 from the demo's model {f1('pre-trained')}, from random weights {f1('random')}; "
+        f"step speed-up {speeds}",
+    )
+
+
+SQUAD_COLUMNS: Columns = {
+    "start": lambda s: s["start"],
+    "layout": lambda s: s["layout"],
+    "rows a step": lambda s: s["rows_per_step"],
+    "steps": lambda s: s["steps"],
+    "exact match": lambda s: f"{s['exact_match']:.1f}",
+    "F1": lambda s: f"{s['f1']:.1f}",
+    "F1 of each seed": lambda s: ", ".join(f"{f:.1f}" for f in s["f1_runs"]),
+}
+
+
+SQUAD_SPEED_COLUMNS: Columns = {
+    "windows": lambda s: s["name"],
+    "packing factor": lambda s: f"{s['packing_factor']:.2f}",
+    "rows a step (padded / packed)": lambda s: "{padded} / {packed}".format(**s["rows_per_step"]),
+    "sequences/s (padded / packed)": lambda s: "{padded:.1f} / {packed:.1f}".format(
+        **s["sequences_per_second"]
+    ),
+    "step speed-up": lambda s: times(s["speedup"]),
+    "of the packing factor": lambda s: f"{s['speedup_over_packing_factor']:.2f}",
+}
+
+
+def squad_block(read: Read) -> str:
+    r = read("squad_packed_vs_padded")["result"]
+    runs = [
+        {"start": start, "layout": layout, **entry}
+        for key, entry in r["cloze"].items()
+        for start, layout in [key.split("/")]
+    ]
+    speeds = [{"name": name, **s} for name, s in r["speed"].items()]
+    questions = f"{r['train_examples']:,} training questions" if r["train_examples"] else "all"
+    return (
+        f"{source('squad_packed_vs_padded', read)}\n\nThe cloze set ({questions}; the "
+        f"evaluation on every dev question), best evaluation, median of {r['seeds']} seeds "
+        f"(answering with the context's first name or number: F1 {runs[0]['baseline_f1']:.1f}; "
+        f"packing factor of the training windows {runs[-1]['packing_factor']:.2f}):\n\n"
+        f"{items_table(runs, SQUAD_COLUMNS)}\n\nTrain steps timed side by side:\n\n"
+        f"{items_table(speeds, SQUAD_SPEED_COLUMNS)}"
+    )
+
+
+BLOCKS: dict[str, Callable[[Read], str]] = {"squad_packed_vs_padded": squad_block}
+README_ROW = (
+    squad_row,
+    "`python -m benchmarks.studies.squad_packed_vs_padded --train_examples=3000 --json` "
+    "([results](docs/results.md#question-answering))",
+)  # its row of the README's headline table
 
 
 if __name__ == "__main__":

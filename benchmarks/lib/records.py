@@ -1,15 +1,10 @@
-r"""Published results: one file per result under benchmarks/results/, from which the README's
-headline table and every figure block of the docs are rendered (`results_tables.py`).
-
-    python benchmarks/results.py --docs       # rewrites the docs' blocks from the files
-    python benchmarks/results.py --check      # names the blocks that differ from their files
-    python benchmarks/results.py --publish_run=workdir/cpu_soap --name=cpu_pretrain_soap \
-        --command="python -m bert_flax.train --config=configs/cpu_pretrain_soap.py ..."
-    python benchmarks/results.py --publish_run=workdir/demo --name=demo --command="make demo"
+"""Published results: one file per result under benchmarks/results/, from which the README's
+headline table and every figure block of the docs are rendered (`blocks.py`).
 
 A benchmark run with --json ends with `publish(name, result)`: it writes `<name>.json`, holding
 the command, the date (UTC), the machine, the commit (`+dirty` for uncommitted changes) and the
-result, then prints the result as its last line. `--publish_run` does the same for a training
+result, then prints the result as its last line. `python -m benchmarks --publish_run` does the \
+    same for a training
 run's final metrics (its `final_metrics.json`) or a demo's summary (`demo_summary.json`).
 BENCHMARK_RESULTS_DIR moves the files elsewhere (the tests do, so that their small runs never
 overwrite a published result).
@@ -17,7 +12,6 @@ overwrite a published result).
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
@@ -29,8 +23,8 @@ import sys
 from collections.abc import Callable, Sequence
 from importlib import metadata
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PUBLISHED = os.path.join(HERE, "results")
+BENCHMARKS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PUBLISHED = os.path.join(BENCHMARKS, "results")
 ENV = "BENCHMARK_RESULTS_DIR"
 Read = Callable[[str], dict]  # a results file's name -> its contents
 
@@ -55,7 +49,12 @@ def machine() -> dict[str, object]:
     }
 
 
-def commit(root: str = os.path.dirname(HERE)) -> str:
+def now() -> str:
+    """The time in UTC, to the second, as a results file records it."""
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+def commit(root: str = os.path.dirname(BENCHMARKS)) -> str:
     """The checkout's HEAD, with `+dirty` when it has uncommitted changes; "unknown" outside git."""
     git = lambda *args: subprocess.run(
         ["git", "-C", root, *args], capture_output=True, text=True, check=True
@@ -68,27 +67,37 @@ def commit(root: str = os.path.dirname(HERE)) -> str:
 
 
 def write(name: str, command: str, result: dict) -> str:
-    """Writes `<name>.json` (command, date, machine, commit, result); returns its path."""
+    """Writes `<name>.json` (command, date, machine, commit, result); returns its path. A file
+    already there is a run this one replaces: it moves, with its own, to `earlier_runs`."""
     record = {
         "command": command,
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "date": now(),
         "machine": machine(),
         "commit": commit(),
         "result": result,
     }
     os.makedirs(results_dir(), exist_ok=True)
     path = os.path.join(results_dir(), f"{name}.json")
+    if os.path.exists(path):  # a rerun: the run it replaces stays in the file, dated
+        earlier = read(name)
+        record["earlier_runs"] = [*earlier.pop("earlier_runs", []), earlier]
     with open(path, "w") as f:
         json.dump(record, f, indent=1)
         f.write("\n")
     return path
 
 
+def module_name(path: str) -> str:
+    """`.../benchmarks/studies/x.py` -> `benchmarks.studies.x`: how the benchmark is run."""
+    parts = os.path.normpath(path).removesuffix(".py").split(os.sep)
+    return ".".join(parts[len(parts) - 1 - parts[::-1].index("benchmarks") :])
+
+
 def publish(name: str, result: dict, argv: Sequence[str] | None = None) -> None:
     """A benchmark's final result: written to `<name>.json` with the command line `argv`
     (default `sys.argv`), then printed as one JSON line."""
     argv = sys.argv if argv is None else argv
-    command = shlex.join(["python", f"benchmarks/{os.path.basename(argv[0])}", *argv[1:]])
+    command = shlex.join(["python", "-m", module_name(argv[0]), *argv[1:]])
     path = write(name, command, result)
     print(f"published {path}", file=sys.stderr)
     print(json.dumps(result), flush=True)
@@ -124,29 +133,3 @@ def read(name: str, directory: str | None = None) -> dict:
     """The results file `<name>.json` of `directory` (default `results_dir()`)."""
     with open(os.path.join(directory or results_dir(), f"{name}.json")) as f:
         return json.load(f)
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--docs", action="store_true", help="Rewrite the docs' result blocks.")
-    parser.add_argument("--check", action="store_true", help="Name the blocks that differ.")
-    parser.add_argument("--publish_run", metavar="WORKDIR", help="A run's final metrics.")
-    parser.add_argument("--name", help="--publish_run: the results file's name.")
-    parser.add_argument("--command", help="--publish_run: the command that trained the run.")
-    args = parser.parse_args()
-    if args.publish_run:
-        if not (args.name and args.command):
-            parser.error("--publish_run needs --name and --command")
-        print(publish_run(args.publish_run, args.name, args.command))
-    if args.docs or args.check:
-        import results_tables  # renders with what the benchmarks import
-
-        changed = results_tables.update_docs(write=args.docs)
-        for path, name in changed:
-            print(f"{path}: block {name} {'rewritten' if args.docs else 'differs from its file'}")
-        if args.check and changed:
-            raise SystemExit(1)
-
-
-if __name__ == "__main__":
-    main()

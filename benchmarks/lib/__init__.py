@@ -1,0 +1,1 @@
+"""What the benchmarks share: results files (`records`) and the docs' blocks (`blocks`)."""
