@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks.lib.records import Read, publish
-from benchmarks.lib.render import Columns, items_table, source, times
+from benchmarks.lib.render import Columns, items_table, run_sources, runs, times
 from bert_flax.block_sparse import block_sparse_matmul, random_layout, resolve_impl
 
 
@@ -196,14 +196,10 @@ BLOCK_SPARSE_COLUMNS: Columns = {
 
 def block_sparse_block(read: Read) -> str:
     """Its run's cases, then those of the earlier runs it keeps (block 32 at 10 %: the last row)."""
-    record = read("block_sparse_bench")
-    earlier = record.get("earlier_runs", [])
-    cases = [c for run in (record, *earlier) for c in run["result"]["cases"]]
-    sources = [source("block_sparse_bench", read)]
-    sources += [
-        f"{source('block_sparse_bench', read, i)} (its rows are the last)"
-        for i in range(len(earlier))
-    ]
+    *earlier, own = runs("block_sparse_bench", read)
+    *earlier_sources, own_source = run_sources("block_sparse_bench", read)
+    cases = [c for run in (own, *earlier) for c in run["result"]["cases"]]
+    sources = [own_source, *(f"{line} (its rows are the last)" for line in earlier_sources)]
     side = cases[0]["features"]
     return (
         "\n\n".join(sources) + f"\n\n{side}x{side} weights, float32:\n\n"

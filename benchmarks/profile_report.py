@@ -35,7 +35,16 @@ from typing import Any
 import ml_collections
 
 from benchmarks.lib.records import Read, publish
-from benchmarks.lib.render import Columns, either, items_table, plus_minus, share, source
+from benchmarks.lib.render import (
+    Columns,
+    either,
+    items_table,
+    plus_minus,
+    run_sources,
+    runs,
+    share,
+    source,
+)
 from bert_flax.profile import configured, report
 from bert_flax.profile.ceilings import Ceilings
 from bert_flax.profile.profiler import StepProfile
@@ -324,9 +333,9 @@ DROPOUT_COLUMNS: Columns = {
 
 
 def dropout_block(read: Read) -> str:
-    name, record = "profile_report_dropout", read("profile_report_dropout")
-    parts = [(source(name, read), record)]  # its own run, then a second (base at 512)
-    parts += [(source(name, read, i), run) for i, run in enumerate(record["earlier_runs"])]
+    name = "profile_report_dropout"
+    parts = list(zip(run_sources(name, read), runs(name, read)))
+    parts = [parts[-1], *parts[:-1]]  # its own run, then the earlier one (base at 512)
     return "\n\n".join(
         f"{line}\n\n{items_table(run['result']['rows'], DROPOUT_COLUMNS)}" for line, run in parts
     )

@@ -26,7 +26,7 @@ from collections.abc import Callable
 import numpy as np
 
 from benchmarks.lib.records import Read, publish
-from benchmarks.lib.render import Columns, items_table, runs, share, source, times
+from benchmarks.lib.render import Columns, items_table, run_sources, runs, share, times
 from bert_flax import demo
 from bert_flax.demo import LAYOUTS
 from bert_flax.train.setup import create_train_setup
@@ -139,10 +139,7 @@ def step_cost_block(read: Read) -> str:
             else ""
         ),
     }
-    earlier = range(len(read("step_cost").get("earlier_runs", [])))
-    sources = "\n\n".join(
-        [*(source("step_cost", read, i) for i in earlier), source("step_cost", read)]
-    )
+    sources = "\n\n".join(run_sources("step_cost", read))
     r = items[-1]
     return (
         f"{sources}\n\nMedian step ms by rows a step, {r['optimizer'].upper()}; the recipe's step "

@@ -42,6 +42,12 @@ def runs(name: str, read: Read) -> list[dict]:
     return [*record.get("earlier_runs", []), record]
 
 
+def run_sources(name: str, read: Read) -> list[str]:
+    """The `source` line of each of the file's `runs`, in their order (oldest first)."""
+    earlier = range(len(read(name).get("earlier_runs", [])))
+    return [*(source(name, read, i) for i in earlier), source(name, read)]
+
+
 def source(name: str, read: Read, earlier: int | None = None) -> str:
     """Where a block's figures come from: the file, its command, date, machine and commit (of
     its run `earlier_runs[earlier]`, when given)."""
