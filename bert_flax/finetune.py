@@ -41,7 +41,7 @@ def resolve_epochs(config: ml_collections.ConfigDict, task: FineTuningTask) -> N
     """Sets `train.steps` (= `train.epochs` x steps per epoch, at least `train.min_steps`), and
     `eval.every_steps` and `checkpoint.every_steps` to one epoch (or, with `eval.evaluations`,
     to that many evaluations over the run), for the rows per step after the packing adjustment."""
-    mesh = sharding.create_mesh(config.mesh.shape, config.mesh.axes)
+    mesh = sharding.mesh_of(config.mesh)
     adjustment = adjust_for_packing(
         config, task.packing_factor(), sharding.data_parallel_size(mesh)
     )

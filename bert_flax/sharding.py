@@ -147,6 +147,18 @@ def create_mesh(
     return jax.make_mesh(shape, axes, axis_types=(AxisType.Auto,) * len(axes), devices=devices)
 
 
+def mesh_of(mesh_config: Any, devices: Sequence[jax.Device] | None = None) -> Mesh:
+    """The mesh a config's `mesh` section describes (`shape`, `axes`) over `devices`."""
+    return create_mesh(mesh_config.shape, mesh_config.axes, devices)
+
+
+def layout(mesh_config: Any, mesh: Mesh | None = None) -> tuple[Mesh, list[tuple[str, Any]]]:
+    """A run's mesh (`mesh`, else the one `mesh_config` describes) and the logical-axis rules of
+    `mesh_config.rules` that it supports."""
+    mesh = mesh_of(mesh_config) if mesh is None else mesh
+    return mesh, rules_for_mesh(mesh, rules_from_config(mesh_config.rules))
+
+
 def rules_for_mesh(mesh: Mesh, rules: Rules = LOGICAL_AXIS_RULES) -> list[tuple[str, Any]]:
     """The rules with mesh axes that `mesh` does not have dropped (e.g. a data-only mesh)."""
     out = []
@@ -209,29 +221,6 @@ def batch_sharding(mesh: Mesh) -> NamedSharding:
 
 def replicated(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec())
-
-
-def check_batch_fits(mesh: Mesh, global_rows: int, accumulation: int, what: str = "batch") -> int:
-    """Checks that every micro-batch splits evenly over data shards and hosts; returns its rows."""
-    if global_rows <= 0 or accumulation <= 0:
-        raise ValueError(f"{what}: batch_size {global_rows} and accumulation {accumulation} > 0.")
-    if global_rows % accumulation:
-        raise ValueError(
-            f"{what}: batch_size {global_rows} is not divisible by accumulation {accumulation}."
-        )
-    micro = global_rows // accumulation
-    shards = data_parallel_size(mesh)
-    if micro % shards:
-        raise ValueError(
-            f"{what}: the micro-batch of {micro} rows (batch_size {global_rows} / accumulation "
-            f"{accumulation}) is not divisible by the {shards} data-parallel shards of mesh "
-            f"{dict(mesh.shape)}; make batch_size a multiple of {shards * accumulation}."
-        )
-    if global_rows % jax.process_count():
-        raise ValueError(
-            f"{what}: batch_size {global_rows} is not divisible by {jax.process_count()} processes."
-        )
-    return micro
 
 
 def global_batch(mesh: Mesh, local_batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:

@@ -347,7 +347,7 @@ def compile_steps(
 ) -> Compiled:
     """Compiles the train step of `config` (and its eval step, if `evaluate`) for `devices`
     (compile-only ones are enough)."""
-    mesh = sharding.create_mesh(config.mesh.shape, config.mesh.axes, devices)
+    mesh = sharding.mesh_of(config.mesh, devices)
     started = time.perf_counter()
     program = train_setup.create_train_program(config, mesh, packing_factor_override=packing_factor)
     key = jax.ShapeDtypeStruct((), jax.random.key(0).dtype, sharding=sharding.replicated(mesh))
@@ -435,9 +435,7 @@ def largest_batch(
     devices = targets.compile_only_devices(target)
     config = ml_collections.ConfigDict(config.to_dict())
     config.train.packing_hparams, config.train.accumulation = "none", 1
-    shards = sharding.data_parallel_size(
-        sharding.create_mesh(config.mesh.shape, config.mesh.axes, devices)
-    )
+    shards = sharding.data_parallel_size(sharding.mesh_of(config.mesh, devices))
     reports: dict[int, Report] = {}
 
     def fits(units: int) -> bool:

@@ -51,9 +51,17 @@ class PackingAdjustment:
     packing_factor: float
     batch_size: int  # rows per optimizer step
     accumulation: int
-    b1: float | None
-    b2: float | None
+    optimizer: str  # config.optimizer.name
+    hparams: dict[str, Any]  # its settings (`optim.settings_of`), the betas adjusted
     learning_rate_scale: float = 1.0  # times config.schedule's rates (train.min_rows_per_step)
+
+    @property
+    def b1(self) -> float | None:
+        return self.hparams.get("b1")
+
+    @property
+    def b2(self) -> float | None:
+        return self.hparams.get("b2")
 
 
 @dataclasses.dataclass
@@ -184,32 +192,33 @@ def create_train_program(
     task = PreTrainingTask(config) if task is None else task
 
     # Mesh and the logical-axis rules it supports.
-    if mesh is None:
-        mesh = sharding.create_mesh(config.mesh.shape, config.mesh.axes)
-    rules = sharding.rules_for_mesh(mesh, sharding.rules_from_config(config.mesh.rules))
+    mesh, rules = sharding.layout(config.mesh, mesh)
 
     # Packing adjustment: rows per step, micro-batches and betas for the packing factor.
     factor = task.packing_factor() if packing_factor_override is None else packing_factor_override
     adjustment = adjust_for_packing(config, factor, sharding.data_parallel_size(mesh))
-    sharding.check_batch_fits(mesh, adjustment.batch_size, adjustment.accumulation, "train")
-    sharding.check_batch_fits(mesh, config.eval.batch_size, 1, "eval")
+    check_batch_fits(mesh, adjustment.batch_size, adjustment.accumulation, "train")
+    check_batch_fits(mesh, config.eval.batch_size, 1, "eval")
 
-    # Model, and whether its kernels can run on this mesh.
+    # An example of the task's batches, one row per data shard (kernels that run per shard in
+    # `shard_map`, such as splash attention, need every shard to hold a row): the state is
+    # traced from it.
+    example = task.synthetic_batch(sharding.data_parallel_size(mesh), seed=0)
+
+    # Model, and whether its kernels can run the task's rows on this mesh.
     model_config = task.model_config()
     model = task.model(model_config)
     attention.check_backend(
         model_config.attention_impl,
         model_config.num_heads,
-        config.data.max_seq_length,
+        example["input_ids"].shape[1],
         dict(mesh.shape),
     )
 
     # Optimizer (layer by layer over the stacked parameters of scanned layers).
     tx, schedule = create_optimizer(config, adjustment, scanned_layers=model_config.scan_layers)
 
-    # State: traced from an example of one row per data shard (kernels that run per shard in
-    # `shard_map`, such as splash attention, need every shard to hold a row).
-    example = task.synthetic_batch(sharding.data_parallel_size(mesh), seed=0)
+    # State.
     init_state, state_shardings = sharded_state_init(
         model, example, tx, mesh, rules, jax.random.key(config.seed)
     )
@@ -353,7 +362,32 @@ def adjust_for_packing(
                 f"has none; use divide_accumulation, or an optimizer with betas: {with_betas}."
             )
         b1, b2 = optim.adjust_betas_for_packing(b1, b2, packing_factor)
-    return PackingAdjustment(packing_factor, batch, accumulation, b1, b2, math.sqrt(scale))
+    if b1 is not None and b2 is not None:
+        hparams = {**hparams, "b1": b1, "b2": b2}
+    return PackingAdjustment(packing_factor, batch, accumulation, name, hparams, math.sqrt(scale))
+
+
+def check_batch_fits(mesh: Mesh, global_rows: int, accumulation: int, what: str = "batch") -> int:
+    """Checks that every micro-batch splits evenly over data shards and hosts; returns its rows."""
+    if global_rows <= 0 or accumulation <= 0:
+        raise ValueError(f"{what}: batch_size {global_rows} and accumulation {accumulation} > 0.")
+    if global_rows % accumulation:
+        raise ValueError(
+            f"{what}: batch_size {global_rows} is not divisible by accumulation {accumulation}."
+        )
+    micro = global_rows // accumulation
+    shards = sharding.data_parallel_size(mesh)
+    if micro % shards:
+        raise ValueError(
+            f"{what}: the micro-batch of {micro} rows (batch_size {global_rows} / accumulation "
+            f"{accumulation}) is not divisible by the {shards} data-parallel shards of mesh "
+            f"{dict(mesh.shape)}; make batch_size a multiple of {shards * accumulation}."
+        )
+    if global_rows % jax.process_count():
+        raise ValueError(
+            f"{what}: batch_size {global_rows} is not divisible by {jax.process_count()} processes."
+        )
+    return micro
 
 
 # -- Optimizer -----------------------------------------------------------------------------------
@@ -391,7 +425,8 @@ def learning_rate_schedule(
 def create_optimizer(
     config: ml_collections.ConfigDict, adjustment: PackingAdjustment, scanned_layers: bool = False
 ) -> tuple[optax.GradientTransformation, optax.Schedule]:
-    """`optim.create(config.optimizer)` with the schedule, clipping and packing-adjusted betas;
+    """The optimizer of `adjustment` (config.optimizer with packing-adjusted betas) with the
+    schedule and clipping;
     `scanned_layers`: the model's layers are stacked (`BertConfig.scan_layers`), and the
     optimizer updates them layer by layer (`optim.layerwise`).
 
@@ -400,14 +435,12 @@ def create_optimizer(
     schedule = learning_rate_schedule(
         config.schedule, config.train.steps, adjustment.learning_rate_scale
     )
-    overrides = {"learning_rate": schedule}
-    if adjustment.b1 is not None:
-        overrides.update(b1=adjustment.b1, b2=adjustment.b2)
+    overrides = {**adjustment.hparams, "learning_rate": schedule}
     if config.train.grad_clip_norm:
         overrides["grad_clip_norm"] = config.train.grad_clip_norm
     if scanned_layers:
         overrides["layerwise"] = lambda names: names[:2] == ["bert", bert_model.SCANNED_LAYERS[0]]
-    return optim.create(config.optimizer, **overrides), schedule
+    return optim.create(adjustment.optimizer, **overrides), schedule
 
 
 # -- State ---------------------------------------------------------------------------------------

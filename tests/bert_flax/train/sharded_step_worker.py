@@ -63,7 +63,7 @@ def main():
         axis_types=(AxisType.Auto,) * 3,
         devices=jax.devices()[:1],
     )
-    eight = sharding.create_mesh(config(1).mesh.shape, config(1).mesh.axes)
+    eight = sharding.mesh_of(config(1).mesh)
     init1, params1, metrics1, _ = run(one, config(1), batch)
     out = {"param_change": max_diff(init1, params1), "loss_1": float(metrics1["loss"])}
     cases = {"m1": config(1), "m2": config(2), "no_model_rules": config(1, True)}

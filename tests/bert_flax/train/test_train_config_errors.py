@@ -17,6 +17,7 @@ from bert_flax import sharding
 from bert_flax.model import attention
 from bert_flax.train.setup import (
     adjust_for_packing,
+    check_batch_fits,
     create_train_program,
     create_train_setup,
     learning_rate_schedule,
@@ -30,12 +31,12 @@ def abstract_mesh(data=1, fsdp=1, model=1):
 
 def test_batch_not_divisible_by_data_axes():
     with pytest.raises(ValueError, match=r"not divisible by the 8 data-parallel shards"):
-        sharding.check_batch_fits(abstract_mesh(data=4, fsdp=2), 12, 1)
+        check_batch_fits(abstract_mesh(data=4, fsdp=2), 12, 1)
     with pytest.raises(ValueError, match=r"micro-batch of 6 rows.*multiple of 8"):
-        sharding.check_batch_fits(abstract_mesh(data=4), 12, 2)
+        check_batch_fits(abstract_mesh(data=4), 12, 2)
     with pytest.raises(ValueError, match="not divisible by accumulation 5"):
-        sharding.check_batch_fits(abstract_mesh(), 12, 5)
-    assert sharding.check_batch_fits(abstract_mesh(data=4, model=2), 16, 2) == 8
+        check_batch_fits(abstract_mesh(), 12, 5)
+    assert check_batch_fits(abstract_mesh(data=4, model=2), 16, 2) == 8
 
 
 @pytest.mark.parametrize(
