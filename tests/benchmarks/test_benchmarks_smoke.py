@@ -253,7 +253,7 @@ def test_block_sparse_learning(tmp_path, recipe_data):
     shutil.copytree(recipe_data, tmp_path / "sotu_cpu")  # the benchmark reuses prepared data
     result = run_benchmark(
         "benchmarks.studies.block_sparse_learning", f"--workdir={tmp_path}", "--dupe_factor=1",
-        "--settings=dense,sparse25_small", "--minutes=0.1", "--eval_every=2", "--seeds=2",
+        "--settings=dense,sparse25_small", "--minutes=0.2", "--eval_every=2", "--seeds=2",
         "--lr_factors=1,2", "--speed_rounds=1",
     )  # fmt: skip
     dense, sparse = result["settings"]["dense"], result["settings"]["sparse25_small"]
