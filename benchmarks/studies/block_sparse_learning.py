@@ -137,6 +137,22 @@ def seed0_runs(args, data_dir: str, settings: list[str], factors: list[float]):
     return seed0, best_sparse
 
 
+def chosen_runs(args, data_dir: str, settings: list[str], factors: list[float]):
+    """Seed 0's runs (`seed0_runs`), the best sparse setting, and per setting its runs at its
+    best rate factor (highest at equal seconds in seed 0): seed 0's, then --seeds - 1 more."""
+    seed0, best_sparse = seed0_runs(args, data_dir, settings, factors)
+    best_factor = {
+        s: max((f for t, f in seed0 if t == s), key=lambda f: final_accuracy(seed0[s, f]))
+        for s in settings
+    }
+    runs = {s: [seed0[s, best_factor[s]]] for s in settings}
+    for seed in range(1, args.seeds):
+        for s in (DENSE, best_sparse):
+            if s in runs:
+                runs[s].append(run(args, data_dir, s, seed, best_factor[s]))
+    return seed0, best_sparse, runs
+
+
 def last_common_step(runs: list[dict]) -> int:
     common = set.intersection(*(set(r["curve"]["step"]) for r in runs))
     if not common:
@@ -204,16 +220,7 @@ def main() -> None:
     settings = args.settings.split(",")
     factors = [float(f) for f in args.lr_factors.split(",")]
     data_dir, _ = recipe_data.prepare(args)
-    seed0, best_sparse = seed0_runs(args, data_dir, settings, factors)
-    best_factor = {
-        s: max((f for t, f in seed0 if t == s), key=lambda f: final_accuracy(seed0[s, f]))
-        for s in settings
-    }
-    runs = {s: [seed0[s, best_factor[s]]] for s in settings}
-    for seed in range(1, args.seeds):
-        for s in (DENSE, best_sparse):
-            if s in runs:
-                runs[s].append(run(args, data_dir, s, seed, best_factor[s]))
+    seed0, best_sparse, runs = chosen_runs(args, data_dir, settings, factors)
     all_runs = [*seed0.values(), *(r for each in runs.values() for r in each[1:])]
     figures = compare(runs)
     timings, ffn = timed(runs, args.speed_rounds)

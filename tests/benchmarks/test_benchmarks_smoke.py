@@ -248,20 +248,20 @@ def test_squad_packed_vs_padded(tmp_path, recipe_data, load_benchmark):
     )
 
 
-@pytest.mark.slow(seconds=120)
+@pytest.mark.slow(seconds=60)
 def test_block_sparse_learning(tmp_path, recipe_data):
     shutil.copytree(recipe_data, tmp_path / "sotu_cpu")  # the benchmark reuses prepared data
+    # One run a side; the runs a rate grid and more seeds add: test_block_sparse_learning.py.
     result = run_benchmark(
         "benchmarks.studies.block_sparse_learning", f"--workdir={tmp_path}", "--dupe_factor=1",
-        "--settings=dense,sparse25_small", "--minutes=0.2", "--eval_every=2", "--seeds=2",
-        "--lr_factors=1,2", "--speed_rounds=1",
+        "--settings=dense,sparse25_small", "--minutes=0.2", "--eval_every=2", "--seeds=1",
+        "--lr_factors=1", "--speed_rounds=1",
     )  # fmt: skip
     dense, sparse = result["settings"]["dense"], result["settings"]["sparse25_small"]
-    assert dense["seeds"] == sparse["seeds"] == 2 and result["best_sparse"] == "sparse25_small"
-    # One learning-rate grid for both sides.
+    assert dense["seeds"] == sparse["seeds"] == 1 and result["best_sparse"] == "sparse25_small"
     assert {s: set(g) for s, g in result["learning_rate_grid"].items()} == {
-        "dense": {"1", "2"},
-        "sparse25_small": {"1", "2"},
+        "dense": {"1"},
+        "sparse25_small": {"1"},
     }
     # As many nonzero weights: only the wider layer's biases (and block rounding) add parameters.
     assert 0 < sparse["parameters"] - dense["parameters"] < 0.01 * dense["parameters"]

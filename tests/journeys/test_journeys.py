@@ -446,13 +446,13 @@ def test_the_readme_learning_benchmarks(tmp_path, recipe_data):
     )  # fmt: skip
     assert curves["steps"] == 2 and len(curves["curves"]["packed"]["step"]) == 2
     assert curves["reused"] == []
-    race = benchmark(
-        "benchmarks.studies.time_to_accuracy", *data, "--rows=padded+lamb,packed+lamb",
+    race = benchmark(  # one row: the bookkeeping over several is test_time_to_accuracy's
+        "benchmarks.studies.time_to_accuracy", *data, "--rows=packed+lamb",
         "--seeds=1", "--grid=1", "--max_steps=2", "--eval_every=1", "--target=0.99",
         "--speed_rounds=1",
     )  # fmt: skip
     assert race["target"] == 0.99 and race["reused"] == []
-    assert set(race["seconds_to_target"]) == {"padded+lamb", "packed+lamb"}
+    assert set(race["seconds_to_target"]) == {"packed+lamb"}
     assert race["step_time_over_packed_lamb"]["packed+lamb"][0] == 1.0  # the packed rows timed
 
 
@@ -477,6 +477,9 @@ MESH_VARIANTS = {
         [*SPARSE_FFN, "--config.model.block_sparse.impl=pallas_interpret"],
     ),
 }
+# Resumed on four devices: one variant per mesh layout and per kind of parameters (dense,
+# block-sparse); the other back-ends change only the computation and train their 4 steps straight.
+RESUMED = {"xla, data", "xla, fsdp", "splash, data x fsdp", "block-sparse cpu kernel, fsdp"}
 # The TPU kernels take blocks of 128, wider than this model: tests/bert_flax/block_sparse runs
 # them interpreted on four devices.
 
@@ -511,15 +514,19 @@ def test_every_backend_trains_resumes_and_evaluates_on_four_devices(
     prepared, one_device_run, tmp_path, variant
 ):
     """Each attention back-end and block-sparse kernel on a 4-device mesh (simulated CPUs):
-    2 steps, saved, resumed for 2 more, evaluated; the same as 4 steps of XLA's on one device."""
+    2 steps, saved, resumed for 2 more (the RESUMED variants; the others 4 steps straight),
+    evaluated; the same as 4 steps of XLA's on one device."""
     mesh, flags = MESH_VARIANTS[variant]
     four = {"env": {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}}
     sharded = [*flags, *CHECKPOINT_BY_TWO, f"--config.mesh.shape={mesh}"]
-    first, _ = train(tmp_path / "four", prepared[128], *sharded, "--config.train.steps=2",
-                     length=128, **four)  # fmt: skip
-    resumed, log = train(tmp_path / "four", prepared[128], *sharded, "--config.train.steps=4",
+    if variant in RESUMED:
+        first, _ = train(tmp_path / "four", prepared[128], *sharded, "--config.train.steps=2",
                          length=128, **four)  # fmt: skip
-    assert first["step"] == 2 and "Restored checkpoint of step 2" in log
-    assert resumed["step"] == 4 and resumed["steps_this_run"] == 2
+        assert first["step"] == 2
+    final, log = train(tmp_path / "four", prepared[128], *sharded, "--config.train.steps=4",
+                       length=128, **four)  # fmt: skip
+    assert final["step"] == 4
+    if variant in RESUMED:
+        assert "Restored checkpoint of step 2" in log and final["steps_this_run"] == 2
     for name, value in one_device_run(flags)["eval"].items():
-        assert resumed["eval"][name] == pytest.approx(value, rel=1e-4, abs=1e-5), name
+        assert final["eval"][name] == pytest.approx(value, rel=1e-4, abs=1e-5), name
