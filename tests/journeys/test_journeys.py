@@ -218,7 +218,7 @@ def test_sigterm_a_running_shampoo_job_then_rerun(prepared, tmp_path, devices):
     ]
     env, within = {}, 10.0
     if devices == 8:
-        env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+        env["JAX_NUM_CPU_DEVICES"] = "8"
         flags.append("--config.mesh.shape=(4,1,2)")
         # The first save of 8 simulated devices' state took 7.4 s on a loaded 2-core CI
         # machine, so the default 8 s grace (the watchdog) could end it mid-save.
@@ -517,7 +517,7 @@ def test_every_backend_trains_resumes_and_evaluates_on_four_devices(
     2 steps, saved, resumed for 2 more (the RESUMED variants; the others 4 steps straight),
     evaluated; the same as 4 steps of XLA's on one device."""
     mesh, flags = MESH_VARIANTS[variant]
-    four = {"env": {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}}
+    four = {"env": {"JAX_NUM_CPU_DEVICES": "4"}}
     sharded = [*flags, *CHECKPOINT_BY_TWO, f"--config.mesh.shape={mesh}"]
     if variant in RESUMED:
         first, _ = train(tmp_path / "four", prepared[128], *sharded, "--config.train.steps=2",

@@ -67,7 +67,7 @@ SCRIPT = textwrap.dedent(
 def test_on_two_device_mesh_matches_one_device(optimizer):
     env = {
         **os.environ,
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+        "JAX_NUM_CPU_DEVICES": "2",
         "JAX_PLATFORMS": "cpu",
     }
     out = subprocess.run(

@@ -174,7 +174,7 @@ def test_two_processes_restore_the_same_step(tmp_path, free_port):
     save_steps(transient, (2, 4))
     truncate(largest_array_file(os.path.join(checkpoints.checkpoint_dir(damaged), "6")), 100)
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
-    env.pop("XLA_FLAGS", None)  # one CPU device per process
+    env.pop("JAX_NUM_CPU_DEVICES", None)  # one CPU device per process
     workers = [
         subprocess.Popen(
             [sys.executable, WORKER, str(i), str(free_port), damaged, transient],

@@ -15,7 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(WORKER)))
 
 def start(process_id: int, num_processes: int, port: int) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env.pop("XLA_FLAGS", None)  # one CPU device per process
+    env.pop("JAX_NUM_CPU_DEVICES", None)  # one CPU device per process
     return subprocess.Popen(
         [sys.executable, WORKER, str(process_id), str(num_processes), str(port)],
         env=env,

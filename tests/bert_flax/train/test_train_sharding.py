@@ -22,7 +22,7 @@ LOSS_RTOL = 1e-5
 
 def run_on_devices(devices: int, *command: str) -> dict:
     """`python *command` with `devices` simulated CPU devices; its last stdout line as JSON."""
-    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+    env = dict(os.environ, JAX_NUM_CPU_DEVICES=str(devices))
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     result = subprocess.run(
         [sys.executable, *command], env=env, capture_output=True, text=True, timeout=300
