@@ -46,6 +46,7 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 
 from benchmarks.lib import recipe_data
 from benchmarks.lib.records import Read, finish
@@ -86,7 +87,9 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def setting_config(args, data_dir: str, setting: str, seed: int, factor: float):
+def setting_config(
+    args: argparse.Namespace, data_dir: str, setting: str, seed: int, factor: float
+) -> ml_collections.ConfigDict:
     """The recipe with `setting`'s FFN, for --minutes, at `factor` x its learning rate."""
     config = demo.pretraining_config(
         data_dir, True, args.minutes, seed=seed, eval_every=args.eval_every, recipe=cpu_pretrain
@@ -106,7 +109,7 @@ def setting_config(args, data_dir: str, setting: str, seed: int, factor: float):
     return config
 
 
-def run(args, data_dir: str, setting: str, seed: int, factor: float) -> dict:
+def run(args: argparse.Namespace, data_dir: str, setting: str, seed: int, factor: float) -> dict:
     """One run's learning curve and final metrics (reused when it is the same run)."""
     config = setting_config(args, data_dir, setting, seed, factor)
     workdir = os.path.join(args.workdir, f"{setting}_lr{factor:g}_seed{seed}")
@@ -124,7 +127,12 @@ def final_accuracy(one_run: dict) -> float:
     return one_run["curve"][METRIC][-1]
 
 
-def seed0_runs(args, data_dir: str, settings: list[str], factors: list[float]):
+Seed0Runs = dict[tuple[str, float], dict]  # (setting, rate factor) -> seed 0's run
+
+
+def seed0_runs(
+    args: argparse.Namespace, data_dir: str, settings: list[str], factors: list[float]
+) -> tuple[Seed0Runs, str | None]:
     """Seed 0 of every setting at the recipe's rate; then, for dense and the sparse setting highest
     at equal seconds (returned), every other --lr_factors rate: one grid for both sides."""
     seed0 = {(s, 1.0): run(args, data_dir, s, 0, 1.0) for s in settings}
@@ -137,7 +145,9 @@ def seed0_runs(args, data_dir: str, settings: list[str], factors: list[float]):
     return seed0, best_sparse
 
 
-def chosen_runs(args, data_dir: str, settings: list[str], factors: list[float]):
+def chosen_runs(
+    args: argparse.Namespace, data_dir: str, settings: list[str], factors: list[float]
+) -> tuple[Seed0Runs, str | None, dict[str, list[dict]]]:
     """Seed 0's runs (`seed0_runs`), the best sparse setting, and per setting its runs at its
     best rate factor (highest at equal seconds in seed 0): seed 0's, then --seeds - 1 more."""
     seed0, best_sparse = seed0_runs(args, data_dir, settings, factors)

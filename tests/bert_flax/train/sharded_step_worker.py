@@ -1,6 +1,7 @@
 """Run in a subprocess by test_train_sharding.py with 8 simulated CPU devices (JAX_NUM_CPU_DEVICES):
 one train step on a 4 x 2 (data x model) mesh and on 1 device, same config, seed and batch; and
-on the 4 x 2 mesh with the rules that use the model axis overridden to replicate (`config.mesh.rules`). Prints one JSON line with the differences."""
+on the 4 x 2 mesh with the rules that use the model axis overridden to replicate
+(`config.mesh.rules`). Prints one JSON line with the differences."""
 
 from __future__ import annotations
 
