@@ -123,10 +123,6 @@ def run(args: argparse.Namespace, data_dir: str, setting: str, seed: int, factor
     }
 
 
-def final_accuracy(one_run: dict) -> float:
-    return one_run["curve"][METRIC][-1]
-
-
 Seed0Runs = dict[tuple[str, float], dict]  # (setting, rate factor) -> seed 0's run
 
 
@@ -137,7 +133,7 @@ def seed0_runs(
     at equal seconds (returned), every other --lr_factors rate: one grid for both sides."""
     seed0 = {(s, 1.0): run(args, data_dir, s, 0, 1.0) for s in settings}
     sparse = [s for s in settings if s != DENSE]
-    best_sparse = max(sparse, key=lambda s: final_accuracy(seed0[s, 1.0])) if sparse else None
+    best_sparse = max(sparse, key=lambda s: demo.final_accuracy(seed0[s, 1.0])) if sparse else None
     for factor in factors:
         for s in (DENSE, best_sparse):
             if s in settings and (s, factor) not in seed0:
@@ -152,7 +148,7 @@ def chosen_runs(
     best rate factor (highest at equal seconds in seed 0): seed 0's, then --seeds - 1 more."""
     seed0, best_sparse = seed0_runs(args, data_dir, settings, factors)
     best_factor = {
-        s: max((f for t, f in seed0 if t == s), key=lambda f: final_accuracy(seed0[s, f]))
+        s: max((f for t, f in seed0 if t == s), key=lambda f: demo.final_accuracy(seed0[s, f]))
         for s in settings
     }
     runs = {s: [seed0[s, best_factor[s]]] for s in settings}
@@ -255,7 +251,7 @@ def main() -> None:
         "best_sparse": best_sparse,
         # Seed 0's accuracy at equal seconds, by factor of the recipe's rate.
         "learning_rate_grid": {
-            s: {f"{f:g}": final_accuracy(r) for (t, f), r in seed0.items() if t == s}
+            s: {f"{f:g}": demo.final_accuracy(r) for (t, f), r in seed0.items() if t == s}
             for s in settings
         },
         "reused": [r["workdir"] for r in all_runs if r["final"].get("reused")],

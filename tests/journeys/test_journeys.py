@@ -461,25 +461,30 @@ SPARSE_FFN = [
     "--config.model.block_sparse.block_size=16",
     "--config.model.block_sparse.density=0.5",
 ]
-# name -> (mesh shape as (data, fsdp, model), flags): every back-end that runs on a CPU.
+# name -> (mesh shape as (data, fsdp, model), flags, resumed): every back-end that runs on a CPU.
+# One variant per mesh layout and per kind of parameters (dense, block-sparse) saves at step 2 and
+# resumes; the other back-ends change only the computation and train their 4 steps straight.
 MESH_VARIANTS = {
-    "xla, data": ("(4,1,1)", []),
-    "xla, fsdp": ("(1,4,1)", []),
-    "splash, data x fsdp": ("(2,2,1)", ["--config.model.attention_impl=splash"]),
-    "cudnn, data x fsdp": ("(2,2,1)", ["--config.model.attention_impl=cudnn"]),
+    "xla, data": ("(4,1,1)", [], True),
+    "xla, fsdp": ("(1,4,1)", [], True),
+    "splash, data x fsdp": ("(2,2,1)", ["--config.model.attention_impl=splash"], True),
+    "cudnn, data x fsdp": ("(2,2,1)", ["--config.model.attention_impl=cudnn"], False),
     "block-sparse cpu kernel, fsdp": (
         "(1,4,1)",
         [*SPARSE_FFN, "--config.model.block_sparse.impl=cpu"],
+        True,
     ),
-    "block-sparse xla, data": ("(4,1,1)", [*SPARSE_FFN, "--config.model.block_sparse.impl=xla"]),
+    "block-sparse xla, data": (
+        "(4,1,1)",
+        [*SPARSE_FFN, "--config.model.block_sparse.impl=xla"],
+        False,
+    ),
     "block-sparse pallas (interpreted), data": (
         "(4,1,1)",
         [*SPARSE_FFN, "--config.model.block_sparse.impl=pallas_interpret"],
+        False,
     ),
 }
-# Resumed on four devices: one variant per mesh layout and per kind of parameters (dense,
-# block-sparse); the other back-ends change only the computation and train their 4 steps straight.
-RESUMED = {"xla, data", "xla, fsdp", "splash, data x fsdp", "block-sparse cpu kernel, fsdp"}
 # The TPU kernels take blocks of 128, wider than this model: tests/bert_flax/block_sparse runs
 # them interpreted on four devices.
 
@@ -514,19 +519,19 @@ def test_every_backend_trains_resumes_and_evaluates_on_four_devices(
     prepared, one_device_run, tmp_path, variant
 ):
     """Each attention back-end and block-sparse kernel on a 4-device mesh (simulated CPUs):
-    2 steps, saved, resumed for 2 more (the RESUMED variants; the others 4 steps straight),
+    2 steps, saved, resumed for 2 more (the resumed variants; the others 4 steps straight),
     evaluated; the same as 4 steps of XLA's on one device."""
-    mesh, flags = MESH_VARIANTS[variant]
+    mesh, flags, resumed = MESH_VARIANTS[variant]
     four = {"env": {"JAX_NUM_CPU_DEVICES": "4"}}
     sharded = [*flags, *CHECKPOINT_BY_TWO, f"--config.mesh.shape={mesh}"]
-    if variant in RESUMED:
+    if resumed:
         first, _ = train(tmp_path / "four", prepared[128], *sharded, "--config.train.steps=2",
                          length=128, **four)  # fmt: skip
         assert first["step"] == 2
     final, log = train(tmp_path / "four", prepared[128], *sharded, "--config.train.steps=4",
                        length=128, **four)  # fmt: skip
     assert final["step"] == 4
-    if variant in RESUMED:
+    if resumed:
         assert "Restored checkpoint of step 2" in log and final["steps_this_run"] == 2
     for name, value in one_device_run(flags)["eval"].items():
         assert final["eval"][name] == pytest.approx(value, rel=1e-4, abs=1e-5), name
