@@ -37,9 +37,11 @@ CORE_FEATURES = ROW_FEATURES + SLOT_FEATURES
 PREDICTION_FEATURES = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")  # [P]
 PRETRAINING_FEATURES = CORE_FEATURES + PREDICTION_FEATURES + ("next_sentence_labels",)
 CLASSIFICATION_FEATURES = (*CORE_FEATURES, "labels", "example_ids")
+# Multi-label classification: `multi_labels` [D, K], a 0/1 target per slot and label.
+MULTI_LABEL_FEATURES = (*CORE_FEATURES, "multi_labels", "example_ids")
 TASK_SLOT_FEATURES = ("next_sentence_labels", "labels", "example_ids")  # [D]
 # float32; `labels` too for a regression task (int32 class ids otherwise).
-FLOAT_FEATURES = ("masked_lm_weights", "sequence_mask")
+FLOAT_FEATURES = ("masked_lm_weights", "sequence_mask", "multi_labels")
 # What each model reads; the other features are targets, weights and bookkeeping.
 PRETRAINING_INPUTS = (*ROW_FEATURES, "masked_lm_positions", "cls_positions")
 CLASSIFICATION_INPUTS = (*ROW_FEATURES, "cls_positions")

@@ -4,6 +4,8 @@ batches and how to judge an evaluation), and `model_config_from`, which every ta
 from __future__ import annotations
 
 import abc
+import hashlib
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -101,6 +103,12 @@ class Task(abc.ABC):
         """`finetune --predict`: the run's best parameters over the file `path`, written to
         `output` (None: the task's default); returns a one-line summary."""
         raise NotImplementedError("This task has no prediction command.")
+
+
+def data_identity(task: str, summary: dict[str, Any]) -> str:
+    """`Task.identity` of a task's data `summary` (JSON): its name and a digest of the summary."""
+    digest = hashlib.sha256(json.dumps(summary, sort_keys=True).encode()).hexdigest()
+    return f"{task}:{digest[:16]}"
 
 
 def model_config_from(

@@ -199,7 +199,7 @@ class _Rows:
         return f"{self.path}:{self.lines[k]}"
 
 
-def _read_records(path: str) -> Iterator[tuple[int, Mapping[str, Any]]]:
+def read_records(path: str) -> Iterator[tuple[int, Mapping[str, Any]]]:
     """(line, record) pairs of a CSV, TSV (tab-separated, no quoting, as GLUE) or JSONL file."""
     extension = os.path.splitext(path)[1].lower()
     if extension not in FILE_FORMATS:
@@ -253,7 +253,7 @@ def _read_rows(path: str, *, labelled: bool = True) -> _Rows:
     labels: list[Any] = []
     lines: list[int] = []
     pairs = None
-    for line, record in _read_records(path):
+    for line, record in read_records(path):
         required = ("text", "label") if labelled else ("text",)
         missing = [column for column in required if column not in record]
         if missing:

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 from bert_flax.data.contract import CLASSIFICATION_INPUTS
 from bert_flax.model import losses
-from bert_flax.model.bert import BertModel, ClassificationHead, gather_rows
+from bert_flax.model.bert import BertModel, ClassificationHead, gather_rows, rescale_embeddings
 from bert_flax.model.config import BertConfig
 
 Array = jax.Array
@@ -80,6 +80,16 @@ def pretrained_encoder(pretraining_params: Mapping, classifier_params: Mapping) 
     head = dict(classifier_params["head"])
     head["pooler"] = pretraining_params["nsp_head"]["pooler"]
     return {**classifier_params, "bert": pretraining_params["bert"], "head": head}
+
+
+def classifier_start(pretrained: Mapping, params: Mapping, *, rescale: bool) -> Mapping:
+    """What a classifier (`params`) starts from given `config.init_from`'s parameters: another
+    classifier's whole, else `pretrained_encoder` of pre-training parameters, their embedding
+    tables scaled to a fresh initialisation's size when `rescale`."""
+    if "head" in pretrained:  # already a classifier (another fine-tuning run)
+        return pretrained
+    encoder = pretrained_encoder(pretrained, params)
+    return rescale_embeddings(encoder, like=params) if rescale else encoder
 
 
 def classification_loss(

@@ -4,8 +4,6 @@ labelled text (`data.py`), one epoch of batches at a time."""
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 from typing import Any
 
 import flax.linen as nn
@@ -15,15 +13,14 @@ from absl import logging
 
 from bert_flax.data import contract
 from bert_flax.model import losses
-from bert_flax.model.bert import rescale_embeddings
 from bert_flax.model.config import BertConfig
-from bert_flax.tasks.base import Batch, model_config_from
+from bert_flax.tasks.base import Batch, data_identity, model_config_from
 from bert_flax.tasks.classification import data as classification
 from bert_flax.tasks.classification import predict
 from bert_flax.tasks.classification.model import (
     CLASSIFICATION,
     BertForSequenceClassification,
-    pretrained_encoder,
+    classifier_start,
 )
 from bert_flax.tasks.finetuning import FineTuningTask, task_vocab
 
@@ -127,8 +124,7 @@ class ClassificationTask(FineTuningTask):
             "max_seq_length": self.config.data.max_seq_length,
             "vocab_size": self.vocab.size,
         }
-        digest = hashlib.sha256(json.dumps(summary, sort_keys=True).encode()).hexdigest()
-        return f"classification:{digest[:16]}"
+        return data_identity("classification", summary)
 
     def check_batch(self, batch: Batch, model_config: BertConfig, *, evaluation: bool) -> None:
         contract.check_batch(batch, model_config, features=contract.CLASSIFICATION_FEATURES)
@@ -139,12 +135,8 @@ class ClassificationTask(FineTuningTask):
                 raise ValueError(f"labels outside [0, {self.labelled.num_labels}).")
 
     def pretrained_params(self, pretraining_params: Any, params: Any) -> Any:
-        if "head" in pretraining_params:  # already a classifier (another fine-tuning run)
-            return pretraining_params
-        encoder = pretrained_encoder(pretraining_params, params)
-        if self.config.classifier.rescale_embeddings:
-            return rescale_embeddings(encoder, like=params)
-        return encoder
+        rescale = self.config.classifier.rescale_embeddings
+        return classifier_start(pretraining_params, params, rescale=rescale)
 
     def head_config(self) -> dict[str, Any]:
         return {

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
-import json
 from typing import Any
 
 import flax.linen as nn
@@ -17,7 +15,7 @@ import numpy as np
 from bert_flax.data import contract, corpus
 from bert_flax.model import losses
 from bert_flax.model.config import BertConfig
-from bert_flax.tasks.base import Batch, model_config_from
+from bert_flax.tasks.base import Batch, data_identity, model_config_from
 from bert_flax.tasks.finetuning import FineTuningTask, task_vocab
 from bert_flax.tasks.squad import cloze, metrics, predict
 from bert_flax.tasks.squad.model import QA, BertForQuestionAnswering
@@ -122,8 +120,7 @@ class SquadTask(FineTuningTask):
             "windows": dataclasses.asdict(self.settings),
             "vocab_size": self.vocab.size,
         }
-        digest = hashlib.sha256(json.dumps(summary, sort_keys=True).encode()).hexdigest()
-        return f"squad:{digest[:16]}"
+        return data_identity("squad", summary)
 
     def check_batch(self, batch: Batch, model_config: BertConfig, *, evaluation: bool) -> None:
         contract.check_batch(batch, model_config, features=contract.CORE_FEATURES)
