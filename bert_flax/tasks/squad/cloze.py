@@ -41,6 +41,11 @@ def mentions(text: str) -> list[re.Match]:
     return list(_MENTION.finditer(text))
 
 
+def split_sentences(paragraph: str) -> list[str]:
+    """The paragraph's sentences (split after . ! or ? before a capital)."""
+    return _SENTENCE.split(paragraph)
+
+
 def cloze_questions(
     document: corpus.Document,
     max_context_chars: int,
@@ -54,7 +59,7 @@ def cloze_questions(
     sentences = [
         (i, s, {m.group() for m in mentions(s)})
         for i, p in enumerate(paragraphs)
-        for s in _SENTENCE.split(p)
+        for s in split_sentences(p)
     ]
     for c, context in enumerate(paragraphs):
         if len(context) > max_context_chars:
