@@ -16,6 +16,7 @@ import flax.linen as nn
 import flax.struct
 import jax
 import jax.numpy as jnp
+from absl import logging
 
 from bert_flax.data.contract import CLASSIFICATION_INPUTS
 from bert_flax.model import losses
@@ -74,12 +75,18 @@ class BertForSequenceClassification(nn.Module):
         return ClassificationOutput(logits=self.head(states, deterministic=deterministic))
 
 
-def pretrained_encoder(pretraining_params: Mapping, classifier_params: Mapping) -> dict:
-    """`classifier_params` with the encoder and pooler of `BertForPreTraining` parameters (the
-    classification layer keeps its own initialisation)."""
+def pretrained_encoder(pretrained: Mapping, classifier_params: Mapping) -> dict:
+    """`classifier_params` with the encoder of pre-trained parameters and their pooler where they
+    have one (`BertForPreTraining`'s `nsp_head/pooler`, another classifier's `head/pooler`, a
+    converted `BertModel`'s); the classification layer keeps its own initialisation, and so
+    does the pooler of a model without one (a QA or token classifier's encoder)."""
     head = dict(classifier_params["head"])
-    head["pooler"] = pretraining_params["nsp_head"]["pooler"]
-    return {**classifier_params, "bert": pretraining_params["bert"], "head": head}
+    pooler = (pretrained.get("nsp_head") or pretrained.get("head") or {}).get("pooler")
+    if pooler is None:
+        logging.info("The pre-trained model has no pooler: the classifier initialises its own.")
+    else:
+        head["pooler"] = pooler
+    return {**classifier_params, "bert": pretrained["bert"], "head": head}
 
 
 def classification_loss(

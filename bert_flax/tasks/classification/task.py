@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import flax.linen as nn
+import jax
 import ml_collections
 import numpy as np
 from absl import logging
@@ -139,8 +140,16 @@ class ClassificationTask(FineTuningTask):
                 raise ValueError(f"labels outside [0, {self.labelled.num_labels}).")
 
     def pretrained_params(self, pretraining_params: Any, params: Any) -> Any:
-        if "head" in pretraining_params:  # already a classifier (another fine-tuning run)
-            return pretraining_params
+        if "head" in pretraining_params:  # already a classifier: kept if it has our labels
+            theirs, ours = (jax.tree.map(np.shape, p["head"]) for p in (pretraining_params, params))
+            if theirs == ours:
+                return pretraining_params
+            logging.warning(
+                "The pre-trained classifier has %d outputs, this task %d: its classification "
+                "layer is dropped (the encoder and pooler kept).",
+                np.shape(pretraining_params["head"]["classifier"]["bias"])[0],
+                self.labelled.num_labels,
+            )
         encoder = pretrained_encoder(pretraining_params, params)
         if self.config.classifier.rescale_embeddings:
             return rescale_embeddings(encoder, like=params)
@@ -148,11 +157,13 @@ class ClassificationTask(FineTuningTask):
 
     def head_config(self) -> dict[str, Any]:
         return {
+            "task": self.name,
             "num_labels": self.labelled.num_labels,
             "label_names": self.labelled.label_names,
             "sentence_pairs": self.labelled.splits["train"].texts_b is not None,
             "pooling": self.config.classifier.pooling,
             "vocab_file": self.vocab.path,  # as resolved (config.data.vocab_file may be "")
+            "lowercase": self.vocab.lowercase,  # as resolved (config.data.lowercase may be None)
         }
 
     def predict_split(self, workdir: str, split: str) -> dict[str, Any]:

@@ -150,6 +150,7 @@ class SquadTask(FineTuningTask):
             "max_sequences_per_pack": self.depth,
             "algorithm": self.config.data.algorithm,
             "vocab_file": self.vocab.path,
+            "lowercase": self.vocab.lowercase,
         }
 
     def plot(self, workdir: str) -> list[str]:
