@@ -15,7 +15,7 @@ import os
 import shutil
 from typing import Any
 
-from bert_flax.convert.hugging_face import hf_class_of, save_hf_checkpoint
+from bert_flax.convert.hugging_face import hf_class_of, label_fields, save_hf_checkpoint
 from bert_flax.convert.tables import Params
 from bert_flax.data import tokenization
 from bert_flax.model.config import BertConfig
@@ -37,15 +37,6 @@ def task_of(head: dict[str, Any]) -> str | None:
     return head.get("task") or ("classification" if "num_labels" in head else None)
 
 
-def _labels(names: list[str] | None, count: int) -> dict[str, Any]:
-    names = names or [f"LABEL_{i}" for i in range(count)]
-    return {
-        "id2label": dict(enumerate(names)),
-        "label2id": {name: i for i, name in enumerate(names)},
-        "num_labels": len(names),
-    }
-
-
 def hf_fields(head: dict[str, Any]) -> dict[str, Any]:
     """The `config.json` fields of the head's task (labels, problem type); ValueError naming
     what no `transformers` class expresses."""
@@ -59,7 +50,7 @@ def hf_fields(head: dict[str, Any]) -> dict[str, Any]:
     if task == "squad":
         return {}
     if task == "token_classification":
-        return _labels(head["label_names"], len(head["label_names"]))
+        return label_fields(head["label_names"])
     if head.get("pooling", "cls") != "cls":
         raise ValueError(
             f"This classifier reads pooling={head['pooling']!r} states; transformers' "
@@ -72,7 +63,8 @@ def hf_fields(head: dict[str, Any]) -> dict[str, Any]:
         problem = "multi_label_classification"
     else:
         problem = "single_label_classification"
-    return _labels(head["label_names"], head["num_labels"]) | {"problem_type": problem}
+    names = head["label_names"] or [f"LABEL_{i}" for i in range(head["num_labels"])]
+    return label_fields(names) | {"problem_type": problem}
 
 
 def export_finetuned(params: Params, config: BertConfig, head: dict[str, Any], out: str) -> None:

@@ -173,13 +173,27 @@ def hf_class_of(params: Params) -> str:
     return "BertModel"
 
 
+def label_count(params: Params) -> int | None:
+    """The outputs of a sequence or token classifier's classification layer (None: no such
+    layer)."""
+    layer = params.get("head", params).get("classifier", {}).get("bias")
+    return None if layer is None else int(np.shape(layer)[0])
+
+
+def label_fields(names: list[str]) -> dict[str, Any]:
+    """A HF `config.json`'s label fields for the label `names` (id order)."""
+    return {
+        "id2label": dict(enumerate(names)),
+        "label2id": {name: i for i, name in enumerate(names)},
+        "num_labels": len(names),
+    }
+
+
 def layout_shapes(params: Params, config: BertConfig) -> dict[str, tuple[int, ...]]:
     """The shapes `config` gives the parameters of the class `params` are (`hf_class_of`; its
     label count and, for a `BertModel`, whether it has a pooler, from `params`)."""
-    hf_class, flat = hf_class_of(params), flatten(params)
-    heads = ("head/classifier/bias", "classifier/bias")
-    labels = [v.shape[0] for k, v in flat.items() if k in heads]
-    shapes = hf_expected_shapes(config, hf_class, *labels)
+    hf_class, labels = hf_class_of(params), label_count(params)
+    shapes = hf_expected_shapes(config, hf_class, labels or 2)
     if hf_class == "BertModel" and "nsp_head" not in params:
         shapes = {k: v for k, v in shapes.items() if k.startswith("bert/")}
     return shapes
@@ -334,8 +348,9 @@ def load_hf_checkpoint(directory: str, **config_overrides: Any) -> tuple[BertCon
 def save_hf_checkpoint(
     params: Params, config: BertConfig, directory: str, **hf_config: Any
 ) -> None:
-    """Writes config.json (with `hf_config`'s fields: labels, problem type) + model.safetensors
-    of the class `params` are (tied copies left out, as `save_pretrained` does)."""
+    """Writes config.json (with `hf_config`'s fields: labels, problem type; a classifier's labels
+    default to LABEL_0, ...) + model.safetensors of the class `params` are (tied copies left
+    out, as `save_pretrained` does)."""
     from safetensors.numpy import save_file
 
     os.makedirs(directory, exist_ok=True)
@@ -343,6 +358,9 @@ def save_hf_checkpoint(
     for tied in _HF_TIED:
         state.pop(tied, None)
     save_file(state, os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
-    fields = config_to_hf(config) | {"architectures": [hf_class_of(params)]} | hf_config
+    fields = config_to_hf(config) | {"architectures": [hf_class_of(params)]}
+    if label_count(params) is not None:
+        fields |= label_fields([f"LABEL_{i}" for i in range(label_count(params))])
+    fields |= hf_config
     with open(os.path.join(directory, "config.json"), "w") as f:
         json.dump(fields, f, indent=2)
