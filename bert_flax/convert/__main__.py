@@ -14,7 +14,7 @@ python -m bert_flax.convert --from_workdir=workdir/sentiment --to_hf=/ckpt/hf_se
 
 --from_hf reads BertForPreTraining, encoder-only BertModel and task-headed folders
 (BertForSequenceClassification, BertForQuestionAnswering, BertForTokenClassification), each
-written back (--to_hf) as the class it is. Docs: docs/finetuning.md, "Exporting to Hugging Face".
+written back (--to_hf) as the class it is. Docs: docs/training.md, "Exporting to Hugging Face".
 """
 
 from __future__ import annotations
