@@ -163,14 +163,18 @@ def hf_expected_shapes(
     return shapes
 
 
+# Our top-level layer that tells a class's parameters (none of them: a `BertModel`'s).
+_CLASS_OF_LAYER = {
+    "mlm_head": PRETRAINING,
+    "head": "BertForSequenceClassification",
+    "qa_outputs": "BertForQuestionAnswering",
+    "classifier": "BertForTokenClassification",
+}
+
+
 def hf_class_of(params: Params) -> str:
     """The Hugging Face class whose parameters `params` are (by its top-level layers)."""
-    if "mlm_head" in params:
-        return PRETRAINING
-    for hf_class, layers in HF_HEADS.items():
-        if layers[-1][0].split("/")[0] in params and hf_class != "BertModel":
-            return hf_class
-    return "BertModel"
+    return next((c for layer, c in _CLASS_OF_LAYER.items() if layer in params), "BertModel")
 
 
 def label_count(params: Params) -> int | None:
