@@ -14,7 +14,9 @@ python -m bert_flax.convert --from_workdir=workdir/sentiment --to_hf=/ckpt/hf_se
 
 --from_hf reads BertForPreTraining, encoder-only BertModel and task-headed folders
 (BertForSequenceClassification, BertForQuestionAnswering, BertForTokenClassification), each
-written back (--to_hf) as the class it is. Docs: docs/training.md, "Exporting to Hugging Face".
+written back (--to_hf) as the class it is. The vocabulary a checkpoint was trained with (a
+vocab.txt beside it, a run's prepared data's) and its case setting go with it, as tokenizer
+files. Docs: docs/training.md, "Exporting to Hugging Face".
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from absl import app, flags, logging
 
 from bert_flax import errors
 from bert_flax.convert import finetuned, google_bert, hugging_face, tables
-from bert_flax.runs import checkpoints, parameters
+from bert_flax.model.config import BertConfig
+from bert_flax.runs import checkpoints, parameters, pretrained
 
 FLAGS = flags.FLAGS
 
@@ -77,11 +80,23 @@ def main(argv: list[str]) -> None:
     logging.info("Converted %d parameters (%s).", count, config)
     if FLAGS.out:
         parameters.save_params(params, config, FLAGS.out)
+        save_vocabulary(sources[0], config, FLAGS.out)
         logging.info("Wrote %s", FLAGS.out)
     if FLAGS.to_hf:
         hugging_face.save_hf_checkpoint(params, config, FLAGS.to_hf)
+        save_vocabulary(sources[0], config, FLAGS.to_hf)
         logging.info("Wrote %s", FLAGS.to_hf)
     print(f"converted {count:,} parameters")
+
+
+def save_vocabulary(source: str, config: BertConfig, out: str) -> None:
+    """The vocabulary and case setting `source` was trained with, where it says
+    (`pretrained.pretrained_vocab_file`, `pretrained_lowercase`), as tokenizer files beside the
+    converted weights: what `init_from` and `transformers.AutoTokenizer` read."""
+    vocab = pretrained.pretrained_vocab_file(source)
+    if vocab:
+        lowercase = pretrained.pretrained_lowercase(source)
+        finetuned.save_tokenizer(out, vocab, lowercase is not False, config)
 
 
 def fine_tuning_head(workdir: str) -> dict[str, Any] | None:
