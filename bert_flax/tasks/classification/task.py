@@ -128,6 +128,8 @@ class ClassificationTask(FineTuningTask):
             "max_seq_length": self.config.data.max_seq_length,
             "vocab_size": self.vocab.size,
         }
+        if not self.vocab.lowercase:  # uncased runs keep the identity they had before the setting
+            summary["cased"] = True
         digest = hashlib.sha256(json.dumps(summary, sort_keys=True).encode()).hexdigest()
         return f"classification:{digest[:16]}"
 

@@ -122,6 +122,8 @@ class SquadTask(FineTuningTask):
             "windows": dataclasses.asdict(self.settings),
             "vocab_size": self.vocab.size,
         }
+        if not self.vocab.lowercase:  # uncased runs keep the identity they had before the setting
+            summary["cased"] = True
         digest = hashlib.sha256(json.dumps(summary, sort_keys=True).encode()).hexdigest()
         return f"squad:{digest[:16]}"
 

@@ -176,6 +176,16 @@ def test_a_cased_checkpoint_keeps_the_case_unless_the_config_says(tmp_path):
     finetuned.save_tokenizer(str(tmp_path / "hf"), vocab.path, vocab.lowercase, model_config)
     hf_tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
     assert hf_tokenizer.tokenize("Paris is in France") == tokens
+    # A fine-tuning run records it (what --predict and the export read), and its data identity
+    # tells a cased run from an uncased one.
+    (tmp_path / "train.csv").write_text("text,label\nParis is in France,a\nis in,b\n")
+    config.data.update(train_file=str(tmp_path / "train.csv"), validation_file=str(
+        tmp_path / "train.csv"), max_seq_length=16)  # fmt: skip
+    cased = ClassificationTask(config)
+    assert cased.head_config()["lowercase"] is False
     config.data.lowercase = True  # the config overrides the checkpoint
     lowered = task_vocab(config).tokenizer.encode("Paris", add_special_tokens=False).tokens
     assert lowered == ["paris"]
+    uncased = ClassificationTask(config)
+    assert uncased.head_config()["lowercase"] is True
+    assert uncased.identity() != cased.identity()
