@@ -55,6 +55,10 @@ def get_config() -> ml_collections.ConfigDict:
     # "": the vocabulary config.init_from was trained with (a run's prepared data's, or the
     # vocab.txt beside its weights), else bert-base-uncased's WordPiece vocabulary.
     config.data.vocab_file = ""
+    # Lower-case the text (an uncased model) or not (a cased one); None: as config.init_from was
+    # trained (its prepared data's summary, or do_lower_case in the tokenizer_config.json beside
+    # its weights), else uncased. Recorded in best/best.json and in an exported tokenizer.
+    config.data.lowercase = ml_collections.config_dict.placeholder(bool)
     config.data.max_seq_length = 128
     config.data.packed = True
     config.data.max_sequences_per_pack = 8

@@ -41,6 +41,10 @@ def get_config(size: str = "cpu") -> ml_collections.ConfigDict:
     config.data.train_examples = 0  # > 0: only the first this many training questions
     config.data.validation_examples = 0  # > 0: only the first this many validation questions
     config.data.vocab_file = ""  # "": config.init_from's, else bert-base-uncased's
+    # Lower-case the text (an uncased model) or not (a cased one); None: as config.init_from was
+    # trained (its prepared data's summary, or do_lower_case in the tokenizer_config.json beside
+    # its weights), else uncased. Recorded in best/best.json and in an exported tokenizer.
+    config.data.lowercase = ml_collections.config_dict.placeholder(bool)
     config.data.max_seq_length = 384
     config.data.doc_stride = 128
     config.data.max_query_length = 64

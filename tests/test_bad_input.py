@@ -104,6 +104,12 @@ ROWS = [
      ["--from_flax={x}", "--out={t}/out"], "{x}"),
     ("convert: output under a file", "bert_flax.convert",
      ["--from_workdir={r}", "--out={x}/out"], "{x}/out"),
+    ("convert: a fine-tuning run to a bert_flax directory", "bert_flax.convert",
+     ["--from_workdir={f}", "--out={t}/out"], "give only --to_hf"),
+    ("convert: a mean-pooling classifier to transformers", "bert_flax.convert",
+     ["--from_workdir={m}", "--to_hf={t}/hf"], "pooling='mean'"),
+    ("convert: a fine-tuning task without a transformers class", "bert_flax.convert",
+     ["--from_workdir={u}", "--to_hf={t}/hf"], "no transformers class"),
     ("packing: missing histogram", "packing", ["{t}/none.txt", "--max-len=8"], "{t}/none.txt"),
     ("packing: a directory for the histogram", "packing", ["{t}/dir.csv", "--max-len=8"],
      "{t}/dir.csv"),
@@ -197,8 +203,9 @@ def run_program(module: str, argv: list[str], stderr_path: str) -> int:
 
 
 def make_fixtures(base: str) -> dict[str, str]:
-    """Prepared data at length 64 ({d}), a pre-training run ({r}), a fine-tuned model ({f}) and
-    a plain file ({x}), under `base`."""
+    """Prepared data at length 64 ({d}), a pre-training run ({r}), a fine-tuned model ({f}), its
+    best parameters as a mean-pooling classifier's ({m}) and as a task's without a transformers
+    class ({u}), and a plain file ({x}), under `base`."""
     from bert_flax.data.create_pretraining_data import create_pretraining_data
 
     speeches = os.path.join(
@@ -224,6 +231,13 @@ def make_fixtures(base: str) -> dict[str, str]:
     ):  # fmt: skip
         status = run_program(module, argv, log)
         assert status == 0, open(log).read()[-3000:]
+    for key, change in (("m", {"pooling": "mean"}), ("u", {"task": "retrieval"})):
+        paths[key] = os.path.join(base, f"tuned_{key}")
+        shutil.copytree(os.path.join(paths["f"], "best"), os.path.join(paths[key], "best"))
+        with open(os.path.join(paths[key], "best", "best.json")) as f:
+            head = json.load(f) | change
+        with open(os.path.join(paths[key], "best", "best.json"), "w") as f:
+            json.dump(head, f)
     return paths
 
 

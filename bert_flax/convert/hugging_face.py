@@ -113,48 +113,148 @@ def _normalise_hf_name(name: str) -> str:
     return name
 
 
-def _qa_param_table(config: BertConfig) -> Iterator[Param]:
-    """`BertForQuestionAnswering`'s parameters: the encoder (no pooler) and `qa_outputs`."""
+# The Hugging Face classes converted, each as its layers beyond the encoder: (our name, HF name,
+# output width: "hidden", "labels" or a number). `BertForPreTraining` is the whole `param_table`.
+PRETRAINING = "BertForPreTraining"
+HF_HEADS: dict[str, tuple[tuple[str, str, str | int], ...]] = {
+    "BertModel": (("nsp_head/pooler", "bert.pooler.dense", "hidden"),),
+    "BertForSequenceClassification": (
+        ("head/pooler", "bert.pooler.dense", "hidden"),
+        ("head/classifier", "classifier", "labels"),
+    ),
+    "BertForQuestionAnswering": (("qa_outputs", "qa_outputs", 2),),
+    "BertForTokenClassification": (("classifier", "classifier", "labels"),),
+}
+HF_CLASSES = (PRETRAINING, *HF_HEADS)
+_POOLER = ("bert.pooler.dense.weight", "bert.pooler.dense.bias")  # a BertModel may lack it
+
+
+def _check_class(hf_class: str) -> None:
+    if hf_class not in HF_CLASSES:
+        raise ValueError(f"{hf_class!r} is not a converted class; known: {list(HF_CLASSES)}.")
+
+
+def hf_param_table(config: BertConfig, hf_class: str = PRETRAINING) -> Iterator[Param]:
+    """The parameters of the Hugging Face class `hf_class` (of `HF_CLASSES`) under our and HF's
+    names: the encoder and the class's layers."""
+    _check_class(hf_class)
+    if hf_class == PRETRAINING:
+        yield from param_table(config)
+        return
     yield from (p for p in param_table(config) if p.ours.startswith("bert/"))
-    yield Param("qa_outputs/kernel", "qa_outputs.weight", "", True, False)
-    yield Param("qa_outputs/bias", "qa_outputs.bias", "", False, False)
+    for ours, hf, _ in HF_HEADS[hf_class]:
+        yield Param(f"{ours}/kernel", f"{hf}.weight", "", True, False)
+        yield Param(f"{ours}/bias", f"{hf}.bias", "", False, False)
 
 
-def qa_expected_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
-    """The shapes of `tasks.squad.model.BertForQuestionAnswering(config)`'s parameters: the
-    encoder's, and a start and an end logit a token."""
-    shapes = {k: v for k, v in expected_shapes(config).items() if k.startswith("bert/")}
-    return shapes | {"qa_outputs/kernel": (config.hidden_size, 2), "qa_outputs/bias": (2,)}
+def hf_expected_shapes(
+    config: BertConfig, hf_class: str = PRETRAINING, num_labels: int = 2
+) -> dict[str, tuple[int, ...]]:
+    """{"bert/layer_0/...": shape} of our parameters of `hf_class` with `num_labels` labels."""
+    _check_class(hf_class)
+    shapes = expected_shapes(config)
+    if hf_class == PRETRAINING:
+        return shapes
+    shapes = {k: v for k, v in shapes.items() if k.startswith("bert/")}
+    widths = {"hidden": config.hidden_size, "labels": num_labels}
+    for ours, _, width in HF_HEADS[hf_class]:
+        out = widths.get(width, width)
+        shapes |= {f"{ours}/kernel": (config.hidden_size, out), f"{ours}/bias": (out,)}
+    return shapes
+
+
+# Our top-level layer that tells a class's parameters (none of them: a `BertModel`'s).
+_CLASS_OF_LAYER = {
+    "mlm_head": PRETRAINING,
+    "head": "BertForSequenceClassification",
+    "qa_outputs": "BertForQuestionAnswering",
+    "classifier": "BertForTokenClassification",
+}
+
+
+def hf_class_of(params: Params) -> str:
+    """The Hugging Face class whose parameters `params` are (by its top-level layers)."""
+    return next((c for layer, c in _CLASS_OF_LAYER.items() if layer in params), "BertModel")
+
+
+def label_count(params: Params) -> int | None:
+    """The outputs of a sequence or token classifier's classification layer (None: no such
+    layer)."""
+    layer = params.get("head", params).get("classifier", {}).get("bias")
+    return None if layer is None else int(np.shape(layer)[0])
+
+
+def label_fields(names: list[str]) -> dict[str, Any]:
+    """A HF `config.json`'s label fields for the label `names` (id order)."""
+    return {
+        "id2label": dict(enumerate(names)),
+        "label2id": {name: i for i, name in enumerate(names)},
+        "num_labels": len(names),
+    }
+
+
+def layout_shapes(params: Params, config: BertConfig) -> dict[str, tuple[int, ...]]:
+    """The shapes `config` gives the parameters of the class `params` are (`hf_class_of`; its
+    label count and, for a `BertModel`, whether it has a pooler, from `params`)."""
+    hf_class, labels = hf_class_of(params), label_count(params)
+    shapes = hf_expected_shapes(config, hf_class, labels or 2)
+    if hf_class == "BertModel" and "nsp_head" not in params:
+        shapes = {k: v for k, v in shapes.items() if k.startswith("bert/")}
+    return shapes
+
+
+def _hf_class_of_state(arrays: Mapping[str, Any], hf_config: Mapping[str, Any]) -> str:
+    """The class of a HF state dict: its config's `architectures`, else what its names show."""
+    named = [a for a in hf_config.get("architectures") or () if a in HF_CLASSES]
+    if named:
+        return named[0]
+    if any(k.startswith("cls.") for k in arrays):
+        return PRETRAINING
+    if "qa_outputs.weight" in arrays:
+        return "BertForQuestionAnswering"
+    if "classifier.weight" in arrays:
+        pooled = _POOLER[0] in arrays
+        return "BertForSequenceClassification" if pooled else "BertForTokenClassification"
+    return "BertModel"
+
+
+def _with_prefix(arrays: dict[str, Any]) -> dict[str, Any]:
+    """A `BertModel`'s own state dict names its layers without the `bert.` prefix the headed
+    classes give them; ours has it."""
+    if any(k.startswith("bert.") for k in arrays):
+        return arrays
+    heads = {hf for layers in HF_HEADS.values() for _, hf, _ in layers if "." not in hf}
+    return {k if k.split(".")[0] in heads else f"bert.{k}": v for k, v in arrays.items()}
 
 
 def from_hf_state_dict(
-    state_dict: Mapping[str, Any], config: BertConfig, *, question_answering: bool = False
+    state_dict: Mapping[str, Any], config: BertConfig, hf_class: str = PRETRAINING
 ) -> Params:
-    """HF `BertForPreTraining` (or, `question_answering`, `BertForQuestionAnswering`) state dict
-    (torch tensors or numpy arrays) -> our `params` (layers stacked where `config.scan_layers`)."""
+    """HF `hf_class` (of `HF_CLASSES`) state dict (torch tensors or numpy arrays) -> our
+    `params` (layers stacked where `config.scan_layers`): `BertForPreTraining`'s tree, or the
+    encoder (`bert`) with the class's layers (a `BertModel`'s pooler as `nsp_head/pooler`)."""
     check_has_layout(config)
     if config.scan_layers:
         flat_config = config.replace(scan_layers=False)
-        return stack_layers(from_hf_state_dict(state_dict, flat_config,
-                                               question_answering=question_answering))  # fmt: skip
-    arrays = {_normalise_hf_name(k): _to_numpy(v) for k, v in state_dict.items()}
-    if question_answering:
-        table, expected, model = _qa_param_table, qa_expected_shapes(config), "ForQuestionAnswering"
-    else:
-        table, expected, model = param_table, expected_shapes(config), "ForPreTraining"
+        return stack_layers(from_hf_state_dict(state_dict, flat_config, hf_class))
+    arrays = _with_prefix({_normalise_hf_name(k): _to_numpy(v) for k, v in state_dict.items()})
+    labels = arrays["classifier.bias"].shape[0] if "classifier.bias" in arrays else 2
+    expected = hf_expected_shapes(config, hf_class, labels)
     flat, used = {}, set()
-    for p in table(config):
+    for p in hf_param_table(config, hf_class):
         if p.hf not in arrays:
+            if hf_class == "BertModel" and p.hf in _POOLER:
+                continue  # no pooler: a fine-tuning task initialises its own
             raise KeyError(
-                f"HF checkpoint lacks {p.hf!r} (needed for {p.ours}); a Bert{model} checkpoint "
-                "is required (BertModel-only checkpoints have no heads)."
+                f"HF checkpoint lacks {p.hf!r} (needed for {p.ours}); a {hf_class} checkpoint "
+                "is required."
             )
         value = arrays[p.hf].T if p.hf_transposed else arrays[p.hf]
         check_shape(p.hf, value, expected[p.ours])
         flat[p.ours] = np.ascontiguousarray(value, dtype=np.float32)
         used.add(p.hf)
     for tied, source in _HF_TIED.items():
-        if tied in arrays:
+        if tied in arrays and hf_class == PRETRAINING:
             if not np.array_equal(arrays[tied], arrays[source]):
                 raise ValueError(
                     f"{tied} differs from {source}: only tied MLM decoders are supported."
@@ -166,21 +266,22 @@ def from_hf_state_dict(
     return unflatten(flat)
 
 
-def to_hf_state_dict(
-    params: Params, config: BertConfig, *, question_answering: bool = False
-) -> dict[str, np.ndarray]:
-    """Our `params` -> HF `BertForPreTraining` (including the tied copies) or, with
-    `question_answering`, `BertForQuestionAnswering` state dict (numpy)."""
+def to_hf_state_dict(params: Params, config: BertConfig) -> dict[str, np.ndarray]:
+    """Our `params` -> the state dict (numpy) of the HF class they are (`hf_class_of`):
+    `BertForPreTraining`'s including the tied copies."""
     check_has_layout(config)
     config = config.replace(scan_layers=False)
     flat = flatten(unstack_layers(params))
+    hf_class = hf_class_of(params)
     out = {}
-    for p in (_qa_param_table if question_answering else param_table)(config):
+    for p in hf_param_table(config, hf_class):
+        if p.ours not in flat and hf_class == "BertModel" and p.hf in _POOLER:
+            continue
         value = flat.pop(p.ours)
         out[p.hf] = np.ascontiguousarray(value.T if p.hf_transposed else value)
     if flat:
-        raise ValueError(f"Parameters without an HF name: {sorted(flat)}.")
-    if not question_answering:
+        raise ValueError(f"Parameters without an HF name in {hf_class}: {sorted(flat)}.")
+    if hf_class == PRETRAINING:
         for tied, source in _HF_TIED.items():
             out[tied] = out[source]
     return out
@@ -233,25 +334,37 @@ def _read_torch(path: str) -> dict[str, Any]:
 
 
 def read_hf_config(directory: str, **config_overrides: Any) -> BertConfig:
-    """The BertConfig of a HF BertForPreTraining directory (its config.json)."""
+    """The BertConfig of a HF BERT directory (its config.json)."""
     with open(os.path.join(directory, "config.json")) as f:
         return config_from_hf(json.load(f), **config_overrides)
 
 
 def load_hf_checkpoint(directory: str, **config_overrides: Any) -> tuple[BertConfig, Params]:
-    """Reads a HF BertForPreTraining directory -> (BertConfig, params)."""
-    config = read_hf_config(directory, **config_overrides)
-    return config, from_hf_state_dict(_read_hf_weights(directory), config)
+    """Reads a HF directory of any of `HF_CLASSES` (its config's `architectures`, else what its
+    weights show) -> (BertConfig, params in that class's layout: `from_hf_state_dict`)."""
+    with open(os.path.join(directory, "config.json")) as f:
+        hf_config = json.load(f)
+    config = config_from_hf(hf_config, **config_overrides)
+    arrays = _read_hf_weights(directory)
+    return config, from_hf_state_dict(arrays, config, _hf_class_of_state(arrays, hf_config))
 
 
-def save_hf_checkpoint(params: Params, config: BertConfig, directory: str) -> None:
-    """Writes config.json + model.safetensors (tied copies left out, as `save_pretrained` does)."""
+def save_hf_checkpoint(
+    params: Params, config: BertConfig, directory: str, **hf_config: Any
+) -> None:
+    """Writes config.json (with `hf_config`'s fields: labels, problem type; a classifier's labels
+    default to LABEL_0, ...) + model.safetensors of the class `params` are (tied copies left
+    out, as `save_pretrained` does)."""
     from safetensors.numpy import save_file
 
     os.makedirs(directory, exist_ok=True)
     state = to_hf_state_dict(params, config)
     for tied in _HF_TIED:
-        del state[tied]
+        state.pop(tied, None)
     save_file(state, os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
+    fields = config_to_hf(config) | {"architectures": [hf_class_of(params)]}
+    if label_count(params) is not None:
+        fields |= label_fields([f"LABEL_{i}" for i in range(label_count(params))])
+    fields |= hf_config
     with open(os.path.join(directory, "config.json"), "w") as f:
-        json.dump(config_to_hf(config), f, indent=2)
+        json.dump(fields, f, indent=2)

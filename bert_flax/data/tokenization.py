@@ -49,6 +49,7 @@ class Vocab:
     mask_id: int
     is_continuation: np.ndarray  # bool [size]: the token starts with "##"
     replacement_ids: np.ndarray  # int32: ids a masked token may be replaced by (no special/unused)
+    lowercase: bool = True  # the text is lower-cased (and accents stripped) first: uncased
 
     def special_ids(self) -> dict[str, int]:
         return {
@@ -91,6 +92,7 @@ def load_vocab(path: str | None = None, *, lowercase: bool = True) -> Vocab:
         mask_id=vocab["[MASK]"],
         is_continuation=is_continuation,
         replacement_ids=np.asarray(replaceable, dtype=np.int32),
+        lowercase=lowercase,
     )
 
 

@@ -24,7 +24,7 @@ import jax
 import numpy as np
 from absl import logging
 
-from bert_flax.convert import tables
+from bert_flax.convert import hugging_face
 from bert_flax.model.config import BertConfig
 
 Params = dict[str, Any]
@@ -91,12 +91,14 @@ def load_params(
     directory: str, *, pretraining: bool = True, **config_overrides: Any
 ) -> tuple[BertConfig, Params]:
     """Reads what `save_params` wrote -> (BertConfig with overrides, params as numpy); checked
-    against `BertForPreTraining`'s shapes unless `pretraining=False` (a fine-tuned model)."""
+    against the shapes of the class they are (`BertForPreTraining`, an encoder, a converted
+    task-headed model: `hugging_face.layout_shapes`) unless `pretraining=False` (a fine-tuned
+    model of any task)."""
     config = read_config(directory, **config_overrides)
     with open(os.path.join(directory, PARAMS_FILE), "rb") as f:
         params = flax.serialization.msgpack_restore(f.read())
     if pretraining:
-        check_params_fit(params, tables.expected_shapes(config), directory)
+        check_params_fit(params, hugging_face.layout_shapes(params, config), directory)
     return config, params
 
 

@@ -50,21 +50,48 @@ def pretrained_config(path: str) -> BertConfig:
     return google_bert.read_tf_config(path)
 
 
+def _run_data(path: str) -> PreparedData | None:
+    """The prepared data a run at `path` read (its config.json's data_dir), if it says."""
+    run_config = os.path.join(path, "config.json")
+    if checkpoint_kind(path) != "workdir" or not os.path.isfile(run_config):
+        return None
+    with open(run_config) as f:
+        data_dir = json.load(f).get("data", {}).get("data_dir") or ""
+    if data_dir and os.path.isfile(os.path.join(data_dir, SUMMARY_FILE)):
+        return PreparedData.load(data_dir)
+    return None
+
+
+def _beside(path: str, name: str) -> str | None:
+    """The file `name` beside the weights at `path`, if there is one."""
+    folder = path if os.path.isdir(path) else os.path.dirname(path)
+    found = os.path.join(folder, name)
+    return found if os.path.isfile(found) else None
+
+
 def pretrained_vocab_file(path: str) -> str | None:
     """The WordPiece vocabulary the checkpoint at `path` was trained with, where it says: a
     run's prepared data's (its config.json's data_dir), else a vocab.txt beside the weights;
     None if neither."""
-    run_config = os.path.join(path, "config.json")
-    if checkpoint_kind(path) == "workdir" and os.path.isfile(run_config):
-        with open(run_config) as f:
-            data_dir = json.load(f).get("data", {}).get("data_dir") or ""
-        if data_dir and os.path.isfile(os.path.join(data_dir, SUMMARY_FILE)):
-            vocab = PreparedData.load(data_dir).vocab_file
-            if vocab:
-                return vocab
-    folder = path if os.path.isdir(path) else os.path.dirname(path)
-    vocab = os.path.join(folder, "vocab.txt")
-    return vocab if os.path.isfile(vocab) else None
+    data = _run_data(path)
+    if data is not None and data.vocab_file:
+        return data.vocab_file
+    return _beside(path, "vocab.txt")
+
+
+def pretrained_lowercase(path: str) -> bool | None:
+    """Whether the checkpoint at `path` reads lower-cased text, where it says: a run's prepared
+    data's summary, else the `do_lower_case` of a `tokenizer_config.json` beside the weights (a
+    Hugging Face folder's); None if neither."""
+    data = _run_data(path)
+    if data is not None and "lowercase" in data.summary.get("vocab", {}):
+        return bool(data.summary["vocab"]["lowercase"])
+    tokenizer_config = _beside(path, "tokenizer_config.json")
+    if tokenizer_config is None:
+        return None
+    with open(tokenizer_config) as f:
+        lowercase = json.load(f).get("do_lower_case")
+    return None if lowercase is None else bool(lowercase)
 
 
 def load_pretrained(path: str, step: int | None = None) -> tuple[BertConfig, Params]:

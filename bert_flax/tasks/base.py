@@ -91,7 +91,8 @@ class Task(abc.ABC):
         return pretraining_params
 
     def head_config(self) -> dict[str, Any]:
-        """What a saved model needs besides its `BertConfig` (e.g. the label names)."""
+        """What a saved model needs besides its `BertConfig` and task name (`best.json`'s
+        "task"), e.g. the label names."""
         return {}
 
     def plot(self, workdir: str) -> list[str]:
@@ -105,8 +106,11 @@ class Task(abc.ABC):
         raise NotImplementedError("This task has no prediction command.")
 
 
-def data_identity(task: str, summary: dict[str, Any]) -> str:
-    """`Task.identity` of a task's data `summary` (JSON): its name and a digest of the summary."""
+def data_identity(task: str, summary: dict[str, Any], *, lowercase: bool = True) -> str:
+    """`Task.identity` of a task's data `summary` (JSON) tokenized with or without lower-casing:
+    its name and a digest (uncased runs keep the identity they had before the setting)."""
+    if not lowercase:
+        summary = {**summary, "cased": True}
     digest = hashlib.sha256(json.dumps(summary, sort_keys=True).encode()).hexdigest()
     return f"{task}:{digest[:16]}"
 

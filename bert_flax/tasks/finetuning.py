@@ -23,14 +23,17 @@ from bert_flax.tasks.base import Batch, Task
 
 def task_vocab(config: ml_collections.ConfigDict) -> tokenization.Vocab:
     """`config.data.vocab_file`, else `config.init_from`'s vocabulary where it says, else
-    bert-base-uncased's."""
-    vocab_file = config.data.vocab_file
+    bert-base-uncased's; lower-casing as `config.data.lowercase` says (None: as `init_from` was
+    trained, where it says, else uncased)."""
+    vocab_file, lowercase = config.data.vocab_file, config.data.get("lowercase")
     init_from = config.get("init_from")
     if not vocab_file and init_from:
         vocab_file = pretrained.pretrained_vocab_file(init_from)
         if vocab_file:
             logging.info("Tokenizing with %s, the vocabulary of %s", vocab_file, init_from)
-    return tokenization.load_vocab(vocab_file or None)
+    if lowercase in (None, ""):
+        lowercase = pretrained.pretrained_lowercase(init_from) if init_from else None
+    return tokenization.load_vocab(vocab_file or None, lowercase=lowercase is not False)
 
 
 class FineTuningTask(Task):

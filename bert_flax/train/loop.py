@@ -517,7 +517,7 @@ class Loop:
                 self.eval_summary,
                 self.state.params,
                 self.setup.model_config,
-                self.setup.task.head_config(),
+                {"task": self.setup.task.name, **self.setup.task.head_config()},
             )
         self.throughput.reset()
 

@@ -16,6 +16,7 @@ import flax.linen as nn
 import flax.struct
 import jax
 import jax.numpy as jnp
+from absl import logging
 
 from bert_flax.data.contract import CLASSIFICATION_INPUTS
 from bert_flax.model import losses
@@ -74,20 +75,35 @@ class BertForSequenceClassification(nn.Module):
         return ClassificationOutput(logits=self.head(states, deterministic=deterministic))
 
 
-def pretrained_encoder(pretraining_params: Mapping, classifier_params: Mapping) -> dict:
-    """`classifier_params` with the encoder and pooler of `BertForPreTraining` parameters (the
-    classification layer keeps its own initialisation)."""
+def pretrained_encoder(pretrained: Mapping, classifier_params: Mapping) -> dict:
+    """`classifier_params` with the encoder of pre-trained parameters and their pooler where they
+    have one (`BertForPreTraining`'s `nsp_head/pooler`, another classifier's `head/pooler`, a
+    converted `BertModel`'s); the classification layer keeps its own initialisation, and so
+    does the pooler of a model without one (a QA or token classifier's encoder)."""
     head = dict(classifier_params["head"])
-    head["pooler"] = pretraining_params["nsp_head"]["pooler"]
-    return {**classifier_params, "bert": pretraining_params["bert"], "head": head}
+    pooler = (pretrained.get("nsp_head") or pretrained.get("head") or {}).get("pooler")
+    if pooler is None:
+        logging.info("The pre-trained model has no pooler: the classifier initialises its own.")
+    else:
+        head["pooler"] = pooler
+    return {**classifier_params, "bert": pretrained["bert"], "head": head}
 
 
 def classifier_start(pretrained: Mapping, params: Mapping, *, rescale: bool) -> Mapping:
     """What a classifier (`params`) starts from given `config.init_from`'s parameters: another
-    classifier's whole, else `pretrained_encoder` of pre-training parameters, their embedding
-    tables scaled to a fresh initialisation's size when `rescale`."""
-    if "head" in pretrained:  # already a classifier (another fine-tuning run)
-        return pretrained
+    classifier's whole when its head has our shapes, else `pretrained_encoder` of them (the
+    classification layer our own), the embedding tables scaled to a fresh initialisation's size
+    when `rescale`."""
+    if "head" in pretrained:  # already a classifier: kept whole if it has our labels
+        theirs, ours = (jax.tree.map(jnp.shape, p["head"]) for p in (pretrained, params))
+        if theirs == ours:
+            return pretrained
+        logging.warning(
+            "The pre-trained classifier has %d outputs, this task %d: its classification layer "
+            "is dropped (the encoder and pooler kept).",
+            jnp.shape(pretrained["head"]["classifier"]["bias"])[0],
+            jnp.shape(params["head"]["classifier"]["bias"])[0],
+        )
     encoder = pretrained_encoder(pretrained, params)
     return rescale_embeddings(encoder, like=params) if rescale else encoder
 

@@ -105,7 +105,7 @@ def predict_file(workdir: str, path: str, output: str | None) -> str:
     with open(os.path.join(workdir, "config.json")) as f:
         config_data = json.load(f)["data"]
     vocab_file = head.get("vocab_file") or config_data.get("vocab_file") or None
-    vocab = tokenization.load_vocab(vocab_file)
+    vocab = tokenization.load_vocab(vocab_file, lowercase=head.get("lowercase", True))
     split = data.read_texts(path)
     check_kind(split, head, path, workdir)
     encoded = data.encode_split(vocab, split, config_data["max_seq_length"])

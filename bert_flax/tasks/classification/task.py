@@ -124,7 +124,7 @@ class ClassificationTask(FineTuningTask):
             "max_seq_length": self.config.data.max_seq_length,
             "vocab_size": self.vocab.size,
         }
-        return data_identity("classification", summary)
+        return data_identity("classification", summary, lowercase=self.vocab.lowercase)
 
     def check_batch(self, batch: Batch, model_config: BertConfig, *, evaluation: bool) -> None:
         contract.check_batch(batch, model_config, features=contract.CLASSIFICATION_FEATURES)
@@ -145,6 +145,7 @@ class ClassificationTask(FineTuningTask):
             "sentence_pairs": self.labelled.splits["train"].texts_b is not None,
             "pooling": self.config.classifier.pooling,
             "vocab_file": self.vocab.path,  # as resolved (config.data.vocab_file may be "")
+            "lowercase": self.vocab.lowercase,  # as resolved (config.data.lowercase may be None)
         }
 
     def predict_split(self, workdir: str, split: str) -> dict[str, Any]:

@@ -143,7 +143,7 @@ class MultiLabelTask(FineTuningTask):
             "max_seq_length": self.config.data.max_seq_length,
             "vocab_size": self.vocab.size,
         }
-        return data_identity("multi_label", summary)
+        return data_identity("multi_label", summary, lowercase=self.vocab.lowercase)
 
     def check_batch(self, batch: Batch, model_config: BertConfig, *, evaluation: bool) -> None:
         contract.check_batch(batch, model_config, features=contract.MULTI_LABEL_FEATURES)
@@ -165,6 +165,7 @@ class MultiLabelTask(FineTuningTask):
             "sentence_pairs": self.labelled.splits["train"].texts_b is not None,
             "pooling": self.config.classifier.pooling,
             "vocab_file": self.vocab.path,
+            "lowercase": self.vocab.lowercase,
         }
 
     def predict_split(self, workdir: str, split: str) -> dict[str, Any]:
@@ -188,7 +189,9 @@ class MultiLabelTask(FineTuningTask):
         model_config, params, head = parameters.load_finetuned(workdir)
         with open(os.path.join(workdir, "config.json")) as f:
             config_data = json.load(f)["data"]
-        vocab = tokenization.load_vocab(head.get("vocab_file") or None)
+        vocab = tokenization.load_vocab(
+            head.get("vocab_file") or None, lowercase=head.get("lowercase", True)
+        )
         split = classification.read_texts(path)
         classification_predict.check_kind(split, head, path, workdir)
         encoded = classification.encode_split(vocab, split, config_data["max_seq_length"])

@@ -57,6 +57,19 @@ class PreTrainingTask(Task):
         source = None if self.data is None else self.data.data_dir
         return model_config_from(self.config, self.row_shape.max_seq_length, vocab_size, source)
 
+    def pretrained_params(self, pretraining_params: Any, params: Any) -> Any:
+        """`BertForPreTraining`'s parameters whole; ValueError for a model without its MLM and
+        NSP heads (a converted `BertModel` or task-headed checkpoint)."""
+        if "mlm_head" not in pretraining_params:
+            raise ValueError(
+                f"config.init_from={self.config.init_from!r} holds no pre-training heads (an "
+                "encoder-only or task-headed model, e.g. a transformers BertModel or "
+                "BertForSequenceClassification): pre-training needs BertForPreTraining's MLM and "
+                "NSP heads. Fine-tune from it (bert_flax.finetune), or start pre-training from a "
+                "BertForPreTraining checkpoint."
+            )
+        return pretraining_params
+
     def packing_factor(self) -> float:
         config = self.config
         if not config.data.packed:

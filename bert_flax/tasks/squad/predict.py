@@ -195,7 +195,8 @@ def predict_file(
     no-answer margin exceeds `null_threshold` (default: the one its best evaluation chose).
     Returns a one-line summary, with its EM/F1 against the file's answers."""
     model_config, params, head = parameters.load_finetuned(workdir)
-    vocab = tokenization.load_vocab(head.get("vocab_file") or None)
+    lowercase = head.get("lowercase", True)  # models fine-tuned before it was recorded: uncased
+    vocab = tokenization.load_vocab(head.get("vocab_file") or None, lowercase=lowercase)
     settings = WindowSettings(**head["windows"])
     qa = QASet.build(read_squad(path), vocab, settings)
     logits = infer(

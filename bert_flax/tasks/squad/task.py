@@ -120,7 +120,7 @@ class SquadTask(FineTuningTask):
             "windows": dataclasses.asdict(self.settings),
             "vocab_size": self.vocab.size,
         }
-        return data_identity("squad", summary)
+        return data_identity("squad", summary, lowercase=self.vocab.lowercase)
 
     def check_batch(self, batch: Batch, model_config: BertConfig, *, evaluation: bool) -> None:
         contract.check_batch(batch, model_config, features=contract.CORE_FEATURES)
@@ -141,12 +141,12 @@ class SquadTask(FineTuningTask):
 
     def head_config(self) -> dict[str, Any]:
         return {
-            "task": self.name,
             "windows": dataclasses.asdict(self.settings),
             "version_2": self.version_2,
             "max_sequences_per_pack": self.depth,
             "algorithm": self.config.data.algorithm,
             "vocab_file": self.vocab.path,
+            "lowercase": self.vocab.lowercase,
         }
 
     def plot(self, workdir: str) -> list[str]:

@@ -129,6 +129,9 @@ def test_directories_and_cli(hf_model, tmp_path):
     _, from_bin = hugging_face.load_hf_checkpoint(str(bin_dir))
     jax.tree.map(np.testing.assert_array_equal, from_bin, params)
 
+    # A cased vocabulary beside the weights travels with them, its case setting too.
+    (hf_dir / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nParis\n")
+    (hf_dir / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": False}))
     flax_dir, hf_out = tmp_path / "flax", tmp_path / "hf_out"
     cmd = [sys.executable, "-m", "bert_flax.convert", f"--from_hf={hf_dir}"]
     cmd += [f"--out={flax_dir}", f"--to_hf={hf_out}"]
@@ -138,6 +141,10 @@ def test_directories_and_cli(hf_model, tmp_path):
     loaded_config, loaded = parameters.load_params(str(flax_dir))
     assert loaded_config == config
     jax.tree.map(np.testing.assert_array_equal, loaded, params)
+    for out in (flax_dir, hf_out):
+        assert (out / "vocab.txt").read_text() == (hf_dir / "vocab.txt").read_text()
+        assert json.loads((out / "tokenizer_config.json").read_text())["do_lower_case"] is False
+    assert transformers.AutoTokenizer.from_pretrained(hf_out).tokenize("Paris") == ["Paris"]
     reloaded = transformers.BertForPreTraining.from_pretrained(hf_out)
     for name, value in hf_model.state_dict().items():
         np.testing.assert_array_equal(reloaded.state_dict()[name].numpy(), value.numpy())

@@ -11,12 +11,15 @@ import jax
 import numpy as np
 import pytest
 from sklearn.metrics import f1_score
+from transformers import AutoConfig, pipeline
 
 from bert_flax import finetune
+from bert_flax.convert.finetuned import export_finetuned
 from bert_flax.data import rows as data_rows
 from bert_flax.data import tokenization
 from bert_flax.data.contract import RowShape
 from bert_flax.model.config import BertConfig
+from bert_flax.runs import parameters
 from bert_flax.tasks.classification.model import BertForSequenceClassification
 from bert_flax.tasks.multi_label import data, metrics
 from bert_flax.tasks.multi_label.model import multi_label_loss
@@ -117,7 +120,7 @@ def test_packed_loss_equals_numpy_reference():
 
 
 @pytest.mark.slow(seconds=40)
-def test_fine_tune_reports_scikit_learns_f1_of_what_it_writes(tmp_path):
+def test_fine_tune_reports_scikit_learns_f1_of_what_it_writes_and_exports(tmp_path):
     config = multi_label_config.get_config()
     # Enough steps (~130) to learn the `film` rule: varied predictions to score.
     config.data.update(train_examples=3000, max_seq_length=64)
@@ -136,3 +139,15 @@ def test_fine_tune_reports_scikit_learns_f1_of_what_it_writes(tmp_path):
     for average in ("micro", "macro"):
         expected = f1_score(targets, predicted, average=average, zero_division=0)
         assert final["test"][f"{average}_f1"] == pytest.approx(expected)
+    # Exported, transformers' pipeline gives the same probability of every label.
+    out = str(tmp_path / "hf")
+    model_config, params, head = parameters.load_finetuned(workdir)
+    export_finetuned(params, model_config, head, out)
+    assert AutoConfig.from_pretrained(out).problem_type == "multi_label_classification"
+    classify = pipeline("text-classification", model=out, top_k=None, function_to_apply="sigmoid")
+    texts = review_tags(seed=config.data.split_seed).splits["test"].texts[:8]
+    for theirs, ours in zip(classify(texts), records):
+        by_label = {s["label"]: s["score"] for s in theirs}
+        np.testing.assert_allclose(
+            [by_label[n] for n in names], [ours["probabilities"][n] for n in names], atol=1e-5
+        )

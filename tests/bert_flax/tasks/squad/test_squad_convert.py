@@ -13,6 +13,7 @@ from bert_flax.convert import hugging_face  # noqa: E402
 from bert_flax.tasks.squad.model import BertForQuestionAnswering  # noqa: E402
 
 VOCAB, LENGTH, LENGTHS = 97, 12, (12, 7, 3)
+QA = "BertForQuestionAnswering"
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +43,7 @@ def padded_rows():
 @pytest.mark.parametrize("scan_layers", [False, True])
 def test_start_and_end_logits_match_transformers(hf_model, scan_layers):
     config = hugging_face.config_from_hf(hf_model.config.to_dict(), scan_layers=scan_layers)
-    params = hugging_face.from_hf_state_dict(hf_model.state_dict(), config, question_answering=True)
+    params = hugging_face.from_hf_state_dict(hf_model.state_dict(), config, QA)
     batch, real = padded_rows()
     with torch.no_grad():
         ref = hf_model(
@@ -59,12 +60,12 @@ def test_start_and_end_logits_match_transformers(hf_model, scan_layers):
 def test_round_trip_is_exact_and_the_tree_is_the_models(hf_model):
     state = hf_model.state_dict()
     config = hugging_face.config_from_hf(hf_model.config.to_dict())
-    params = hugging_face.from_hf_state_dict(state, config, question_answering=True)
+    params = hugging_face.from_hf_state_dict(state, config, QA)
     batch, _ = padded_rows()
     init = BertForQuestionAnswering(config).init(jax.random.key(0), batch, deterministic=True)
     shapes = lambda tree: jax.tree.map(np.shape, flax.traverse_util.flatten_dict(tree))
     assert shapes(params) == shapes(flax.linen.unbox(init)["params"])
-    back = hugging_face.to_hf_state_dict(params, config, question_answering=True)
+    back = hugging_face.to_hf_state_dict(params, config)
     assert set(back) == set(state) - {"bert.embeddings.position_ids"}
     for name in back:
         np.testing.assert_array_equal(back[name], state[name].numpy(), err_msg=name)
@@ -74,4 +75,4 @@ def test_a_pretraining_checkpoint_is_not_a_qa_one(hf_model):
     config = hugging_face.config_from_hf(hf_model.config.to_dict())
     state = {k: v for k, v in hf_model.state_dict().items() if not k.startswith("qa_outputs")}
     with pytest.raises(KeyError, match=r"qa_outputs.weight.*BertForQuestionAnswering"):
-        hugging_face.from_hf_state_dict(state, config, question_answering=True)
+        hugging_face.from_hf_state_dict(state, config, QA)
