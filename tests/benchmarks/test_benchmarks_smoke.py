@@ -288,3 +288,33 @@ def test_attention_dropout(tmp_path, recipe_data, load_benchmark):
     record = {"result": result, "command": "c", "date": None, "machine": {}, "commit": "unknown"}
     block = load_benchmark("lib.blocks").BLOCKS["attention_dropout"](lambda name: record)
     assert "| 0.1 |" in block and "| 0 |" in block
+
+
+@pytest.mark.slow(seconds=90)
+def test_finetune_suite(tmp_path, recipe_data, load_benchmark):
+    shutil.copytree(recipe_data, tmp_path / "sotu_cpu")  # the benchmark reuses prepared data
+    result = run_benchmark(
+        "benchmarks.studies.finetune_suite", f"--workdir={tmp_path}", "--kinds=pair,multi_label",
+        "--pretrain_steps=2", "--seeds=2", "--train_examples=60", "--epochs=0.5",
+        "--speed_rounds=1", "--speed_steps=1",
+    )  # fmt: skip
+    assert sorted(result["kinds"]) == ["multi_label", "pair"]
+    for kind in result["kinds"].values():
+        assert sorted(kind["runs"]) == [
+            "pre-trained/packed", "pre-trained/padded", "random/packed", "random/padded",
+        ]  # fmt: skip
+        for start, gap in kind["gaps"].items():
+            padded, packed = (kind["runs"][f"{start}/{layout}"] for layout in ("padded", "packed"))
+            assert gap["gap"] == pytest.approx(padded["median"] - packed["median"])
+            assert padded["metrics"][kind["metric"]] == pytest.approx(padded["median"])
+            assert len(packed["per_seed"]) == 2
+        speed = kind["speed"]
+        assert speed["packing_factor"] > 1
+        assert speed["speedup"] == pytest.approx(
+            speed["sequences_per_second"]["packed"] / speed["sequences_per_second"]["padded"]
+        )
+    record = {"result": result, "command": "c", "date": None, "machine": {}, "commit": "unknown"}
+    suite = load_benchmark("studies.finetune_suite")
+    block = suite.BLOCKS["finetune_suite"](lambda _: record)
+    assert "| pair | pre-trained | accuracy |" in block and "| multi_label |" in block
+    assert "multi_label micro_f1" in suite.suite_row(lambda _: record)[1]
