@@ -12,7 +12,8 @@ classification or regression of texts or pairs, and extractive question answerin
 Training is `bert_flax.train.loop.train_and_evaluate` with the config's task: the same train step,
 optimizers, mesh, checkpointing and preemption handling as pre-training. Epochs become steps
 (`resolve_epochs`), evaluation runs every epoch on the validation split, and the best
-parameters (by the task's metric: accuracy, MSE for regression, F1 for SQuAD) are kept in
+parameters (by the task's metric: `config.eval.metric` of a classifier's metrics, computed
+over the whole validation split, accuracy or MSE by default; F1 for SQuAD) are kept in
 `workdir/best`. After training, a classifier's best parameters predict its test split
 (`workdir/predictions_test.jsonl`).
 """

@@ -40,13 +40,20 @@ ROTTEN_TOMATOES_LABELS = ("rotten", "fresh")  # label ids 0 and 1
 FILE_FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl"}
 
 
+def is_labelled(labels: np.ndarray) -> bool:
+    """Whether a split's labels are real: an unlabelled split (a test set) has class id -1 or a
+    NaN target for every example."""
+    unlabelled = np.isnan(labels) if labels.dtype.kind == "f" else labels < 0
+    return not np.all(unlabelled)
+
+
 @dataclasses.dataclass(frozen=True)
 class LabelledSplit:
     """Texts (optionally sentence pairs) with their labels and stable example ids."""
 
     texts: list[str]
     texts_b: list[str] | None
-    labels: np.ndarray  # int32 [N] class ids, or float32 [N] regression targets
+    labels: np.ndarray  # int32 [N] class ids, float32 [N] regression targets; -1, NaN: unlabelled
     ids: np.ndarray  # int32 [N]: the example's row in its source file
 
     def __len__(self) -> int:
@@ -83,6 +90,8 @@ class LabelledData:
         """Per split, examples per label name (regression: count, mean and std of the targets)."""
         balance: dict[str, dict[str, float]] = {}
         for name, split in self.splits.items():
+            if not is_labelled(split.labels):
+                continue
             if self.label_names is None:
                 labels = split.labels.astype(np.float64)
                 balance[name] = {
