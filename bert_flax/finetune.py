@@ -64,14 +64,15 @@ def resolve_epochs(config: ml_collections.ConfigDict, task: FineTuningTask) -> N
 def finetune(
     config: ml_collections.ConfigDict, workdir: str, task: FineTuningTask | None = None
 ) -> dict[str, Any]:
-    """Fine-tunes (`task`: default the config's, built here), then predicts the test split (if
-    the task has one) with the best parameters."""
+    """Fine-tunes (`task`: default the config's, built here), then predicts the test split(s)
+    (if the task has them: `predict_test`) with the best parameters."""
     task = task or task_class(config.get("task", DEFAULT_TASK))(config)
     resolve_epochs(config, task)
     final = loop.train_and_evaluate(config, workdir, task=task)
-    if "test" in task.encoded and jax.process_index() == 0 and not final["preempted"]:
-        final["test"] = task.predict_split(workdir, "test")
-        logging.info("Test %s", json.dumps(final["test"]))
+    if jax.process_index() == 0 and not final["preempted"]:
+        final.update(task.predict_test(workdir))
+        if "test" in final:
+            logging.info("Test %s", json.dumps(final["test"]))
     return final
 
 

@@ -106,6 +106,11 @@ class FineTuningTask(Task):
             batches = self.batches("train", rows, epoch=epoch, shuffle=self.config.data.shuffle)
             yield from itertools.islice(batches, skip if epoch == first_epoch else 0, None)
 
+    def predict_test(self, workdir: str) -> dict[str, Any]:
+        """After training (process 0): what the best parameters predict of the test split(s),
+        written to `workdir`, for `finetune`'s result (none by default)."""
+        return {}
+
     def split_batches(self, split: str, rows: int) -> list[Batch]:
         """One pass over `split`, its last batch padded with empty rows."""
         return list(self.batches(split, rows, shuffle=False, pad_final=True))

@@ -37,7 +37,7 @@ SPLIT_NAMES = ("train", "validation", "test")
 DEFAULT_FRACTIONS = (0.8, 0.1, 0.1)
 ROTTEN_TOMATOES_FILE = "rotten_tomatoes_corpus_full.csv.bz2"
 ROTTEN_TOMATOES_LABELS = ("rotten", "fresh")  # label ids 0 and 1
-FILE_FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl"}
+FILE_FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".parquet": "parquet"}
 
 
 def is_labelled(labels: np.ndarray) -> bool:
@@ -208,8 +208,11 @@ class _Rows:
         return f"{self.path}:{self.lines[k]}"
 
 
-def _read_records(path: str) -> Iterator[tuple[int, Mapping[str, Any]]]:
-    """(line, record) pairs of a CSV, TSV (tab-separated, no quoting, as GLUE) or JSONL file."""
+def read_records(
+    path: str, fieldnames: Sequence[str] | None = None
+) -> Iterator[tuple[int, Mapping[str, Any]]]:
+    """(line, record) pairs of a CSV, TSV (tab-separated, no quoting, as GLUE), JSONL or Parquet
+    (line: row + 1) file; `fieldnames`: the columns of a CSV/TSV without a header."""
     extension = os.path.splitext(path)[1].lower()
     if extension not in FILE_FORMATS:
         raise ValueError(
@@ -219,16 +222,30 @@ def _read_records(path: str) -> Iterator[tuple[int, Mapping[str, Any]]]:
         raise ValueError(f"{path} is a directory; give the file.")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path} does not exist.")
+    if extension == ".parquet":
+        yield from enumerate(_parquet_records(path), start=1)
+        return
     with open(path, encoding="utf-8-sig", newline="") as f:
         try:
-            yield from _parse_records(f, path, FILE_FORMATS[extension])
+            yield from parse_records(f, path, FILE_FORMATS[extension], fieldnames)
         except UnicodeDecodeError as e:
             raise ValueError(
                 f"{path}: bytes that are not UTF-8 ({e.reason}); save the file as UTF-8."
             ) from None
 
 
-def _parse_records(f: TextIO, path: str, kind: str) -> Iterator[tuple[int, Mapping[str, Any]]]:
+def _parquet_records(path: str) -> list[dict[str, Any]]:
+    """The rows of a Parquet file (pyarrow: `pip install pyarrow`)."""
+    try:
+        from pyarrow import parquet
+    except ImportError:
+        raise ValueError(f"{path}: reading Parquet needs pyarrow: `pip install pyarrow`.") from None
+    return parquet.read_table(path).to_pylist()
+
+
+def parse_records(
+    f: TextIO, path: str, kind: str, fieldnames: Sequence[str] | None = None
+) -> Iterator[tuple[int, Mapping[str, Any]]]:
     """(line, record) pairs of an open file of ``kind``: csv, tsv or jsonl."""
     if kind == "jsonl":
         for line, text in enumerate(f, start=1):
@@ -244,7 +261,10 @@ def _parse_records(f: TextIO, path: str, kind: str) -> Iterator[tuple[int, Mappi
         return
     tsv = kind == "tsv"
     reader = csv.DictReader(
-        f, delimiter="\t" if tsv else ",", quoting=csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL
+        f,
+        fieldnames,
+        delimiter="\t" if tsv else ",",
+        quoting=csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL,
     )
     for record in reader:
         if None in record or None in record.values():
@@ -262,7 +282,7 @@ def _read_rows(path: str, *, labelled: bool = True) -> _Rows:
     labels: list[Any] = []
     lines: list[int] = []
     pairs = None
-    for line, record in _read_records(path):
+    for line, record in read_records(path):
         required = ("text", "label") if labelled else ("text",)
         missing = [column for column in required if column not in record]
         if missing:

@@ -28,11 +28,11 @@ from bert_flax.tasks.classification.model import (
 from bert_flax.tasks.finetuning import FineTuningTask, task_vocab
 
 
-def labelled_data(config: ml_collections.ConfigDict) -> classification.LabelledData:
-    """The bundled sentiment set (`config.data.dataset = "rotten_tomatoes"`) or the user's files
-    (`config.data.train_file` [, `validation_file`, `test_file`]), with only a stratified sample
-    of `config.data.train_examples` training examples when that is set."""
-    labelled = _all_labelled_data(config)
+def sample_train(
+    labelled: classification.LabelledData, config: ml_collections.ConfigDict
+) -> classification.LabelledData:
+    """`labelled` with only a stratified sample of `config.data.train_examples` training
+    examples when that is set."""
     count = config.data.get("train_examples", 0)
     if not count:
         return labelled
@@ -42,7 +42,9 @@ def labelled_data(config: ml_collections.ConfigDict) -> classification.LabelledD
     return dataclasses.replace(labelled, splits={**labelled.splits, "train": train})
 
 
-def _all_labelled_data(config: ml_collections.ConfigDict) -> classification.LabelledData:
+def labelled_data(config: ml_collections.ConfigDict) -> classification.LabelledData:
+    """The bundled sentiment set (`config.data.dataset = "rotten_tomatoes"`) or the user's files
+    (`config.data.train_file` [, `validation_file`, `test_file`])."""
     data = config.data
     if data.train_file:
         return classification.read_labelled_files(
@@ -87,7 +89,7 @@ class ClassificationTask(FineTuningTask):
     def __init__(self, config: ml_collections.ConfigDict):
         super().__init__(config)
         data = config.data
-        self.labelled = labelled_data(config)
+        self.labelled = sample_train(self.read_data(), config)
         self.vocab = task_vocab(config)
         self.encoded = {
             name: classification.encode_split(self.vocab, split, data.max_seq_length)
@@ -116,6 +118,10 @@ class ClassificationTask(FineTuningTask):
             "classification_loss",
         )
         self.eval_sizes: list[int] = []  # batches of each evaluation split (eval_batches)
+
+    def read_data(self) -> classification.LabelledData:
+        """Every split of the task's data (before `sample_train`)."""
+        return labelled_data(self.config)
 
     @property
     def objective(self) -> losses.Objective:
@@ -199,6 +205,12 @@ class ClassificationTask(FineTuningTask):
         """The best parameters' predictions on `split`, written to the workdir, and (if it is
         labelled) their metrics."""
         return predict.predict_split(workdir, self, split)
+
+    def predict_test(self, workdir: str) -> dict[str, Any]:
+        """After training: the best parameters' predictions on the test split, if any."""
+        if "test" not in self.encoded:
+            return {}
+        return {"test": self.predict_split(workdir, "test")}
 
     def plot(self, workdir: str) -> list[str]:
         from bert_flax.runs import plots
