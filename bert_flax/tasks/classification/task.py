@@ -148,7 +148,9 @@ class ClassificationTask(FineTuningTask):
         for k, split in enumerate(self.eval_splits):
             part = outputs[ends[k] : ends[k + 1]]
             real = np.concatenate([out["mask"].reshape(-1) > 0 for out in part])
-            logits = np.concatenate([out["logits"].reshape(real.size, -1) for out in part])
+            logits = np.concatenate(
+                [out["logits"].reshape(-1, self.labelled.num_labels) for out in part]
+            )
             labels = np.concatenate([out["labels"].reshape(-1) for out in part])
             scored = metrics.scores(self.metrics, logits[real], labels[real])
             found.update({name if k == 0 else f"{name}_{split}": v for name, v in scored.items()})

@@ -28,7 +28,8 @@ Records = Iterable[tuple[str, Mapping[str, Any]]]
 
 
 def label_id(spec: Spec, value: Any, where: str) -> int | float:
-    """The id of a class label (its TSV form, name or id) or a regression target."""
+    """The id of a class label (its TSV form, name or id) or a regression target; -1 (the
+    Hugging Face export's test label): unlabelled, -1 or NaN."""
     if isinstance(value, bytes):
         value = value.decode("utf-8")
     if spec.label_names is None:
@@ -36,10 +37,14 @@ def label_id(spec: Spec, value: Any, where: str) -> int | float:
             target = float(value)
         except (TypeError, ValueError):
             target = math.nan
+        if target == -1:  # the Hugging Face export's test splits
+            return math.nan
         if not math.isfinite(target):
             raise ValueError(f"{where}: score {value!r} is not a number; fix or drop the row.")
         return target
     text = str(value).strip()
+    if text == "-1":  # the Hugging Face export's test splits
+        return -1
     for names in (spec.tsv_labels, spec.label_names):
         if text in names:
             return names.index(text)
@@ -141,6 +146,31 @@ def read_files(spec: Spec, files: Mapping[str, str]) -> LabelledData:
             source=path,
         )
     return LabelledData(found, _names(spec), ", ".join(f"{k}: {v}" for k, v in files.items()))
+
+
+def read_file(spec: Spec, path: str) -> LabelledSplit:
+    """The examples of one file of `spec`'s task, in the download's TSV columns (CoLA's train
+    and dev without header) or the Hugging Face export's; labelled if it has the label column."""
+    layouts = [
+        (spec.texts, "label", "idx", None),
+        (spec.tsv_texts, spec.tsv_label, spec.tsv_index, None),
+        (spec.tsv_texts, spec.tsv_label, spec.tsv_index, spec.headerless or None),
+    ]
+    for texts, label, index, fieldnames in layouts:
+        first = next((record for _, record in read_records(path, fieldnames)), {})
+        if all(column in first for column in texts):
+            return build_split(
+                spec,
+                _file_records(path, fieldnames),
+                texts=texts,
+                label=label if label in first else None,
+                index=index,
+                source=path,
+            )
+    raise ValueError(
+        f"{path}:1: its columns fit neither {spec.key}'s GLUE TSVs ({list(spec.tsv_texts)}) nor "
+        f"the Hugging Face export ({list(spec.texts)}); give a file of the task."
+    )
 
 
 def read_tfds(spec: Spec, data_dir: str | None = None) -> LabelledData:

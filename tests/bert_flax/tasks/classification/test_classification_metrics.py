@@ -115,6 +115,7 @@ def test_a_fine_tune_reports_the_metrics_of_its_predictions(tmp_path):
     config.model.num_layers, config.model.max_position_embeddings = 1, 64
     config.data.max_seq_length, config.train.epochs, config.eval.evaluations = 32, 2.0, 3
     config.eval.metrics, config.eval.metric = "mcc,f1,accuracy", "f1"
+    config.eval.batch_size = 2  # several eval batches, the last one padded
     config.log.plots = False
     workdir = str(tmp_path / "run")
     final = finetune.finetune(config, workdir)

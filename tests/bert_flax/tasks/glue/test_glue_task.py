@@ -14,6 +14,7 @@ from sklearn import metrics as sk
 
 from bert_flax import finetune
 from bert_flax.tasks.glue import reading
+from bert_flax.tasks.glue import task as glue_task
 from bert_flax.tasks.glue.table import GLUE
 from configs import glue
 
@@ -25,6 +26,7 @@ def tiny_config(key: str, glue_dir: str):
     config.model.num_layers, config.model.max_position_embeddings = 1, 64
     config.data.max_seq_length, config.data.packed = 32, False
     config.train.epochs, config.train.batch_size, config.eval.evaluations = 1.0, 8, 2
+    config.eval.batch_size = 10  # several eval batches, the last one padded
     config.log.plots = False
     return config
 
@@ -51,6 +53,13 @@ def test_mnli_scores_both_dev_sets_and_writes_its_and_axs_submissions(glue_dir, 
         predicted = [GLUE["mnli"].label_names.index(r["label"]) for r in lines]
         labels = task.labelled.splits[split].labels
         assert best[name] == pytest.approx(sk.accuracy_score(labels, predicted), abs=1e-6)
+    # `finetune --predict`: a labelled file scored as the evaluation scored it, a test file not.
+    path = reading.tsv_path(GLUE["mnli"], glue_dir, "validation_mismatched")
+    line = glue_task.predict_file(workdir, path, str(tmp_path / "mm.jsonl"))
+    assert line.endswith(f"; accuracy {best['accuracy_validation_mismatched']:.4f}")
+    path = reading.tsv_path(GLUE["mnli"], glue_dir, "test_matched")
+    line = glue_task.predict_file(workdir, path, str(tmp_path / "m.jsonl"))
+    assert line == f"24 predictions -> {tmp_path / 'm.jsonl'}"
     assert final["submissions"] == {"MNLI-m.tsv": 24, "MNLI-mm.tsv": 24, "AX.tsv": 24}
     for name, split, spec in (
         ("MNLI-m.tsv", "test_matched", GLUE["mnli"]),
