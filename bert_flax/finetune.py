@@ -8,6 +8,8 @@ classification or regression of texts or pairs, and extractive question answerin
   python -m bert_flax.finetune --config=configs/squad.py --workdir=workdir/squad \
       --config.data.train_file=train-v1.1.json --config.data.validation_file=dev-v1.1.json
   python -m bert_flax.finetune --workdir=workdir/squad --predict=dev-v1.1.json  # predictions.json
+  python -m bert_flax.finetune --config=configs/glue.py:rte --workdir=workdir/rte \
+      --config.data.glue_dir=glue_data            # a GLUE task; then RTE.tsv, its submission
 
 Training is `bert_flax.train.loop.train_and_evaluate` with the config's task: the same train step,
 optimizers, mesh, checkpointing and preemption handling as pre-training. Epochs become steps

@@ -115,9 +115,12 @@ def markdown(summary: dict[str, Any]) -> str:
             f"| {task} | {result['learning_rate']:g} | {metrics} | "
             f"{100 * result['dev']['score']:.1f} |"
         )
+    with_wnli = (
+        f"{100 * summary['score_with_wnli']:.1f} with it" if summary["excluded"] else "not run"
+    )
     lines.append(
-        f"\nGLUE dev score {100 * summary['score']:.1f}: the mean over the tasks' scores, WNLI "
-        f"excluded ({100 * summary['score_with_wnli']:.1f} with it where it ran)."
+        f"\nGLUE dev score {100 * summary['score']:.1f}: the mean of the tasks' scores without "
+        f"WNLI ({with_wnli})."
     )
     return "\n".join(lines) + "\n"
 
