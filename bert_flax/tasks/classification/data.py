@@ -377,7 +377,8 @@ def read_labelled_files(
     seed: int = 0,
     fractions: Sequence[float] = DEFAULT_FRACTIONS,
 ) -> LabelledData:
-    """Labelled CSV/TSV/JSONL files (columns ``text``, optional ``text_b``, ``label``).
+    """Labelled CSV/TSV/JSONL/Parquet files (columns ``text``, optional ``text_b``, ``label``;
+    a test file without ``label`` is unlabelled: class -1, target NaN).
 
     With ``validation`` (and optionally ``test``) each file is one split; with ``train`` alone it
     is split by ``split_indices(seed, fractions)``. Class labels are names (ids in sorted order)
@@ -388,8 +389,14 @@ def read_labelled_files(
     if validation is None and test is not None:
         raise ValueError(f"test={test!r} needs validation= too (or pass train alone to split it).")
     files = {"train": train, "validation": validation, "test": test}
-    rows = {name: _read_rows(path) for name, path in files.items() if path is not None}
-    pairs = {name: r.texts_b is not None for name, r in rows.items()}
+    every = {
+        name: _read_rows(path, labelled=name != "test")
+        for name, path in files.items()
+        if path is not None
+    }
+    # A test file without a `label` column is unlabelled (only predicted).
+    rows = {n: r for n, r in every.items() if n != "test" or any(v is not None for v in r.labels)}
+    pairs = {name: r.texts_b is not None for name, r in every.items()}
     if len(set(pairs.values())) > 1:
         raise ValueError(
             f"Some files have `text_b` and some not ({pairs}); every split must be single "
@@ -421,11 +428,14 @@ def read_labelled_files(
                         f"{label_names}; fix the label or add examples of it to {train}."
                     )
             labels[name] = np.array([index[key] for key in keys[name]], dtype=np.int32)
+    for name in every.keys() - rows.keys():
+        labels[name] = np.full(len(every[name].texts), np.nan if regression else -1)
+        labels[name] = labels[name].astype(np.float32 if regression else np.int32)
     whole = {
         name: LabelledSplit(
             r.texts, r.texts_b, labels[name], np.arange(len(r.texts), dtype=np.int32)
         )
-        for name, r in rows.items()
+        for name, r in every.items()
     }
     if validation is None:
         parts = split_indices(len(whole["train"]), seed, fractions)
@@ -433,7 +443,7 @@ def read_labelled_files(
         source = f"{train} (split {tuple(fractions)} with seed {seed})"
     else:
         splits = whole
-        source = ", ".join(f"{name}: {files[name]}" for name in rows)
+        source = ", ".join(f"{name}: {files[name]}" for name in every)
     return LabelledData(splits=splits, label_names=label_names, source=source)
 
 

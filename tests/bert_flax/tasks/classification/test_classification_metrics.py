@@ -102,15 +102,15 @@ VALIDATION = "text,label\n" + "".join(
 def test_a_fine_tune_reports_the_metrics_of_its_predictions(tmp_path):
     """Every evaluation reports MCC, F1 and accuracy over the whole validation split; the best
     one's equal scikit-learn's on the predictions the best parameters write for it, and the
-    best is chosen by config.eval.metric."""
+    best is chosen by config.eval.metric. A test file without labels is only predicted."""
     from configs import finetune_sentiment
 
-    for name, text in (("train.csv", TRAIN), ("dev.csv", VALIDATION)):
+    unlabelled = "text\n" + "".join(f"a film {i}\n" for i in range(7))
+    for name, text in (("train.csv", TRAIN), ("dev.csv", VALIDATION), ("test.csv", unlabelled)):
         (tmp_path / name).write_text(text)
     config = finetune_sentiment.get_config()
-    config.data.train_file, config.data.validation_file = (
-        str(tmp_path / "train.csv"),
-        str(tmp_path / "dev.csv"),
+    config.data.train_file, config.data.validation_file, config.data.test_file = (
+        str(tmp_path / name) for name in ("train.csv", "dev.csv", "test.csv")
     )
     config.model.num_layers, config.model.max_position_embeddings = 1, 64
     config.data.max_seq_length, config.train.epochs, config.eval.evaluations = 32, 2.0, 3
@@ -125,6 +125,8 @@ def test_a_fine_tune_reports_the_metrics_of_its_predictions(tmp_path):
     best = final["best"]
     assert best["metric"] == "f1"
     assert best["value"] == max(e["f1"] for e in evaluations)
+    assert list(final["test"]) == ["path"]  # an unlabelled test file: only predicted
+    assert len(open(final["test"]["path"]).readlines()) == 7
     task = finetune.task_class("classification")(config)
     scored = task.predict_split(workdir, "validation")
     lines = [json.loads(line) for line in open(scored["path"])]
