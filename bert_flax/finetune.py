@@ -126,8 +126,9 @@ def main(argv: list[str]) -> None:
         f"best validation {best.get('metric')} {best.get('value', float('nan')):.4f} at step "
         f"{best.get('step')} ({final['baseline_name']}: {final['baseline']:.4f})"
     )
-    if "test" in final:
-        print(f"test: {json.dumps(final['test'])}")
+    for name in ("test", "submissions"):  # a classifier's test split; GLUE's submission files
+        if name in final:
+            print(f"{name}: {json.dumps(final[name])}")
 
 
 if __name__ == "__main__":
