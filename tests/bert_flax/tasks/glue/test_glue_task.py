@@ -90,3 +90,29 @@ def test_submissions_write_labels_as_glue_does(glue_dir, tmp_path, key):
     else:
         assert np.isfinite(frame["prediction"].astype(float)).all()
         assert final["best"]["metric"] == "pearson" and "spearman" in final["best"]["eval"]
+
+
+def test_mnli_from_tfds_has_its_splits_and_the_diagnostic_set():
+    """configs/glue.py:mnli with config.data.tfds: TFDS's glue/mnli (mocked) and glue/ax, whose
+    test split MNLI's model predicts into AX.tsv."""
+    import tensorflow_datasets as tfds
+
+    config = glue.get_config("mnli")
+    config.data.tfds = True
+    with tfds.testing.mock_data(num_examples=5):
+        task = finetune.task_class("glue")(config)
+    assert set(task.encoded) == {*GLUE["mnli"].splits, "ax"}
+    assert task.submissions() == {
+        "test_matched": ("MNLI-m.tsv", GLUE["mnli"]),
+        "test_mismatched": ("MNLI-mm.tsv", GLUE["mnli"]),
+        "ax": ("AX.tsv", GLUE["ax"]),
+    }
+
+
+def test_where_glue_is_must_be_said_and_files_must_name_the_splits(tmp_path):
+    config = glue.get_config("mnli")
+    with pytest.raises(ValueError, match=r"Say where GLUE is: config\.data\.glue_dir"):
+        finetune.task_class("glue")(config)
+    config.data.files = f"train={tmp_path}/t.csv,validation={tmp_path}/v.csv"
+    with pytest.raises(ValueError, match=r"must name \['train', 'validation_matched'"):
+        finetune.task_class("glue")(config)
