@@ -56,6 +56,16 @@ def label_id(spec: Spec, value: Any, where: str) -> int | float:
     )
 
 
+def example_id(record: Mapping[str, Any], column: str, position: int, where: str) -> int:
+    """The record's integer `column` (the files' index), else its position."""
+    if column not in record:
+        return position
+    try:
+        return int(record[column])
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: `{column}` is {record[column]!r}, not an integer.") from None
+
+
 def build_split(
     spec: Spec,
     records: Records,
@@ -67,6 +77,8 @@ def build_split(
 ) -> LabelledSplit:
     """The split of `records`: `texts` columns, `label` column (None: unlabelled) and example
     ids from the `index` column (else positions)."""
+    regression = spec.label_names is None
+    unlabelled = math.nan if regression else -1
     columns: list[list[str]] = [[] for _ in texts]
     labels: list[int | float] = []
     ids: list[int] = []
@@ -83,20 +95,16 @@ def build_split(
             if not isinstance(value, str):
                 raise ValueError(f"{where}: `{column}` is {value!r}, not text; fill the row.")
             values.append(value)
-        labels.append(label_id(spec, record[label], where) if label else -1)
-        ids.append(int(record[index]) if index in record else k)
+        labels.append(label_id(spec, record[label], where) if label else unlabelled)
+        ids.append(example_id(record, index, k, where))
     if not ids:
         raise ValueError(f"{source} holds no examples; give the task's file.")
     if len(set(ids)) != len(ids):
         raise ValueError(f"{source}: the `{index}` column repeats a value; each must be unique.")
-    regression = spec.label_names is None
-    unlabelled = math.nan if regression else -1
     return LabelledSplit(
         texts=columns[0],
         texts_b=columns[1] if len(columns) > 1 else None,
-        labels=np.array(labels if label else [unlabelled] * len(ids)).astype(
-            np.float32 if regression else np.int32
-        ),
+        labels=np.asarray(labels, np.float32 if regression else np.int32),
         ids=np.asarray(ids, np.int32),
     )
 

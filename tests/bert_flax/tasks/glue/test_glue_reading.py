@@ -129,6 +129,9 @@ def test_bad_files_are_refused_naming_the_file_and_line(tmp_path):
     )
     with pytest.raises(ValueError, match=r"RTE/train\.tsv:3: label 'neutral' is not one of"):
         reading.read_glue_dir(spec, str(tmp_path))
+    (bad / "train.tsv").write_text("index\tsentence1\tsentence2\tlabel\nx\ta\tb\tentailment\n")
+    with pytest.raises(ValueError, match=r"RTE/train\.tsv:2: `index` is 'x', not an integer"):
+        reading.read_glue_dir(spec, str(tmp_path))
     (bad / "train.tsv").write_text("index\tsentence1\tsentence2\tlabel\n0\ta\tb\n")
     with pytest.raises(ValueError, match=r"RTE/train\.tsv:2: the row's fields"):
         reading.read_glue_dir(spec, str(tmp_path))
