@@ -77,6 +77,7 @@ TEST_REQUIRES = [
     "torch>=2.4",  # CI pins the exact build through constraints/ci.txt
     "transformers>=4.44,<6",
     "pandas>=2.0",  # tests read the sentiment set independently of bert_flax
+    "pyarrow>=14",  # Parquet files of the GLUE tests (bert_flax reads them with it when present)
     "scikit-learn>=1.3,<2",  # independent reference for the fine-tuning metrics
     "seqeval>=1.2,<2",  # independent reference for entity-level F1 (token classification)
     "nbclient>=0.10,<1",  # runs the notebook in smoke mode

@@ -8,11 +8,14 @@ classification or regression of texts or pairs, and extractive question answerin
   python -m bert_flax.finetune --config=configs/squad.py --workdir=workdir/squad \
       --config.data.train_file=train-v1.1.json --config.data.validation_file=dev-v1.1.json
   python -m bert_flax.finetune --workdir=workdir/squad --predict=dev-v1.1.json  # predictions.json
+  python -m bert_flax.finetune --config=configs/glue.py:rte --workdir=workdir/rte \
+      --config.data.glue_dir=glue_data            # a GLUE task; then RTE.tsv, its submission
 
 Training is `bert_flax.train.loop.train_and_evaluate` with the config's task: the same train step,
 optimizers, mesh, checkpointing and preemption handling as pre-training. Epochs become steps
 (`resolve_epochs`), evaluation runs every epoch on the validation split, and the best
-parameters (by the task's metric: accuracy, MSE for regression, F1 for SQuAD) are kept in
+parameters (by the task's metric: `config.eval.metric` of a classifier's metrics, computed
+over the whole validation split, accuracy or MSE by default; F1 for SQuAD) are kept in
 `workdir/best`. After training, a classifier's best parameters predict its test split
 (`workdir/predictions_test.jsonl`).
 """
@@ -63,14 +66,15 @@ def resolve_epochs(config: ml_collections.ConfigDict, task: FineTuningTask) -> N
 def finetune(
     config: ml_collections.ConfigDict, workdir: str, task: FineTuningTask | None = None
 ) -> dict[str, Any]:
-    """Fine-tunes (`task`: default the config's, built here), then predicts the test split (if
-    the task has one) with the best parameters."""
+    """Fine-tunes (`task`: default the config's, built here), then predicts the test split(s)
+    (if the task has them: `predict_test`) with the best parameters."""
     task = task or task_class(config.get("task", DEFAULT_TASK))(config)
     resolve_epochs(config, task)
     final = loop.train_and_evaluate(config, workdir, task=task)
-    if "test" in task.encoded and jax.process_index() == 0 and not final["preempted"]:
-        final["test"] = task.predict_split(workdir, "test")
-        logging.info("Test %s", json.dumps(final["test"]))
+    if jax.process_index() == 0 and not final["preempted"]:
+        final.update(task.predict_test(workdir))
+        if "test" in final:
+            logging.info("Test %s", json.dumps(final["test"]))
     return final
 
 
@@ -122,8 +126,9 @@ def main(argv: list[str]) -> None:
         f"best validation {best.get('metric')} {best.get('value', float('nan')):.4f} at step "
         f"{best.get('step')} ({final['baseline_name']}: {final['baseline']:.4f})"
     )
-    if "test" in final:
-        print(f"test: {json.dumps(final['test'])}")
+    for name in ("test", "submissions"):  # a classifier's test split; GLUE's submission files
+        if name in final:
+            print(f"{name}: {json.dumps(final[name])}")
 
 
 if __name__ == "__main__":

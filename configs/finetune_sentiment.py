@@ -76,6 +76,12 @@ def get_config() -> ml_collections.ConfigDict:
     config.classifier.rescale_embeddings = False
 
     default.for_finetuning(config)
+    # What each evaluation reports, computed over the whole validation split from the
+    # predictions (bert_flax.tasks.classification.metrics: accuracy, f1, mcc, pearson, spearman,
+    # mse), comma-separated; "": accuracy, or mse,pearson,spearman for regression. The best
+    # parameters are those of config.eval.metric ("": the first).
+    config.eval.metrics = ""
+    config.eval.metric = ""
     # The tiny BERT: 1e-3 reaches validation accuracy 0.786 in 2 epochs from the demo's model,
     # 2e-4 0.623 in 1 (BERT-base from a real checkpoint: 2e-5 .. 5e-5).
     config.schedule.learning_rate = 1e-3

@@ -33,7 +33,8 @@ FT_RUN = [FT, "--config.train.epochs=1"]
 
 # (row id, module, arguments, what the line names). In the arguments {t} is the row's own
 # directory (holding train.csv, pairs.csv, notutf8.csv, hist.txt), {d} prepared data at length 64,
-# {r} a pre-training run of configs/tiny.py, {f} a fine-tuned model (single texts), {x} a file.
+# {r} a pre-training run of configs/tiny.py, {f} a fine-tuned model (single texts), {g} one
+# fine-tuned on GLUE's RTE, {x} a file.
 ROWS = [
     ("main: missing data dir", "bert_flax.train",
      [*TINY, "--workdir={t}/w", "--config.data.data_dir={t}/none"], "{t}/none"),
@@ -86,6 +87,18 @@ ROWS = [
      ["--workdir={f}", "--predict={t}/pairs.csv", "--output={t}/o.jsonl"], "text_b"),
     ("predict: an output that cannot be written", "bert_flax.finetune",
      ["--workdir={f}", "--predict={t}/train.csv", "--output={x}/o.jsonl"], "{x}/o.jsonl"),
+    ("glue: a GLUE folder missing a file", "bert_flax.glue",
+     ["--glue_dir={t}/glue_missing", "--workdir={t}/w", "--tasks=rte"],
+     "{t}/glue_missing/RTE/train.tsv"),
+    ("glue: a TSV whose columns do not fit its task", "bert_flax.glue",
+     ["--glue_dir={t}/glue_columns", "--workdir={t}/w", "--tasks=cola,rte"],
+     "{t}/glue_columns/RTE/train.tsv:2"),
+    ("finetune: a GLUE folder missing a file", "bert_flax.finetune",
+     ["--config=configs/glue.py:rte", "--workdir={t}/w", "--config.data.glue_dir={t}/glue_missing"],
+     "{t}/glue_missing/RTE/train.tsv"),
+    ("predict: a GLUE label training never saw", "bert_flax.finetune",
+     ["--workdir={g}", "--predict={t}/rte_unseen.tsv", "--output={t}/o.jsonl"],
+     "{t}/rte_unseen.tsv:3"),
     ("create_pretraining_data: missing corpus", "bert_flax.data.create_pretraining_data",
      ["--input={t}/none", "--output_dir={t}/out"], "{t}/none"),
     ("create_pretraining_data: an empty corpus", "bert_flax.data.create_pretraining_data",
@@ -135,6 +148,12 @@ TRAIN_CSV = "text,label\n" + "".join(
     for i in range(200)
     for word, label in (("a great", "good"), ("an awful", "bad"))
 )
+RTE_HEADER = "index\tsentence1\tsentence2\tlabel\n"
+RTE_TSV = RTE_HEADER + "".join(
+    f"{i}\ta film number {i}\tit is {word}\t{label}\n"
+    for i, (word, label) in enumerate([("good", "entailment"), ("bad", "not_entailment")] * 20)
+)
+RTE_TEST = "index\tsentence1\tsentence2\n0\ta film\tit is good\n"
 ROW_FILES = {
     "train.csv": TRAIN_CSV,
     "pairs.csv": "text,text_b\na film,a great one\nthe plot,was awful\n",
@@ -149,6 +168,18 @@ ROW_FILES = {
     "float.txt": "0\n2.5\n",
     "zeros.txt": "0\n0\n0\n",
     "corpus/speech.txt": "A short speech.\n\nWith two paragraphs of text.\n",
+    "glue_ok/RTE/train.tsv": RTE_TSV,
+    "glue_ok/RTE/dev.tsv": RTE_TSV,
+    "glue_ok/RTE/test.tsv": RTE_TEST,
+    "glue_missing/RTE/dev.tsv": RTE_TSV,
+    "glue_missing/RTE/test.tsv": RTE_TEST,
+    "glue_columns/RTE/train.tsv": "index\tsentence\tlabel\n0\ta film\tentailment\n",
+    "glue_columns/RTE/dev.tsv": RTE_TSV,
+    "glue_columns/RTE/test.tsv": RTE_TEST,
+    "glue_columns/CoLA/train.tsv": "gj04\t1\t\tA film.\n",
+    "glue_columns/CoLA/dev.tsv": "gj04\t1\t\tA film.\n",
+    "glue_columns/CoLA/test.tsv": "index\tsentence\n0\tA film.\n",
+    "rte_unseen.tsv": RTE_HEADER + "0\ta film\tit is good\tentailment\n1\ta\tb\tneutral\n",
 }
 
 
@@ -205,7 +236,7 @@ def run_program(module: str, argv: list[str], stderr_path: str) -> int:
 def make_fixtures(base: str) -> dict[str, str]:
     """Prepared data at length 64 ({d}), a pre-training run ({r}), a fine-tuned model ({f}), its
     best parameters as a mean-pooling classifier's ({m}) and as a task's without a transformers
-    class ({u}), and a plain file ({x}), under `base`."""
+    class ({u}), one fine-tuned on RTE ({g}), and a plain file ({x}), under `base`."""
     from bert_flax.data.create_pretraining_data import create_pretraining_data
 
     speeches = os.path.join(
@@ -216,7 +247,8 @@ def make_fixtures(base: str) -> dict[str, str]:
     for name in sorted(os.listdir(speeches))[-2:]:
         shutil.copy(os.path.join(speeches, name), corpus)
     paths = {"d": os.path.join(base, "data64"), "r": os.path.join(base, "run"),
-             "f": os.path.join(base, "tuned"), "x": os.path.join(base, "file")}  # fmt: skip
+             "f": os.path.join(base, "tuned"), "g": os.path.join(base, "rte"),
+             "x": os.path.join(base, "file")}  # fmt: skip
     create_pretraining_data(corpus, paths["d"], max_seq_length=64, dupe_factor=1)
     with open(paths["x"], "w") as f:
         f.write("a file, not a directory\n")
@@ -228,6 +260,10 @@ def make_fixtures(base: str) -> dict[str, str]:
                             "--config.train.steps=1", "--config.eval.num_batches=1"]),
         ("bert_flax.finetune", [*FT_RUN, f"--workdir={paths['f']}",
                                 f"--config.data.train_file={base}/fixture_row/train.csv"]),
+        ("bert_flax.finetune", ["--config=configs/glue.py:rte", f"--workdir={paths['g']}",
+                                f"--config.data.glue_dir={base}/fixture_row/glue_ok",
+                                "--config.train.epochs=1", "--config.data.packed=False",
+                                "--config.train.batch_size=8", "--config.model.num_layers=1"]),
     ):  # fmt: skip
         status = run_program(module, argv, log)
         assert status == 0, open(log).read()[-3000:]

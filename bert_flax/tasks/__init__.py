@@ -6,21 +6,23 @@ its objective, its batches and how to judge an evaluation.
     final = train.train_and_evaluate(config, workdir, task=task)   # task (bert_flax.finetune)
 
 A task is one folder holding what it owns: its data reading, head and objective, task class,
-evaluation and prediction output (`classification/`, `multi_label/`, `squad/`; pre-training's
-data pipeline is `bert_flax.data`). A new task subclasses `Task` (`base.py`; `FineTuningTask` for
-one trained in epochs over a table of examples) and registers here (docs/design.md, "Adding a
-task").
+evaluation and prediction output (`classification/`, `glue/`, `multi_label/`, `squad/`;
+pre-training's data pipeline is `bert_flax.data`). A new task subclasses `Task` (`base.py`;
+`FineTuningTask` for one trained in epochs over a table of examples) and registers here
+(docs/design.md, "Adding a task").
 """
 
 from bert_flax.tasks.base import Batch, Task, model_config_from
 from bert_flax.tasks.classification import ClassificationTask
 from bert_flax.tasks.finetuning import FineTuningTask
+from bert_flax.tasks.glue import GlueTask
 from bert_flax.tasks.multi_label import MultiLabelTask
 from bert_flax.tasks.pretraining import PreTrainingTask
 from bert_flax.tasks.squad import SquadTask
 
 TASKS: dict[str, type[Task]] = {
-    task.name: task for task in (PreTrainingTask, ClassificationTask, MultiLabelTask, SquadTask)
+    task.name: task
+    for task in (PreTrainingTask, ClassificationTask, GlueTask, MultiLabelTask, SquadTask)
 }
 
 
@@ -36,6 +38,7 @@ __all__ = [
     "Batch",
     "ClassificationTask",
     "FineTuningTask",
+    "GlueTask",
     "MultiLabelTask",
     "PreTrainingTask",
     "SquadTask",

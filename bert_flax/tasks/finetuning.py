@@ -81,10 +81,16 @@ class FineTuningTask(Task):
             **kwargs,
         )
 
+    @property
+    def eval_splits(self) -> list[str]:
+        """The splits each evaluation runs over, in order (`config.eval.split`: one, or several
+        separated by commas, e.g. MNLI's matched and mismatched; the first judges the run)."""
+        return self.config.eval.split.split(",")
+
     def synthetic_batch(self, rows: int, seed: int) -> Batch:
         """The first `rows` rows of the evaluation split (real rows of the right shape)."""
         batches = self.batches(
-            self.config.eval.split, rows * jax.process_count(), shuffle=False, pad_final=True
+            self.eval_splits[0], rows * jax.process_count(), shuffle=False, pad_final=True
         )
         return {name: value[:rows] for name, value in next(batches).items()}
 
@@ -103,5 +109,22 @@ class FineTuningTask(Task):
             batches = self.batches("train", rows, epoch=epoch, shuffle=self.config.data.shuffle)
             yield from itertools.islice(batches, skip if epoch == first_epoch else 0, None)
 
+    def predict_test(self, workdir: str) -> dict[str, Any]:
+        """After training (process 0): what the best parameters predict of the test split(s),
+        written to `workdir`, for `finetune`'s result (`predict_split` of a "test" split)."""
+        if "test" not in self.encoded:
+            return {}
+        return {"test": self.predict_split(workdir, "test")}
+
+    def predict_split(self, workdir: str, split: str) -> dict[str, Any]:
+        """The best parameters' predictions on `split`, written to the workdir, and (where it is
+        labelled) their metrics."""
+        raise NotImplementedError(f"The {self.name} task does not predict a {split} split.")
+
+    def split_batches(self, split: str, rows: int) -> list[Batch]:
+        """One pass over `split`, its last batch padded with empty rows."""
+        return list(self.batches(split, rows, shuffle=False, pad_final=True))
+
     def eval_batches(self, rows: int, vocab_size: int) -> list[Batch]:
-        return list(self.batches(self.config.eval.split, rows, shuffle=False, pad_final=True))
+        """The evaluation splits' batches, one split after the other."""
+        return [batch for split in self.eval_splits for batch in self.split_batches(split, rows)]

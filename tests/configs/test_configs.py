@@ -52,3 +52,30 @@ def test_the_tpu_presets_use_flash_attention_at_512_and_dense_below(name):
     assert (phase2.attention_impl, phase2.attention_dropout_rate) == ("splash", 0.0)
     assert phase1.attention_impl is None  # the preset's: XLA attention, with its dropout
     assert phase1.scan_layers and phase2.scan_layers and phase2.remat_policy == "dots"
+
+
+GLUE_METRICS = {
+    "cola": "mcc", "sst2": "accuracy", "mrpc": "f1,accuracy", "stsb": "pearson,spearman",
+    "qqp": "f1,accuracy", "mnli": "accuracy", "qnli": "accuracy", "rte": "accuracy",
+    "wnli": "accuracy",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("task", sorted(GLUE_METRICS))
+def test_glue_configs_judge_by_the_official_metrics(task):
+    from configs import glue
+
+    for arg in (task, f"{task},base"):
+        config = glue.get_config(arg)
+        validate_config(config)
+        assert (config.task, config.glue.task, config.eval.metrics) == (
+            "glue",
+            task,
+            GLUE_METRICS[task],
+        )
+        assert config.data.max_seq_length == 128 and config.train.epochs == 3.0
+    assert config.model.preset == "base"
+    matched = "validation_matched,validation_mismatched"
+    assert config.eval.split == (matched if task == "mnli" else "validation")
+    with pytest.raises(ValueError, match="Unknown GLUE task 'ax'"):
+        glue.get_config("ax")

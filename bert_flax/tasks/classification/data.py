@@ -37,7 +37,14 @@ SPLIT_NAMES = ("train", "validation", "test")
 DEFAULT_FRACTIONS = (0.8, 0.1, 0.1)
 ROTTEN_TOMATOES_FILE = "rotten_tomatoes_corpus_full.csv.bz2"
 ROTTEN_TOMATOES_LABELS = ("rotten", "fresh")  # label ids 0 and 1
-FILE_FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl"}
+FILE_FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".parquet": "parquet"}
+
+
+def is_labelled(labels: np.ndarray) -> bool:
+    """Whether a split's labels are real: an unlabelled split (a test set) has class id -1 or a
+    NaN target for every example."""
+    unlabelled = np.isnan(labels) if labels.dtype.kind == "f" else labels < 0
+    return not np.all(unlabelled)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +53,7 @@ class LabelledSplit:
 
     texts: list[str]
     texts_b: list[str] | None
-    labels: np.ndarray  # int32 [N] class ids, or float32 [N] regression targets
+    labels: np.ndarray  # int32 [N] class ids, float32 [N] regression targets; -1, NaN: unlabelled
     ids: np.ndarray  # int32 [N]: the example's row in its source file
 
     def __len__(self) -> int:
@@ -83,6 +90,8 @@ class LabelledData:
         """Per split, examples per label name (regression: count, mean and std of the targets)."""
         balance: dict[str, dict[str, float]] = {}
         for name, split in self.splits.items():
+            if not is_labelled(split.labels):
+                continue
             if self.label_names is None:
                 labels = split.labels.astype(np.float64)
                 balance[name] = {
@@ -199,8 +208,11 @@ class _Rows:
         return f"{self.path}:{self.lines[k]}"
 
 
-def read_records(path: str) -> Iterator[tuple[int, Mapping[str, Any]]]:
-    """(line, record) pairs of a CSV, TSV (tab-separated, no quoting, as GLUE) or JSONL file."""
+def read_records(
+    path: str, fieldnames: Sequence[str] | None = None
+) -> Iterator[tuple[int, Mapping[str, Any]]]:
+    """(line, record) pairs of a CSV, TSV (tab-separated, no quoting, as GLUE), JSONL or Parquet
+    (line: row + 1) file; `fieldnames`: the columns of a CSV/TSV without a header."""
     extension = os.path.splitext(path)[1].lower()
     if extension not in FILE_FORMATS:
         raise ValueError(
@@ -210,16 +222,30 @@ def read_records(path: str) -> Iterator[tuple[int, Mapping[str, Any]]]:
         raise ValueError(f"{path} is a directory; give the file.")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path} does not exist.")
+    if extension == ".parquet":
+        yield from enumerate(_parquet_records(path), start=1)
+        return
     with open(path, encoding="utf-8-sig", newline="") as f:
         try:
-            yield from _parse_records(f, path, FILE_FORMATS[extension])
+            yield from parse_records(f, path, FILE_FORMATS[extension], fieldnames)
         except UnicodeDecodeError as e:
             raise ValueError(
                 f"{path}: bytes that are not UTF-8 ({e.reason}); save the file as UTF-8."
             ) from None
 
 
-def _parse_records(f: TextIO, path: str, kind: str) -> Iterator[tuple[int, Mapping[str, Any]]]:
+def _parquet_records(path: str) -> list[dict[str, Any]]:
+    """The rows of a Parquet file (pyarrow: `pip install pyarrow`)."""
+    try:
+        from pyarrow import parquet
+    except ImportError:
+        raise ValueError(f"{path}: reading Parquet needs pyarrow: `pip install pyarrow`.") from None
+    return parquet.read_table(path).to_pylist()
+
+
+def parse_records(
+    f: TextIO, path: str, kind: str, fieldnames: Sequence[str] | None = None
+) -> Iterator[tuple[int, Mapping[str, Any]]]:
     """(line, record) pairs of an open file of ``kind``: csv, tsv or jsonl."""
     if kind == "jsonl":
         for line, text in enumerate(f, start=1):
@@ -235,7 +261,10 @@ def _parse_records(f: TextIO, path: str, kind: str) -> Iterator[tuple[int, Mappi
         return
     tsv = kind == "tsv"
     reader = csv.DictReader(
-        f, delimiter="\t" if tsv else ",", quoting=csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL
+        f,
+        fieldnames,
+        delimiter="\t" if tsv else ",",
+        quoting=csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL,
     )
     for record in reader:
         if None in record or None in record.values():
@@ -348,7 +377,8 @@ def read_labelled_files(
     seed: int = 0,
     fractions: Sequence[float] = DEFAULT_FRACTIONS,
 ) -> LabelledData:
-    """Labelled CSV/TSV/JSONL files (columns ``text``, optional ``text_b``, ``label``).
+    """Labelled CSV/TSV/JSONL/Parquet files (columns ``text``, optional ``text_b``, ``label``;
+    a test file without ``label`` is unlabelled: class -1, target NaN).
 
     With ``validation`` (and optionally ``test``) each file is one split; with ``train`` alone it
     is split by ``split_indices(seed, fractions)``. Class labels are names (ids in sorted order)
@@ -359,8 +389,14 @@ def read_labelled_files(
     if validation is None and test is not None:
         raise ValueError(f"test={test!r} needs validation= too (or pass train alone to split it).")
     files = {"train": train, "validation": validation, "test": test}
-    rows = {name: _read_rows(path) for name, path in files.items() if path is not None}
-    pairs = {name: r.texts_b is not None for name, r in rows.items()}
+    every = {
+        name: _read_rows(path, labelled=name != "test")
+        for name, path in files.items()
+        if path is not None
+    }
+    # A test file without a `label` column is unlabelled (only predicted).
+    rows = {n: r for n, r in every.items() if n != "test" or any(v is not None for v in r.labels)}
+    pairs = {name: r.texts_b is not None for name, r in every.items()}
     if len(set(pairs.values())) > 1:
         raise ValueError(
             f"Some files have `text_b` and some not ({pairs}); every split must be single "
@@ -392,11 +428,14 @@ def read_labelled_files(
                         f"{label_names}; fix the label or add examples of it to {train}."
                     )
             labels[name] = np.array([index[key] for key in keys[name]], dtype=np.int32)
+    for name in every.keys() - rows.keys():
+        labels[name] = np.full(len(every[name].texts), np.nan if regression else -1)
+        labels[name] = labels[name].astype(np.float32 if regression else np.int32)
     whole = {
         name: LabelledSplit(
             r.texts, r.texts_b, labels[name], np.arange(len(r.texts), dtype=np.int32)
         )
-        for name, r in rows.items()
+        for name, r in every.items()
     }
     if validation is None:
         parts = split_indices(len(whole["train"]), seed, fractions)
@@ -404,7 +443,7 @@ def read_labelled_files(
         source = f"{train} (split {tuple(fractions)} with seed {seed})"
     else:
         splits = whole
-        source = ", ".join(f"{name}: {files[name]}" for name in rows)
+        source = ", ".join(f"{name}: {files[name]}" for name in every)
     return LabelledData(splits=splits, label_names=label_names, source=source)
 
 

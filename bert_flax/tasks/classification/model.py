@@ -134,4 +134,12 @@ def classification_loss(
     return losses.mean(metrics["classification_loss"]), metrics
 
 
-CLASSIFICATION = losses.Objective(loss=classification_loss, terms=("classification_loss",))
+def eval_outputs(output: ClassificationOutput, batch: Mapping[str, Array]) -> dict[str, Array]:
+    """What scoring over the whole evaluation set needs of a batch (`metrics.scores`): each
+    slot's logits, label and mask."""
+    return {"logits": output.logits, "labels": batch["labels"], "mask": batch["sequence_mask"]}
+
+
+CLASSIFICATION = losses.Objective(
+    loss=classification_loss, terms=("classification_loss",), eval_outputs=eval_outputs
+)

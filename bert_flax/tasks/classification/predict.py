@@ -17,7 +17,7 @@ from jax.sharding import Mesh
 from bert_flax.data import contract, tokenization
 from bert_flax.model.config import BertConfig
 from bert_flax.runs import parameters
-from bert_flax.tasks.classification import data
+from bert_flax.tasks.classification import data, metrics
 from bert_flax.tasks.classification.model import BertForSequenceClassification
 from bert_flax.tasks.inference import predict_rows
 
@@ -123,24 +123,33 @@ def predict_file(workdir: str, path: str, output: str | None) -> str:
     return f"{len(encoded)} predictions -> {output}"
 
 
-def predict_split(workdir: str, task, split: str) -> dict[str, float]:
-    """The best parameters' predictions on `task`'s `split`, written to the workdir; returns
-    accuracy (or MSE) against the split's labels."""
+def split_logits(workdir: str, task, split: str) -> tuple[np.ndarray, dict[str, Any]]:
+    """(logits [N, num_labels] of the workdir's best parameters on `task`'s `split`, in its
+    order; the head config)."""
     model_config, params, head = parameters.load_finetuned(workdir)
-    config, encoded = task.config, task.encoded[split]
+    config = task.config
     logits = predict(
         model_config,
         params,
         head["num_labels"],
-        encoded,
+        task.encoded[split],
         rows=config.eval.batch_size,
         max_sequences_per_pack=task.depth,
         packed=config.data.packed,
         algorithm=config.data.algorithm,
         pooling=head.get("pooling", "cls"),
     )
+    return logits, head
+
+
+def predict_split(workdir: str, task, split: str) -> dict[str, Any]:
+    """The best parameters' predictions on `task`'s `split`, written to the workdir; returns
+    their path and, for a labelled split, the task's metrics (`task.metrics`) against its
+    labels."""
+    logits, head = split_logits(workdir, task, split)
+    encoded = task.encoded[split]
     path = os.path.join(workdir, PREDICTIONS_FILE.format(split=split))
     write_predictions(path, encoded.ids, logits, head["label_names"])
-    if head["label_names"] is None:
-        return {"mse": float(np.mean((logits[:, 0] - encoded.labels) ** 2)), "path": path}
-    return {"accuracy": float(np.mean(logits.argmax(-1) == encoded.labels)), "path": path}
+    if not data.is_labelled(encoded.labels):
+        return {"path": path}
+    return {**metrics.scores(task.metrics, logits, encoded.labels), "path": path}

@@ -16,7 +16,7 @@ from bert_flax.model import losses
 from bert_flax.model.config import BertConfig
 from bert_flax.tasks.base import Batch, data_identity, model_config_from
 from bert_flax.tasks.classification import data as classification
-from bert_flax.tasks.classification import predict
+from bert_flax.tasks.classification import metrics, predict
 from bert_flax.tasks.classification.model import (
     CLASSIFICATION,
     BertForSequenceClassification,
@@ -25,11 +25,11 @@ from bert_flax.tasks.classification.model import (
 from bert_flax.tasks.finetuning import FineTuningTask, task_vocab
 
 
-def labelled_data(config: ml_collections.ConfigDict) -> classification.LabelledData:
-    """The bundled sentiment set (`config.data.dataset = "rotten_tomatoes"`) or the user's files
-    (`config.data.train_file` [, `validation_file`, `test_file`]), with only a stratified sample
-    of `config.data.train_examples` training examples when that is set."""
-    labelled = _all_labelled_data(config)
+def sample_train(
+    labelled: classification.LabelledData, config: ml_collections.ConfigDict
+) -> classification.LabelledData:
+    """`labelled` with only a stratified sample of `config.data.train_examples` training
+    examples when that is set."""
     count = config.data.get("train_examples", 0)
     if not count:
         return labelled
@@ -39,7 +39,9 @@ def labelled_data(config: ml_collections.ConfigDict) -> classification.LabelledD
     return dataclasses.replace(labelled, splits={**labelled.splits, "train": train})
 
 
-def _all_labelled_data(config: ml_collections.ConfigDict) -> classification.LabelledData:
+def labelled_data(config: ml_collections.ConfigDict) -> classification.LabelledData:
+    """The bundled sentiment set (`config.data.dataset = "rotten_tomatoes"`) or the user's files
+    (`config.data.train_file` [, `validation_file`, `test_file`])."""
     data = config.data
     if data.train_file:
         return classification.read_labelled_files(
@@ -62,17 +64,29 @@ def _all_labelled_data(config: ml_collections.ConfigDict) -> classification.Labe
     return classification.rotten_tomatoes(seed=data.split_seed)
 
 
+def metric_names(config: ml_collections.ConfigDict, num_labels: int) -> tuple[list[str], str]:
+    """(the metrics each evaluation reports, the one that judges the run): `config.eval.metrics`
+    (comma-separated; "": accuracy, or MSE, Pearson and Spearman for regression) and
+    `config.eval.metric` ("": the first of them)."""
+    default = "mse,pearson,spearman" if num_labels == 1 else "accuracy"
+    names = (config.eval.get("metrics") or default).split(",")
+    metrics.check_metrics(names, num_labels, "config.eval.metrics")
+    main = config.eval.get("metric") or names[0]
+    if main not in names:
+        raise ValueError(f"config.eval.metric={main!r} is not one of config.eval.metrics {names}.")
+    return names, main
+
+
 class ClassificationTask(FineTuningTask):
     """Fine-tuning `BertForSequenceClassification` on packed rows of labelled text."""
 
     name = "classification"
-    eval_metrics_shown = ("classification_loss",)
     predict_file = staticmethod(predict.predict_file)
 
     def __init__(self, config: ml_collections.ConfigDict):
         super().__init__(config)
         data = config.data
-        self.labelled = labelled_data(config)
+        self.labelled = sample_train(self.read_data(), config)
         self.vocab = task_vocab(config)
         self.encoded = {
             name: classification.encode_split(self.vocab, split, data.max_seq_length)
@@ -88,11 +102,23 @@ class ClassificationTask(FineTuningTask):
                     name,
                     data.max_seq_length,
                 )
-        if self.labelled.regression:
-            self.eval_metric, self.eval_metric_mode = "mse", "min"
-        else:
-            self.eval_metric, self.eval_metric_mode = "accuracy", "max"
-        self.train_metrics_shown = ("classification_loss", self.eval_metric)
+        self.metrics, self.eval_metric = metric_names(config, self.labelled.num_labels)
+        higher = metrics.METRICS[self.eval_metric].higher_is_better
+        self.eval_metric_mode = "max" if higher else "min"
+        self.train_metrics_shown = (
+            "classification_loss",
+            "mse" if self.labelled.regression else "accuracy",
+        )
+        self.eval_metrics_shown = (
+            *[name for name in self.metrics if name != self.eval_metric],
+            *[f"{name}_{split}" for split in self.eval_splits[1:] for name in self.metrics],
+            "classification_loss",
+        )
+        self.eval_sizes: list[int] = []  # batches of each evaluation split (eval_batches)
+
+    def read_data(self) -> classification.LabelledData:
+        """Every split of the task's data (before `sample_train`)."""
+        return labelled_data(self.config)
 
     @property
     def objective(self) -> losses.Objective:
@@ -107,15 +133,36 @@ class ClassificationTask(FineTuningTask):
         length = self.config.data.max_seq_length
         return model_config_from(self.config, length, self.vocab.size, "the tokenizer")
 
+    def eval_batches(self, rows: int, vocab_size: int) -> list[Batch]:
+        batches = [self.split_batches(split, rows) for split in self.eval_splits]
+        self.eval_sizes = [len(split) for split in batches]
+        return [batch for split in batches for batch in split]
+
+    def score_outputs(self, outputs: list[dict[str, np.ndarray]]) -> dict[str, float]:
+        """The metrics of each evaluation split (those after the first suffixed `_SPLIT`)."""
+        found: dict[str, float] = {}
+        ends = np.cumsum([0, *self.eval_sizes])
+        for k, split in enumerate(self.eval_splits):
+            part = outputs[ends[k] : ends[k + 1]]
+            real = np.concatenate([out["mask"].reshape(-1) > 0 for out in part])
+            logits = np.concatenate(
+                [out["logits"].reshape(-1, self.labelled.num_labels) for out in part]
+            )
+            labels = np.concatenate([out["labels"].reshape(-1) for out in part])
+            scored = metrics.scores(self.metrics, logits[real], labels[real])
+            found.update({name if k == 0 else f"{name}_{split}": v for name, v in scored.items()})
+        return found
+
     def baseline(self, eval_set: list[Batch]) -> tuple[str, float]:
-        split = self.config.eval.split
+        train = self.labelled.splits["train"].labels
         if self.labelled.regression:
-            mean = float(np.mean(self.labelled.splits["train"].labels))
-            targets = self.labelled.splits[split].labels
-            return f"predicting train's mean {mean:.3f}", float(np.mean((targets - mean) ** 2))
-        majority = int(np.bincount(self.labelled.splits["train"].labels).argmax())
-        name = self.labelled.label_names[majority]
-        return f"always predicting {name!r}", self.labelled.majority_baseline(split)
+            constant, name = float(np.mean(train)), f"predicting train's mean {np.mean(train):.3f}"
+        else:
+            constant = int(np.bincount(train).argmax())
+            name = f"always predicting {self.labelled.label_names[constant]!r}"
+        labels = self.labelled.splits[self.eval_splits[0]].labels
+        value = metrics.METRICS[self.eval_metric].function(np.full_like(labels, constant), labels)
+        return name, value
 
     def identity(self) -> str:
         summary = {
@@ -144,13 +191,14 @@ class ClassificationTask(FineTuningTask):
             "label_names": self.labelled.label_names,
             "sentence_pairs": self.labelled.splits["train"].texts_b is not None,
             "pooling": self.config.classifier.pooling,
+            "metrics": list(self.metrics),
             "vocab_file": self.vocab.path,  # as resolved (config.data.vocab_file may be "")
             "lowercase": self.vocab.lowercase,  # as resolved (config.data.lowercase may be None)
         }
 
     def predict_split(self, workdir: str, split: str) -> dict[str, Any]:
-        """The best parameters' predictions on `split`, written to the workdir, and their
-        accuracy (or MSE)."""
+        """The best parameters' predictions on `split`, written to the workdir, and (if it is
+        labelled) their metrics."""
         return predict.predict_split(workdir, self, split)
 
     def plot(self, workdir: str) -> list[str]:
