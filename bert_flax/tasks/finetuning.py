@@ -21,16 +21,16 @@ from bert_flax.runs import pretrained
 from bert_flax.tasks.base import Batch, Task
 
 
-def task_vocab(config: ml_collections.ConfigDict) -> tokenization.Vocab:
+def task_vocab(config: ml_collections.ConfigDict, *, lowercase: bool = True) -> tokenization.Vocab:
     """`config.data.vocab_file`, else `config.init_from`'s vocabulary where it says, else
-    bert-base-uncased's."""
+    bert-base-uncased's (lower-casing the text unless `lowercase` is False: cased vocabularies)."""
     vocab_file = config.data.vocab_file
     init_from = config.get("init_from")
     if not vocab_file and init_from:
         vocab_file = pretrained.pretrained_vocab_file(init_from)
         if vocab_file:
             logging.info("Tokenizing with %s, the vocabulary of %s", vocab_file, init_from)
-    return tokenization.load_vocab(vocab_file or None)
+    return tokenization.load_vocab(vocab_file or None, lowercase=lowercase)
 
 
 class FineTuningTask(Task):
