@@ -1,0 +1,105 @@
+"""The token-classification task end to end on the bundled rule set written as CoNLL files: the
+tiny model learns to beat the all-O baseline; `--predict` and the test split write CoNLL files
+whose entity F1 by seqeval is the one reported; packed inference gives each sentence the tags it
+gets alone."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+from seqeval.metrics import f1_score
+from seqeval.scheme import IOB2
+
+from bert_flax import finetune
+from bert_flax.runs import parameters
+from bert_flax.tasks import TokenClassificationTask, task_class
+from bert_flax.tasks.token_classification import metrics, predict, rule_set
+from bert_flax.tasks.token_classification.reading import read_conll
+from configs import conll
+
+
+def seqeval_f1(path: str) -> float:
+    """Entity F1 of a written `word gold predicted` file, by seqeval (strict IOB2)."""
+    golds, found = [[]], [[]]
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                golds.append([]), found.append([])
+                continue
+            _, gold, predicted = line.split()
+            golds[-1].append(gold)
+            found[-1].append(predicted)
+    golds, found = [g for g in golds if g], [p for p in found if p]
+    return f1_score(golds, found, mode="strict", scheme=IOB2)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("rule_ner")
+    rule_set.write_sets(str(directory), limit=1500)
+    paths = {split: str(directory / name) for split, name in rule_set.FILES.items()}
+    dev = directory / "dev.txt"
+    dev.write_text("\n\n".join(dev.read_text().split("\n\n")[:300]) + "\n\n")  # 300 sentences
+    return paths
+
+
+def tiny_config(files):
+    config = conll.get_config()
+    config.data.update(
+        train_file=files["train"],
+        validation_file=files["validation"],
+        test_file=files["test"],
+    )
+    config.train.epochs = 3.0
+    config.eval.evaluations = 2
+    return config
+
+
+@pytest.mark.slow(seconds=40)
+def test_fine_tune_beats_all_o_then_predicts_what_seqeval_scores(files, tmp_path):
+    workdir = str(tmp_path / "run")
+    final = finetune.finetune(tiny_config(files), workdir)
+    best = final["best"]
+    assert best["metric"] == "entity_f1"
+    assert final["baseline"] == 0.0  # always O finds no entity
+    assert best["value"] > 0.4
+    assert final["eval"]["token_accuracy"] > 0.9
+    # The test split, predicted after training, and written in CoNLL columns seqeval reads.
+    assert final["test"]["entity_f1"] == pytest.approx(seqeval_f1(final["test"]["path"]))
+
+    assert finetune.run_task(workdir) == "token_classification"  # what --predict dispatches on
+    out = str(tmp_path / "dev.predicted")
+    summary = task_class("token_classification").predict_file(workdir, files["validation"], out)
+    f1 = seqeval_f1(out)
+    assert f"entity_f1 {f1:.4f}" in summary
+    dev = read_conll(files["validation"], scheme="IOB2")
+    assert summary.startswith(f"{len(dev)} sentences -> {out}")
+    head = parameters.load_finetuned(workdir)[2]
+    assert f1 == pytest.approx(head["eval"]["entity_f1"])  # the same sentences, a separate pass
+
+    unlabelled = tmp_path / "words.txt"
+    unlabelled.write_text("".join(f"{w}\n" for w in dev[0].words) + "\n")
+    assert "entity_f1" not in predict.predict_file(workdir, str(unlabelled), out)
+    lines = [line.split() for line in open(out, encoding="utf-8")]
+    assert [line[:2] for line in lines[:-1]] == [[w, "O"] for w in dev[0].words]
+    assert lines[-1] == []
+
+
+def test_packed_inference_gives_each_sentence_its_tags_alone(files):
+    config = tiny_config(files)
+    config.data.rule_sentences = 0
+    task = TokenClassificationTask(config)
+    model_config = task.model_config()
+    params = task.model(model_config).init(
+        jax.random.key(0), task.synthetic_batch(2, seed=0), deterministic=True
+    )["params"]
+    table = task.encoded["validation"]
+    options = {"max_seq_length": 128, "max_sequences_per_pack": 16}
+    packed = predict.infer(model_config, params, table, 5, rows=4, **options)
+    alone = predict.infer(model_config, params, table, 5, packed=False, **options)
+    assert sorted(packed) == sorted(alone) == list(range(len(table)))
+    assert task.packing_factor() > 3
+    for sentence in packed:
+        np.testing.assert_array_equal(packed[sentence], alone[sentence])
+    assert metrics.OUTSIDE in task.label_names
