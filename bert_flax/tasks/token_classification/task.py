@@ -4,6 +4,7 @@ row, judged by entity F1 (`score_outputs`; token accuracy for the scheme "none")
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import hashlib
@@ -27,6 +28,7 @@ from bert_flax.tasks.token_classification.model import (
 )
 from bert_flax.tasks.token_classification.reading import (
     Sentence,
+    check_labels,
     read_conll,
     read_tfds,
     unseen_labels,
@@ -68,6 +70,8 @@ def read_sentences(
         read = {s: read_tfds(data.tfds_name, t, data.tfds_label, data.tfds_data_dir)
                 for s, t in TFDS_SPLITS.items()}  # fmt: skip
         names = read["train"][1]
+        for sentences, _ in read.values():
+            check_labels(sentences, data.label_scheme)
         return {s: r[0] for s, r in read.items()}, names, f"tfds:{data.tfds_name}/{data.tfds_label}"
     if data.dataset == "rule_ner":
         limit = data.rule_sentences
@@ -159,7 +163,8 @@ class TokenClassificationTask(FineTuningTask):
 
     def baseline(self, eval_set: list[Batch]) -> tuple[str, float]:
         golds = self._golds(self.config.eval.split)
-        majority = metrics.OUTSIDE if metrics.OUTSIDE in self.label_names else self.label_names[0]
+        counts = collections.Counter(label for labels in self._golds("train") for label in labels)
+        majority = counts.most_common(1)[0][0]
         figures = metrics.score(golds, [[majority] * len(g) for g in golds], self.scheme)
         return f"always predicting {majority!r}", figures[self.eval_metric]
 

@@ -5,6 +5,10 @@ gets alone."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import jax
 import numpy as np
 import pytest
@@ -103,3 +107,44 @@ def test_packed_inference_gives_each_sentence_its_tags_alone(files):
     for sentence in packed:
         np.testing.assert_array_equal(packed[sentence], alone[sentence])
     assert metrics.OUTSIDE in task.label_names
+
+
+POS = (
+    "EU NNP B-ORG\nrejects VBZ O\nGerman JJ B-MISC\ncall NN O\n\n"
+    "Peter NNP B-PER\nBlackburn NNP I-PER\n"
+)
+
+
+def test_pos_tags_are_scored_by_accuracy_and_schemes_convert(tmp_path):
+    path = tmp_path / "train.txt"
+    path.write_text(POS)
+    config = conll.get_config()
+    config.data.update(train_file=str(path), validation_file=str(path), label_column=1)
+    config.data.label_scheme = "none"
+    pos = TokenClassificationTask(config)
+    assert (pos.eval_metric, pos.label_names) == ("token_accuracy", ["JJ", "NN", "NNP", "VBZ"])
+    assert pos.baseline([]) == ("always predicting 'NNP'", 0.5)
+    config.data.update(label_column=-1, label_scheme="IOB2", convert_to="BIOES")
+    ner = TokenClassificationTask(config)
+    assert ner.eval_metric == "entity_f1" and ner.head_config()["label_scheme"] == "BIOES"
+    assert [s.labels for s in ner.sentences["validation"]] == [
+        ("S-ORG", "O", "S-MISC", "O"),
+        ("B-PER", "E-PER"),
+    ]
+
+
+def test_a_bad_conll_file_ends_the_command_as_one_line_with_status_2(tmp_path):
+    path = tmp_path / "train.txt"
+    path.write_text("EU NNP B-ORG\nrejects O\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "bert_flax.finetune", "--config=configs/conll.py",
+         f"--workdir={tmp_path / 'run'}", f"--config.data.train_file={path}",
+         f"--config.data.validation_file={path}"],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"error: {path}:2: 2 columns, but the sentence starting at line 1 has 3; give every "
+        "line of a sentence the same columns (a word holds no spaces)."
+    )
+    assert not (tmp_path / "run").exists()
