@@ -23,11 +23,18 @@ DOCSTART = "-DOCSTART-"
 
 @dataclasses.dataclass(frozen=True)
 class Sentence:
-    """One sentence: its words, their labels (None if unlabelled) and where it starts."""
+    """One sentence: its words, their labels (None if unlabelled) and where it comes from."""
 
     words: tuple[str, ...]
     labels: tuple[str, ...] | None
-    where: str  # "file:line" of its first word
+    source: str  # its file, or what else it comes from (a TFDS example)
+    line: int = 0  # the file's line of its first word (0: not from a file)
+
+    def at(self, word: int = 0) -> str:
+        """Where word `word` is: "file:line", or the source and the word's number."""
+        return (
+            f"{self.source}:{self.line + word}" if self.line else f"{self.source}, word {word + 1}"
+        )
 
 
 def _blocks(path: str) -> Iterator[list[tuple[int, list[str]]]]:
@@ -57,16 +64,15 @@ def _sentence(path: str, block: list[tuple[int, list[str]]], label_column: int) 
                 f"{first} has {width}; give every line of a sentence the same columns "
                 "(a word holds no spaces)."
             )
-    where = f"{path}:{first}"
     words = tuple(row[0] for _, row in block)
     if width == 1:
-        return Sentence(words, None, where)
+        return Sentence(words, None, path, first)
     if not (0 < label_column < width or -width < label_column < 0):
         raise ValueError(
-            f"{where}: label_column={label_column} is not a label column of lines of {width} "
-            f"columns (0 is the word); choose one of 1..{width - 1} or -1 for the last."
+            f"{path}:{first}: label_column={label_column} is not a label column of lines of "
+            f"{width} columns (0 is the word); choose one of 1..{width - 1} or -1 for the last."
         )
-    return Sentence(words, tuple(row[label_column] for _, row in block), where)
+    return Sentence(words, tuple(row[label_column] for _, row in block), path, first)
 
 
 def read_conll(path: str, label_column: int = -1, scheme: str = "none") -> list[Sentence]:
@@ -80,7 +86,7 @@ def read_conll(path: str, label_column: int = -1, scheme: str = "none") -> list[
             f"{path} holds no sentences: a CoNLL file has a word and its labels a line, a "
             "blank line between sentences."
         )
-    unlabelled = [s.where for s in sentences if s.labels is None]
+    unlabelled = [s.at() for s in sentences if s.labels is None]
     if unlabelled and len(unlabelled) < len(sentences):
         raise ValueError(
             f"{unlabelled[0]}: a sentence without labels in a labelled file; give it its label "
@@ -97,9 +103,8 @@ def check_labels(sentences: Sequence[Sentence], scheme: str) -> None:
         for offset, label in enumerate(sentence.labels or ()):
             error = metrics.tag_error(label, scheme)
             if error:
-                path, line = sentence.where.rsplit(":", 1)
                 raise ValueError(
-                    f"{path}:{int(line) + offset}: {error}; set config.data.label_scheme to the "
+                    f"{sentence.at(offset)}: {error}; set config.data.label_scheme to the "
                     "file's scheme, or 'none' for tags without entities (POS)."
                 )
 
@@ -111,9 +116,8 @@ def unseen_labels(sentences: Sequence[Sentence], label_names: Sequence[str]) -> 
     for sentence in sentences:
         for offset, label in enumerate(sentence.labels or ()):
             if label not in known:
-                path, line = sentence.where.rsplit(":", 1)
                 raise ValueError(
-                    f"{path}:{int(line) + offset}: label {label!r} was never seen in training "
+                    f"{sentence.at(offset)}: label {label!r} was never seen in training "
                     f"(labels: {', '.join(label_names)}); fix the label, or train with it."
                 )
 
@@ -143,7 +147,7 @@ def read_tfds(
                 Sentence(
                     tuple(w.decode("utf-8") for w in words),
                     tuple(names[i] for i in labels),
-                    f"{name}/{split}:{k}",
+                    f"{name}/{split} example {k}",
                 )
             )
     return sentences, names

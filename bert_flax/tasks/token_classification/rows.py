@@ -107,7 +107,7 @@ def _encode(
         label = IGNORED if labels is None else labels[k]
         rest = label if label_all_subwords else IGNORED
         token_labels.append(np.array([label] + [rest] * (word.size - 1)))
-        starts.append(np.eye(1, word.size, dtype=np.int8)[0])
+        starts.append((np.arange(word.size) == 0).astype(np.int8))
     token_labels.append(np.array([IGNORED]))
     starts.append(np.zeros(1, np.int8))
     return np.concatenate(ids), np.concatenate(token_labels), np.concatenate(starts)

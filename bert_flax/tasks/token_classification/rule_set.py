@@ -68,12 +68,12 @@ def sentences(documents: Sequence[corpus.Document], limit: int = 0) -> Iterator[
     count = 0
     for document in documents:
         for p, paragraph in enumerate(document.paragraphs):
-            for s, text in enumerate(tokenization.split_sentences(paragraph)):
+            for text in tokenization.split_sentences(paragraph):
                 words = tuple(_WORD.findall(text))
                 tags = tag(words)
                 if len(words) > MAX_WORDS or all(t == "O" for t in tags):
                     continue
-                yield Sentence(words, tuple(tags), f"{document.id}:{p}.{s}")
+                yield Sentence(words, tuple(tags), f"{document.id} paragraph {p + 1}")
                 count += 1
                 if count == limit:
                     return

@@ -110,7 +110,9 @@ class TokenClassificationTask(FineTuningTask):
             count = data.get(f"{split}_sentences", 0)
             if count:
                 self.sentences[split] = self.sentences[split][:count]
-        self.label_names = names or label_names_of(self.sentences["train"])
+        if not names or self.scheme != self.file_scheme:  # converted: the new scheme's tags
+            names = label_names_of(self.sentences["train"])
+        self.label_names = names
         for split in self.sentences:
             unseen_labels(self.sentences[split], self.label_names)
         self.vocab = task_vocab(config, lowercase=data.lowercase)

@@ -18,9 +18,9 @@ from bert_flax.tasks.token_classification.task import TokenClassificationTask
 from configs import conll
 
 SENTENCES = [
-    Sentence(("EU", "rejects", "German", "call"), ("B-ORG", "O", "B-MISC", "O"), "a:1"),
-    Sentence(("Peter", "Blackburn"), ("B-PER", "I-PER"), "a:6"),
-    Sentence(("Unbelievably", "Tokenizable", "words", "."), ("O", "B-MISC", "O", "O"), "a:9"),
+    Sentence(("EU", "rejects", "German", "call"), ("B-ORG", "O", "B-MISC", "O"), "a", 1),
+    Sentence(("Peter", "Blackburn"), ("B-PER", "I-PER"), "a", 6),
+    Sentence(("Unbelievably", "Tokenizable", "words", "."), ("O", "B-MISC", "O", "O"), "a", 9),
 ]
 LABELS = {"O": 0, "B-ORG": 1, "B-MISC": 2, "B-PER": 3, "I-PER": 4}
 CONFIG = BertConfig.preset("tiny", vocab_size=30522, dtype="float32")

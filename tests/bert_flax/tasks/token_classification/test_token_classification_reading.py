@@ -41,7 +41,7 @@ def test_a_conll_file_reads_as_sentences_of_the_chosen_column(tmp_path):
         ("Peter", "Blackburn"),
     ]
     assert sentences[0].labels == ("B-ORG", "O", "B-MISC", "O")
-    assert sentences[1].where == f"{path}:8"
+    assert sentences[1].at() == f"{path}:8" and sentences[1].at(1) == f"{path}:9"
     chunks = reading.read_conll(path, label_column=2, scheme="IOB2")
     assert chunks[1].labels == ("B-NP", "I-NP")
     pos = reading.read_conll(path, label_column=1)
