@@ -148,3 +148,32 @@ def test_a_bad_conll_file_ends_the_command_as_one_line_with_status_2(tmp_path):
         "line of a sentence the same columns (a word holds no spaces)."
     )
     assert not (tmp_path / "run").exists()
+
+
+def test_the_tfds_builder_trains_with_its_label_names_or_converted_ones():
+    tfds = pytest.importorskip("tensorflow_datasets")
+    import tensorflow as tf
+
+    names = list(tfds.builder("conll2003").info.features["ner"].feature.names)
+    words, tags = ["EU", "rejects", "German", "call"], ["B-ORG", "O", "B-MISC", "I-MISC"]
+    splits = {"train": 3, "dev": 2, "test": 1}
+
+    def as_dataset(builder, split, **kwargs):
+        items = [{"tokens": words, "ner": [names.index(t) for t in tags]}] * splits[split]
+        spec = {"tokens": tf.TensorSpec([None], tf.string), "ner": tf.TensorSpec([None], tf.int64)}
+        return tf.data.Dataset.from_generator(lambda: iter(items), output_signature=spec)
+
+    config = conll.get_config()
+    config.data.dataset = "tfds"
+    with tfds.testing.mock_data(as_dataset_fn=as_dataset):
+        task = TokenClassificationTask(config)
+        assert task.label_names == names  # the builder's, in its order
+        assert {s: len(v) for s, v in task.sentences.items()} == {
+            "train": 3,
+            "validation": 2,
+            "test": 1,
+        }
+        config.data.convert_to = "BIOES"
+        converted = TokenClassificationTask(config)
+    assert converted.label_names == ["O", "B-MISC", "E-MISC", "S-ORG"]
+    assert converted.sentences["test"][0].labels == ("S-ORG", "O", "B-MISC", "E-MISC")
