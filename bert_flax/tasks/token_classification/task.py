@@ -104,43 +104,53 @@ class TokenClassificationTask(FineTuningTask):
         self.file_scheme = data.label_scheme
         self.scheme = data.convert_to or data.label_scheme
         metrics.check_scheme(self.scheme)
-        sentences, names, self.source = read_sentences(config)
-        self.sentences = {s: self._converted(v) for s, v in sentences.items()}
-        for split in ("train", "validation"):
-            count = data.get(f"{split}_sentences", 0)
-            if count:
-                self.sentences[split] = self.sentences[split][:count]
-        if not names or self.scheme != self.file_scheme:  # converted: the new scheme's tags
-            names = label_names_of(self.sentences["train"])
-        self.label_names = names
-        for split in self.sentences:
-            unseen_labels(self.sentences[split], self.label_names)
+        self.sentences, self.label_names, self.source = self._read()
         self.vocab = task_vocab(config, lowercase=data.lowercase)
-        label_ids = {name: i for i, name in enumerate(self.label_names)}
-        self.encoded = {
-            split: SentenceTable.build(
-                v, self.vocab, label_ids, data.max_seq_length, data.label_all_subwords
-            )
-            for split, v in self.sentences.items()
-        }
-        for split, table in self.encoded.items():
-            if table.truncated:
-                logging.warning(
-                    "%d of %d %s sentences are longer than max_seq_length=%d and were cut "
-                    "(their last words are predicted O).",
-                    table.truncated,
-                    len(table),
-                    split,
-                    data.max_seq_length,
-                )
+        self.encoded = {split: self._table(split) for split in self.sentences}
         self.eval_metric = "token_accuracy" if self.scheme == "none" else "entity_f1"
         self.eval_metrics_shown = ("token_accuracy", "token_loss")
+
+    def _read(self) -> tuple[dict[str, list[Sentence]], list[str], str]:
+        """(sentences by split in the task's scheme, the label names, their source); the first
+        `train_sentences` / `validation_sentences` when set."""
+        sentences, names, source = read_sentences(self.config)
+        sentences = {split: self._converted(v) for split, v in sentences.items()}
+        for split in ("train", "validation"):
+            count = self.config.data.get(f"{split}_sentences", 0)
+            if count:
+                sentences[split] = sentences[split][:count]
+        if not names or self.scheme != self.file_scheme:  # converted: the new scheme's tags
+            names = label_names_of(sentences["train"])
+        for split in sentences.values():
+            unseen_labels(split, names)
+        return sentences, names, source
 
     def _converted(self, sentences: list[Sentence]) -> list[Sentence]:
         if self.scheme == self.file_scheme:
             return sentences
         convert = lambda labels: tuple(metrics.convert(labels, self.file_scheme, self.scheme))
         return [dataclasses.replace(s, labels=s.labels and convert(s.labels)) for s in sentences]
+
+    def _table(self, split: str) -> SentenceTable:
+        """The rows' table of `split` (its truncated sentences logged)."""
+        data = self.config.data
+        table = SentenceTable.build(
+            self.sentences[split],
+            self.vocab,
+            {name: i for i, name in enumerate(self.label_names)},
+            data.max_seq_length,
+            data.label_all_subwords,
+        )
+        if table.truncated:
+            logging.warning(
+                "%d of %d %s sentences are longer than max_seq_length=%d and were cut (their "
+                "last words are predicted O).",
+                table.truncated,
+                len(table),
+                split,
+                data.max_seq_length,
+            )
+        return table
 
     @property
     def objective(self) -> losses.Objective:
