@@ -16,7 +16,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from bert_flax.data import contract
+from bert_flax.data import contract, tokenization
 from bert_flax.model import losses
 from bert_flax.model.config import BertConfig
 from bert_flax.tasks.base import Batch, model_config_from
@@ -91,6 +91,14 @@ def label_names_of(sentences: list[Sentence]) -> list[str]:
     return sorted(found, key=lambda name: (name != metrics.OUTSIDE, name))
 
 
+def is_cased(vocab: tokenization.Vocab) -> bool:
+    """Whether `vocab` holds upper-case words (bert-base-cased's), so text must keep its case."""
+    return any(
+        token != token.lower() and not (token.startswith("[") and token.endswith("]"))
+        for token in vocab.tokenizer.get_vocab()
+    )
+
+
 class TokenClassificationTask(FineTuningTask):
     """A label for every word, from BERT's states at its sub-words, on packed rows."""
 
@@ -105,7 +113,10 @@ class TokenClassificationTask(FineTuningTask):
         self.scheme = data.convert_to or data.label_scheme
         metrics.check_scheme(self.scheme)
         self.sentences, self.label_names, self.source = self._read()
-        self.vocab = task_vocab(config, lowercase=data.lowercase)
+        self.vocab, self.lowercase = task_vocab(config, lowercase=data.lowercase), data.lowercase
+        if self.lowercase and is_cased(self.vocab):  # lower-cased words would miss its words
+            logging.info("%s is a cased vocabulary: the text keeps its case.", self.vocab.path)
+            self.vocab, self.lowercase = task_vocab(config, lowercase=False), False
         self.encoded = {split: self._table(split) for split in self.sentences}
         self.eval_metric = "token_accuracy" if self.scheme == "none" else "entity_f1"
         self.eval_metrics_shown = ("token_accuracy", "token_loss")
@@ -213,7 +224,7 @@ class TokenClassificationTask(FineTuningTask):
             "file_scheme": self.file_scheme,
             "label_column": data.label_column,
             "label_all_subwords": data.label_all_subwords,
-            "lowercase": data.lowercase,
+            "lowercase": self.lowercase,
             "max_seq_length": data.max_seq_length,
             "max_sequences_per_pack": self.depth,
             "algorithm": data.algorithm,

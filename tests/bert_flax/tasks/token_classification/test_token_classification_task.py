@@ -178,3 +178,22 @@ def test_the_tfds_builder_trains_with_its_label_names_or_converted_ones():
         converted = TokenClassificationTask(config)
     assert converted.label_names == ["O", "B-MISC", "E-MISC", "S-ORG"]
     assert converted.sentences["test"][0].labels == ("S-ORG", "O", "B-MISC", "E-MISC")
+
+
+def test_a_cased_vocabulary_keeps_the_case_of_the_text(tmp_path):
+    path = tmp_path / "train.txt"
+    path.write_text(POS)
+    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join([*special, "EU", "eu", "Peter", "peter", "rejects", "call"]) + "\n")
+    config = conll.get_config()
+    config.data.update(train_file=str(path), validation_file=str(path), vocab_file=str(vocab))
+    cased = TokenClassificationTask(config)
+    assert cased.head_config()["lowercase"] is False
+    eu, peter = (cased.vocab.tokenizer.token_to_id(w) for w in ("EU", "Peter"))
+    assert cased.encoded["train"].ids[:2].tolist() == [cased.vocab.cls_id, eu]
+    assert peter in cased.encoded["train"].ids
+    vocab.write_text("\n".join([*special, "eu", "peter", "rejects", "call"]) + "\n")
+    uncased = TokenClassificationTask(config)
+    assert uncased.head_config()["lowercase"] is True
+    assert uncased.encoded["train"].ids[1] == uncased.vocab.tokenizer.token_to_id("eu")
