@@ -1,15 +1,18 @@
 """Entity-level precision, recall and F1 of tag sequences, decoded per label scheme as seqeval's
-strict mode does (`seqeval.metrics.f1_score(..., mode="strict", scheme=IOB2)`), and conversion
-between schemes.
+strict mode does (`seqeval.metrics.f1_score(..., mode="strict", scheme=IOB2)`) or as conlleval
+does (seqeval's default mode), and conversion between schemes.
 
     entities(["B-PER", "I-PER", "O"], "IOB2")            # [("PER", 0, 2)]
     score(golds, predictions, "IOB2")["entity_f1"]       # micro-averaged over entity types
+    score(golds, predictions, "IOB2", mode="conlleval")
 
 Schemes: IOB1 (`I-` starts an entity; `B-` only one right after another of its type), IOB2
 (every entity starts with `B-`), BIOES (`S-` a one-token entity, `B- I-* E-` a longer one), and
 "none" (POS tags: no entities, only token accuracy). An entity counts only where the scheme's
 rules start and end it; a prediction that breaks them (IOB2's `I-` after `O`) finds none there.
-conlleval (seqeval's default mode) differs only on such ill-formed sequences.
+conlleval's mode reads every scheme alike and leniently: an entity starts at `B-` or `S-`, at
+`I-` or `E-` after `O` or another type, and ends before a tag that cannot continue it (IOB2's
+`I-PER` after `O` starts a PER). The two agree on sequences the scheme allows.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 SCHEMES = ("IOB1", "IOB2", "BIOES", "none")
+MODES = ("strict", "conlleval")
 OUTSIDE = "O"
 _ANY = "IOBES"
 # Per scheme: (prefix before, prefix now, type: "same" | "diff" | "any") patterns that start an
@@ -50,6 +54,11 @@ def check_scheme(scheme: str) -> None:
         raise ValueError(f"label scheme {scheme!r} is not one of {SCHEMES}.")
 
 
+def check_mode(mode: str) -> None:
+    if mode not in MODES:
+        raise ValueError(f"entity mode {mode!r} is not one of {MODES}.")
+
+
 def tag_error(tag: str, scheme: str) -> str | None:
     """Why `tag` is not a tag of `scheme` (None if it is)."""
     if scheme == "none" or tag == OUTSIDE:
@@ -73,11 +82,17 @@ def _matches(patterns: set, before: tuple[str, str], now: tuple[str, str]) -> bo
     )
 
 
-def entities(tags: Sequence[str], scheme: str) -> list[Entity]:
-    """The entities of one sentence's tags under `scheme` (none for "none")."""
+def entities(tags: Sequence[str], scheme: str, mode: str = "strict") -> list[Entity]:
+    """The entities of one sentence's tags under `scheme` (none for "none"), read as `mode`
+    does."""
     check_scheme(scheme)
+    check_mode(mode)
     if scheme == "none":
         return []
+    return _strict(tags, scheme) if mode == "strict" else _conlleval(tags)
+
+
+def _strict(tags: Sequence[str], scheme: str) -> list[Entity]:
     start, inside, end = _PATTERNS[scheme]
     parsed = [_parse(t) for t in tags] + [(OUTSIDE, "_")]
     found: list[Entity] = []
@@ -93,6 +108,21 @@ def entities(tags: Sequence[str], scheme: str) -> list[Entity]:
         else:
             i += 1
         before = parsed[i - 1]
+    return found
+
+
+def _conlleval(tags: Sequence[str]) -> list[Entity]:
+    """conlleval's chunks (seqeval's `get_entities`)."""
+    found: list[Entity] = []
+    first, before, before_kind = 0, OUTSIDE, ""
+    for i, tag in enumerate([*tags, OUTSIDE]):
+        prefix, kind = tag[0], tag[1:].split("-", 1)[-1] or "_"
+        other = before_kind != kind
+        if before in "ES" or (before in "BI" and prefix in "BS") or (before != "O" and other):
+            found.append((before_kind, first, i))
+        if prefix in "BS" or (before in "ESO" and prefix in "EI") or (prefix != "O" and other):
+            first = i
+        before, before_kind = prefix, kind
     return found
 
 
@@ -131,11 +161,14 @@ def _prf(hits: int, predicted: int, gold: int) -> tuple[float, float, float]:
 
 
 def score(
-    golds: Sequence[Sequence[str]], predictions: Sequence[Sequence[str]], scheme: str
+    golds: Sequence[Sequence[str]],
+    predictions: Sequence[Sequence[str]],
+    scheme: str,
+    mode: str = "strict",
 ) -> dict[str, float]:
     """Token accuracy, and (unless scheme "none") entity precision, recall and F1, micro-averaged
     (`entity_*`) and per type (`TYPE_precision`, `TYPE_recall`, `TYPE_f1`): fractions, as
-    seqeval's strict mode reports them."""
+    seqeval reports them in `mode`."""
     if len(golds) != len(predictions) or any(len(g) != len(p) for g, p in zip(golds, predictions)):
         raise ValueError("Gold and predicted sentences differ in number or length.")
     flat_gold = [t for s in golds for t in s]
@@ -143,8 +176,8 @@ def score(
     result = {"token_accuracy": hits / max(1, len(flat_gold))}
     if scheme == "none":
         return result
-    gold = {(i, *e) for i, s in enumerate(golds) for e in entities(s, scheme)}
-    found = {(i, *e) for i, s in enumerate(predictions) for e in entities(s, scheme)}
+    gold = {(i, *e) for i, s in enumerate(golds) for e in entities(s, scheme, mode)}
+    found = {(i, *e) for i, s in enumerate(predictions) for e in entities(s, scheme, mode)}
     for kind in sorted({e[1] for e in gold | found}):
         of_kind = [{e for e in s if e[1] == kind} for s in (gold, found)]
         figures = _prf(len(of_kind[0] & of_kind[1]), len(of_kind[1]), len(of_kind[0]))

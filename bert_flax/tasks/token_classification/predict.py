@@ -146,7 +146,7 @@ def write_predictions(
     if sentences[0].labels is None:
         return {}
     golds = [s.labels for s in sentences]
-    return metrics.score(golds, tags, head["label_scheme"])
+    return metrics.score(golds, tags, head["label_scheme"], head["entity_mode"])
 
 
 def predict_split(workdir: str, sentences: Sequence[Sentence], split: str) -> dict[str, Any]:

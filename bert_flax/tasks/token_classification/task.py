@@ -111,7 +111,9 @@ class TokenClassificationTask(FineTuningTask):
         data = config.data
         self.file_scheme = data.label_scheme
         self.scheme = data.convert_to or data.label_scheme
+        self.mode = config.token_classification.entity_mode
         metrics.check_scheme(self.scheme)
+        metrics.check_mode(self.mode)
         self.sentences, self.label_names, self.source = self._read()
         self.vocab, self.lowercase = task_vocab(config, lowercase=data.lowercase), data.lowercase
         if self.lowercase and is_cased(self.vocab):  # lower-cased words would miss its words
@@ -182,13 +184,13 @@ class TokenClassificationTask(FineTuningTask):
         table = self.encoded[split]
         found = predict.word_predictions(outputs, table)
         tags = predict.word_tags(table, found, self.label_names, self.sentences[split])
-        return metrics.score(self._golds(split), tags, self.scheme)
+        return metrics.score(self._golds(split), tags, self.scheme, self.mode)
 
     def baseline(self, eval_set: list[Batch]) -> tuple[str, float]:
         golds = self._golds(self.config.eval.split)
         counts = collections.Counter(label for labels in self._golds("train") for label in labels)
         majority = counts.most_common(1)[0][0]
-        figures = metrics.score(golds, [[majority] * len(g) for g in golds], self.scheme)
+        figures = metrics.score(golds, [[majority] * len(g) for g in golds], self.scheme, self.mode)
         return f"always predicting {majority!r}", figures[self.eval_metric]
 
     def identity(self) -> str:
@@ -221,6 +223,7 @@ class TokenClassificationTask(FineTuningTask):
             "task": self.name,
             "label_names": list(self.label_names),
             "label_scheme": self.scheme,
+            "entity_mode": self.mode,
             "file_scheme": self.file_scheme,
             "label_column": data.label_column,
             "label_all_subwords": data.label_all_subwords,

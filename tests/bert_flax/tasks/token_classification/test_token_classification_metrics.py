@@ -24,13 +24,14 @@ def all_tags(scheme):
     return ["O"] + [f"{p}-{t}" for p in metrics.PREFIXES[scheme] for t in ("PER", "LOC", "X")]
 
 
-def reference(golds, predictions, scheme):
+def reference(golds, predictions, scheme, mode="strict"):
+    """seqeval's figures: strict mode with `scheme`, or its default (conlleval's) mode."""
+    strict = {"mode": "strict", "scheme": SEQEVAL[scheme]} if mode == "strict" else {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         report = classification_report(
-            golds, predictions, mode="strict", scheme=SEQEVAL[scheme], output_dict=True,
-            zero_division=0,
-        )  # fmt: skip
+            golds, predictions, output_dict=True, zero_division=0, **strict
+        )
     figures = {"token_accuracy": accuracy_score(golds, predictions) if any(golds) else 0.0}
     for name, row in report.items():
         if name in ("macro avg", "weighted avg"):
@@ -51,30 +52,38 @@ def random_sentences(rng, scheme, count):
     return [[rng.choice(tags) for _ in range(rng.randint(0, 9))] for _ in range(count)]
 
 
+@pytest.mark.parametrize("mode", metrics.MODES)
 @pytest.mark.parametrize("scheme", list(SEQEVAL))
-def test_scores_equal_seqeval_on_random_sequences(scheme):
+def test_scores_equal_seqeval_on_random_sequences(scheme, mode):
     rng = random.Random(scheme)
     for _ in range(150):
         golds = random_sentences(rng, scheme, 5)
         predictions = [[rng.choice(all_tags(scheme)) for _ in g] for g in golds]
-        want = reference(golds, predictions, scheme)
-        got = metrics.score(golds, predictions, scheme)
+        if not any(golds):
+            continue
+        want = reference(golds, predictions, scheme, mode)
+        got = metrics.score(golds, predictions, scheme, mode)
         assert got == pytest.approx(want), (golds, predictions)
 
 
+@pytest.mark.parametrize("mode", metrics.MODES)
 @pytest.mark.parametrize("scheme", list(SEQEVAL))
 @pytest.mark.parametrize("case", range(len(EDGE_CASES)))
-def test_scores_equal_seqeval_on_edge_cases(scheme, case):
+def test_scores_equal_seqeval_on_edge_cases(scheme, case, mode):
     sentences = [clean(tags, scheme) for tags in EDGE_CASES[case]]
-    for golds, predictions in (
-        (sentences, sentences),
-        (sentences, [["O"] * len(s) for s in sentences]),
-    ):
-        if not any(golds):
-            continue
-        assert metrics.score(golds, predictions, scheme) == pytest.approx(
-            reference(golds, predictions, scheme)
+    nothing = [["O"] * len(s) for s in sentences]
+    for golds, predictions in ((sentences, sentences), (sentences, nothing)):
+        assert metrics.score(golds, predictions, scheme, mode) == pytest.approx(
+            reference(golds, predictions, scheme, mode)
         )
+
+
+def test_the_modes_differ_only_on_what_the_scheme_forbids():
+    ill_formed = ["O", "I-PER", "I-PER", "O"]  # IOB2's I- after O
+    assert metrics.entities(ill_formed, "IOB2") == []
+    assert metrics.entities(ill_formed, "IOB2", "conlleval") == [("PER", 1, 3)]
+    for tags in (["B-PER", "I-PER", "B-PER"], ["O", "B-LOC", "O"]):
+        assert metrics.entities(tags, "IOB2") == metrics.entities(tags, "IOB2", "conlleval")
 
 
 @pytest.mark.parametrize("scheme", list(SEQEVAL))
@@ -104,3 +113,5 @@ def test_a_tag_outside_the_scheme_is_named():
     assert metrics.tag_error("NN", "none") is None
     with pytest.raises(ValueError, match="not one of"):
         metrics.score([["O"]], [["O"]], "IOB3")
+    with pytest.raises(ValueError, match="entity mode 'lenient' is not one of"):
+        metrics.score([["O"]], [["O"]], "IOB2", "lenient")

@@ -113,8 +113,9 @@ def test_the_parameters_are_laid_out_as_hugging_faces():
     assert task.pretrained_params(loaded, params) is loaded  # a token classifier's own
     head = task.head_config()
     assert head["label_names"] == ["O", "B-DATE", "B-NAME", "B-NUM", "I-NAME"]
-    assert {k: head[k] for k in ("label_scheme", "label_all_subwords")} == {
+    assert {k: head[k] for k in ("label_scheme", "entity_mode", "label_all_subwords")} == {
         "label_scheme": "IOB2",
+        "entity_mode": "strict",
         "label_all_subwords": False,
     }
     assert head["vocab_file"].endswith("vocab.txt")
