@@ -80,7 +80,13 @@ def read_conll(path: str, label_column: int = -1, scheme: str = "none") -> list[
     checked as tags of `scheme`."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"CoNLL file {path!r} does not exist.")
-    sentences = [_sentence(path, block, label_column) for block in _blocks(path)]
+    try:
+        sentences = [_sentence(path, block, label_column) for block in _blocks(path)]
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"{path} is not UTF-8 text ({error.reason} at byte {error.start}); convert it, "
+            f"e.g. iconv -f latin1 -t utf-8 {path}."
+        ) from None
     if not sentences:
         raise ValueError(
             f"{path} holds no sentences: a CoNLL file has a word and its labels a line, a "

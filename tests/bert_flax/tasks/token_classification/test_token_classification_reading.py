@@ -77,10 +77,15 @@ def test_a_bad_file_is_named_with_its_line_and_fix(tmp_path, text, match):
     assert user_error(caught.value) == f"error: {caught.value}"
 
 
-def test_a_missing_file_and_a_bad_label_column_are_user_errors(tmp_path):
+def test_a_missing_file_a_bad_encoding_and_a_bad_label_column_are_user_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist") as caught:
         reading.read_conll(str(tmp_path / "nope.txt"))
     assert "nope.txt" in user_error(caught.value)
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes("Müller B-PER\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"latin.txt is not UTF-8 text .* iconv") as caught:
+        reading.read_conll(str(latin))
+    assert user_error(caught.value) == f"error: {caught.value}"
     with pytest.raises(ValueError, match=r"label_column=3 is not a label column of lines of 3"):
         reading.read_conll(write(tmp_path, "EU NNP B-ORG\n"), label_column=3)
 
