@@ -1,5 +1,6 @@
 r"""Fine-tuning and packed inference for every fine-tuning task (`config.task`): sequence
-classification or regression of texts or pairs, and extractive question answering (SQuAD).
+classification or regression of texts or pairs, extractive question answering (SQuAD), and
+token classification (NER, POS, chunking).
 
   python -m bert_flax.finetune --config=configs/finetune_sentiment.py --workdir=workdir/sst \
       [--config.init_from=workdir/pretrain]        # a pre-training run, HF or bert_flax dir
@@ -10,14 +11,16 @@ classification or regression of texts or pairs, and extractive question answerin
   python -m bert_flax.finetune --workdir=workdir/squad --predict=dev-v1.1.json  # predictions.json
   python -m bert_flax.finetune --config=configs/glue.py:rte --workdir=workdir/rte \
       --config.data.glue_dir=glue_data            # a GLUE task; then RTE.tsv, its submission
+  python -m bert_flax.finetune --config=configs/conll.py --workdir=workdir/rule_ner
+  python -m bert_flax.finetune --workdir=workdir/rule_ner --predict=eng.testb  # eng.testb.predicted
 
 Training is `bert_flax.train.loop.train_and_evaluate` with the config's task: the same train step,
 optimizers, mesh, checkpointing and preemption handling as pre-training. Epochs become steps
 (`resolve_epochs`), evaluation runs every epoch on the validation split, and the best
 parameters (by the task's metric: `config.eval.metric` of a classifier's metrics, computed
-over the whole validation split, accuracy or MSE by default; F1 for SQuAD) are kept in
-`workdir/best`. After training, a classifier's best parameters predict its test split
-(`workdir/predictions_test.jsonl`).
+over the whole validation split, accuracy or MSE by default; F1 for SQuAD; entity F1 for token
+classification) are kept in `workdir/best`. After training, the best parameters predict the test
+split, if any (`workdir/predictions_test.jsonl`, `.txt` for token classification).
 """
 
 from __future__ import annotations
@@ -89,7 +92,8 @@ def define_flags() -> None:
         "predict",
         None,
         "Instead of training: a file for the workdir's best parameters (classification: "
-        "CSV/TSV/JSONL with text[, text_b]; squad: a SQuAD JSON file).",
+        "CSV/TSV/JSONL with text[, text_b]; squad: a SQuAD JSON file; token_classification: "
+        "a CoNLL file).",
     )
     flags.DEFINE_string("output", None, "Where --predict writes (default beside the input file).")
     flags.DEFINE_float(

@@ -41,6 +41,15 @@ TESTED_BY = {
         f"{JOURNEYS}::test_finetune_from_hugging_face_then_predict_a_file",
         '"bert_flax.finetune"',
     ),
+    "-m bert_flax.glue": (
+        "tests/bert_flax/tasks/glue/test_glue_runner.py::"
+        "test_the_command_writes_the_table_and_submission_files",
+        '"bert_flax.glue"',
+    ),
+    "-m bert_flax.convert": (
+        f"{JOURNEYS}::test_export_to_hugging_face_then_start_from_it",
+        '"bert_flax.convert"',
+    ),
     "-m bert_flax.profile": (f"{SMOKE}::test_profile_command", '"bert_flax.profile"'),
     "-m benchmarks.packing_bench": (
         f"{SMOKE}::test_packing_bench",

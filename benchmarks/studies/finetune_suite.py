@@ -21,8 +21,8 @@ training data, padded (32 sequences) and packed (32 rows of about p sequences ea
 packing factor p. Targets: packed within the seeds' spread of padded on every main metric, and a
 packed step worth at least 0.9 p padded ones. The last line (`--json`) holds per kind `metric`,
 `runs` (per "start/layout": `median`, `per_seed`, `metrics`, `steps`, `rows_per_step`,
-`packing_factor`, `baseline`), `speed` and `gaps`; and `max_gap_over_spread`,
-`min_speedup_over_packing_factor`.
+`packing_factor`, `baseline`), `speed` and `gaps`; and `max_gap_beyond_spread` (the largest
+|padded - packed| less the seeds' spread: <= 0 when within it), `min_speedup_over_packing_factor`.
 """
 
 from __future__ import annotations
@@ -50,6 +50,8 @@ from configs import finetune_sentiment, multi_label, squad
 LAYOUTS = ("padded", "packed")
 STARTS = demo.FINETUNE_STARTS  # ("pre-trained", "random")
 SPEED_ROWS = 32
+# The config fields that train on the first (or a sample of) N training examples.
+SAMPLE_FIELDS = ("train_examples", "train_sentences")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,8 +103,9 @@ def recipe(kind: str, layout: str, init_from: str, seed: int, args) -> ml_collec
     config.data.packed = layout == "packed"
     if not config.data.packed:
         config.train.packing_hparams = "none"
-    if args.train_examples and "train_examples" in config.data:
-        config.data.train_examples = args.train_examples
+    for field in SAMPLE_FIELDS:
+        if args.train_examples and field in config.data:
+            config.data[field] = args.train_examples
     if args.epochs:
         config.train.epochs = args.epochs
     if "classifier" in config:  # as the demo fine-tunes its model (demo.finetuning_config)
@@ -119,8 +122,9 @@ def speed(kind: str, args) -> dict:
     for layout in LAYOUTS:
         config = recipe(kind, layout, "", 0, args)
         config.train.update(packing_hparams="none", batch_size=SPEED_ROWS, min_rows_per_step=1)
-        if "train_examples" in config.data:  # rows of the whole train split
-            config.data.train_examples = 0
+        for field in SAMPLE_FIELDS:  # rows of the whole train split
+            if field in config.data:
+                config.data[field] = 0
         task = task_class(config.task)(config)
         finetune.resolve_epochs(config, task)
         factor = max(factor, task.packing_factor())
@@ -200,7 +204,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--pretrain_steps", type=int, default=1600)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--epochs", type=float, default=0.0, help="0: each config's")
-    parser.add_argument("--train_examples", type=int, default=0, help="0: all")
+    parser.add_argument(
+        "--train_examples", type=int, default=0, help="0: all (token: sentences; qa: questions)"
+    )
     parser.add_argument("--speed_rounds", type=int, default=8)
     parser.add_argument("--speed_steps", type=int, default=3)
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
@@ -226,12 +232,13 @@ def main(argv: Sequence[str] | None = None) -> None:
             "speed": speeds[kind],
             "gaps": gaps(runs),
         }
+    # How far the largest packed-padded gap lies outside the seeds' spread (<= 0: within it).
     worst_gap = max(
-        g["gap"] / max(g["spread"], 1e-9) for r in result.values() for g in r["gaps"].values()
+        abs(g["gap"]) - g["spread"] for r in result.values() for g in r["gaps"].values()
     )
     ratio = min(s["speedup_over_packing_factor"] for s in speeds.values())
     print(
-        f"\npacked vs padded: largest gap over the seeds' spread {worst_gap:.2f} (target <= 1); "
+        f"\npacked vs padded: largest gap beyond the seeds' spread {worst_gap:+.4f} (target <= 0); "
         f"smallest speed-up / packing factor {ratio:.2f} (target >= 0.9)"
     )
     if args.json:
@@ -242,7 +249,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 "pretrained": args.pretrained,
                 "train_examples": args.train_examples,
                 "kinds": result,
-                "max_gap_over_spread": worst_gap,
+                "max_gap_beyond_spread": worst_gap,
                 "min_speedup_over_packing_factor": ratio,
             },
         )

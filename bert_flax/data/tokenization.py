@@ -177,3 +177,11 @@ def tokenize_documents(
         bar.update(len(chunk))
     bar.close()
     return result
+
+
+def is_cased(vocab: Vocab) -> bool:
+    """Whether `vocab` holds upper-case words (bert-base-cased's), so text must keep its case."""
+    return any(
+        token != token.lower() and not (token.startswith("[") and token.endswith("]"))
+        for token in vocab.tokenizer.get_vocab()
+    )

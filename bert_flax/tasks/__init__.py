@@ -6,10 +6,10 @@ its objective, its batches and how to judge an evaluation.
     final = train.train_and_evaluate(config, workdir, task=task)   # task (bert_flax.finetune)
 
 A task is one folder holding what it owns: its data reading, head and objective, task class,
-evaluation and prediction output (`classification/`, `glue/`, `multi_label/`, `squad/`;
-pre-training's data pipeline is `bert_flax.data`). A new task subclasses `Task` (`base.py`;
-`FineTuningTask` for one trained in epochs over a table of examples) and registers here
-(docs/design.md, "Adding a task").
+evaluation and prediction output (`classification/`, `glue/`, `multi_label/`, `squad/`,
+`token_classification/`; pre-training's data pipeline is `bert_flax.data`). A new task
+subclasses `Task` (`base.py`; `FineTuningTask` for one trained in epochs over a table of
+examples) and registers here (docs/design.md, "Adding a task").
 """
 
 from bert_flax.tasks.base import Batch, Task, model_config_from
@@ -19,10 +19,18 @@ from bert_flax.tasks.glue import GlueTask
 from bert_flax.tasks.multi_label import MultiLabelTask
 from bert_flax.tasks.pretraining import PreTrainingTask
 from bert_flax.tasks.squad import SquadTask
+from bert_flax.tasks.token_classification import TokenClassificationTask
 
 TASKS: dict[str, type[Task]] = {
     task.name: task
-    for task in (PreTrainingTask, ClassificationTask, GlueTask, MultiLabelTask, SquadTask)
+    for task in (
+        PreTrainingTask,
+        ClassificationTask,
+        GlueTask,
+        MultiLabelTask,
+        SquadTask,
+        TokenClassificationTask,
+    )
 }
 
 
@@ -43,6 +51,7 @@ __all__ = [
     "PreTrainingTask",
     "SquadTask",
     "Task",
+    "TokenClassificationTask",
     "model_config_from",
     "task_class",
 ]

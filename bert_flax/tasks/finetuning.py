@@ -24,7 +24,7 @@ from bert_flax.tasks.base import Batch, Task
 def task_vocab(config: ml_collections.ConfigDict) -> tokenization.Vocab:
     """`config.data.vocab_file`, else `config.init_from`'s vocabulary where it says, else
     bert-base-uncased's; lower-casing as `config.data.lowercase` says (None: as `init_from` was
-    trained, where it says, else uncased)."""
+    trained, where it says, else uncased unless the vocabulary is cased)."""
     vocab_file, lowercase = config.data.vocab_file, config.data.get("lowercase")
     init_from = config.get("init_from")
     if not vocab_file and init_from:
@@ -33,7 +33,11 @@ def task_vocab(config: ml_collections.ConfigDict) -> tokenization.Vocab:
             logging.info("Tokenizing with %s, the vocabulary of %s", vocab_file, init_from)
     if lowercase in (None, ""):
         lowercase = pretrained.pretrained_lowercase(init_from) if init_from else None
-    return tokenization.load_vocab(vocab_file or None, lowercase=lowercase is not False)
+    vocab = tokenization.load_vocab(vocab_file or None, lowercase=lowercase is not False)
+    if lowercase is None and vocab.lowercase and tokenization.is_cased(vocab):
+        logging.info("%s is a cased vocabulary: the text keeps its case.", vocab.path)
+        vocab = tokenization.load_vocab(vocab_file or None, lowercase=False)
+    return vocab
 
 
 class FineTuningTask(Task):

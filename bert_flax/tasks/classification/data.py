@@ -209,10 +209,12 @@ class _Rows:
 
 
 def read_records(
-    path: str, fieldnames: Sequence[str] | None = None
+    path: str, fieldnames: Sequence[str] | None = None, malformed: list[int] | None = None
 ) -> Iterator[tuple[int, Mapping[str, Any]]]:
     """(line, record) pairs of a CSV, TSV (tab-separated, no quoting, as GLUE), JSONL or Parquet
-    (line: row + 1) file; `fieldnames`: the columns of a CSV/TSV without a header."""
+    (line: row + 1) file; `fieldnames`: the columns of a CSV/TSV without a header. A CSV/TSV row
+    whose fields do not match the header is an error, or, given a list `malformed`, skipped with
+    its line number appended there."""
     extension = os.path.splitext(path)[1].lower()
     if extension not in FILE_FORMATS:
         raise ValueError(
@@ -227,7 +229,7 @@ def read_records(
         return
     with open(path, encoding="utf-8-sig", newline="") as f:
         try:
-            yield from parse_records(f, path, FILE_FORMATS[extension], fieldnames)
+            yield from parse_records(f, path, FILE_FORMATS[extension], fieldnames, malformed)
         except UnicodeDecodeError as e:
             raise ValueError(
                 f"{path}: bytes that are not UTF-8 ({e.reason}); save the file as UTF-8."
@@ -244,9 +246,13 @@ def _parquet_records(path: str) -> list[dict[str, Any]]:
 
 
 def parse_records(
-    f: TextIO, path: str, kind: str, fieldnames: Sequence[str] | None = None
+    f: TextIO,
+    path: str,
+    kind: str,
+    fieldnames: Sequence[str] | None = None,
+    malformed: list[int] | None = None,
 ) -> Iterator[tuple[int, Mapping[str, Any]]]:
-    """(line, record) pairs of an open file of ``kind``: csv, tsv or jsonl."""
+    """(line, record) pairs of an open file of ``kind``: csv, tsv or jsonl (`read_records`)."""
     if kind == "jsonl":
         for line, text in enumerate(f, start=1):
             if not text.strip():
@@ -267,6 +273,9 @@ def parse_records(
         quoting=csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL,
     )
     for record in reader:
+        if (None in record or None in record.values()) and malformed is not None:
+            malformed.append(reader.line_num)
+            continue
         if None in record or None in record.values():
             raise ValueError(
                 f"{path}:{reader.line_num}: the row's fields do not match the header's "

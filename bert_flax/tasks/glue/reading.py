@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from absl import logging
 
 from bert_flax.tasks.classification.data import LabelledData, LabelledSplit, read_records
 from bert_flax.tasks.glue.table import Spec
@@ -109,13 +110,36 @@ def build_split(
     )
 
 
-def _file_records(path: str, fieldnames: Sequence[str] | None = None) -> Records:
-    return ((f"{path}:{line}", record) for line, record in read_records(path, fieldnames))
+def _file_records(
+    path: str, fieldnames: Sequence[str] | None = None, malformed: list[int] | None = None
+) -> Records:
+    records = read_records(path, fieldnames, malformed)
+    return ((f"{path}:{line}", record) for line, record in records)
 
 
 def tsv_path(spec: Spec, glue_dir: str, split: str) -> str:
     """Where the GLUE download keeps `split` of `spec`."""
     return os.path.join(glue_dir, spec.folder, spec.splits[split].file + ".tsv")
+
+
+# The share of a labelled file's rows that may not fit its columns (the download's QQP has a
+# few): skipped, as Hugging Face's GLUE loader skips them; more is a file of another layout.
+MAX_MALFORMED = 0.01
+
+
+def skip_malformed(path: str, lines: list[int], kept: int) -> None:
+    """Warns of the rows at `lines` skipped for not fitting the columns, or raises ValueError
+    naming the first when they are more than `MAX_MALFORMED` of the file (a test split must
+    predict every row: its reader skips none)."""
+    if len(lines) > MAX_MALFORMED * (len(lines) + kept):
+        raise ValueError(
+            f"{path}:{lines[0]}: the row's fields do not match the header's columns ({len(lines)} "
+            f"of {len(lines) + kept} rows); fix its separators or give the task's file."
+        )
+    shown = ", ".join(map(str, lines[:10])) + (", ..." if len(lines) > 10 else "")
+    logging.warning(
+        "%s: skipped %d rows that do not fit its columns (lines %s)", path, len(lines), shown
+    )
 
 
 def read_glue_dir(spec: Spec, glue_dir: str, splits: Sequence[str] | None = None) -> LabelledData:
@@ -129,9 +153,13 @@ def read_glue_dir(spec: Spec, glue_dir: str, splits: Sequence[str] | None = None
                 f"{spec.key} (as download_glue_data.py lays it out); give the folder that has it."
             )
         headerless = spec.headerless if split.labelled else None
+        malformed: list[int] | None = [] if split.labelled else None
+        records = list(_file_records(path, headerless or None, malformed))
+        if malformed:
+            skip_malformed(path, malformed, len(records))
         found[name] = build_split(
             spec,
-            _file_records(path, headerless or None),
+            records,
             texts=spec.tsv_texts,
             label=spec.tsv_label if split.labelled else None,
             index=spec.tsv_index,

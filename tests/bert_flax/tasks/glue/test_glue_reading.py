@@ -6,6 +6,8 @@ with the file, line and fix."""
 from __future__ import annotations
 
 import csv
+import shutil
+from unittest import mock
 
 import numpy as np
 import pandas as pd
@@ -135,3 +137,22 @@ def test_bad_files_are_refused_naming_the_file_and_line(tmp_path):
     (bad / "train.tsv").write_text("index\tsentence1\tsentence2\tlabel\n0\ta\tb\n")
     with pytest.raises(ValueError, match=r"RTE/train\.tsv:2: the row's fields"):
         reading.read_glue_dir(spec, str(tmp_path))
+
+
+def test_rows_that_do_not_fit_are_skipped_in_training_splits_not_in_test(glue_dir, tmp_path):
+    """QQP's download has rows with fields missing: train and dev skip a few (counted in a
+    warning), as Hugging Face's loader does; test must predict every row."""
+    folder = tmp_path / "glue"
+    shutil.copytree(glue_dir, folder)
+    train = folder / "QQP" / "train.tsv"
+    lines = train.read_text().splitlines()
+    lines += [f"{k}\t1\t2\tq\tq\t0" for k in range(100, 200)]  # enough for one in 100 to skip
+    train.write_text("\n".join([*lines[:3], "77\t1\t2\ta question", *lines[3:]]) + "\n")
+    with mock.patch.object(reading.logging, "warning") as warn:
+        read = reading.read_glue_dir(GLUE["qqp"], str(folder), ["train"])
+    assert len(read.splits["train"]) == len(lines) - 1  # the header; the short row skipped
+    assert warn.call_args.args[1:3] == (str(train), 1) and warn.call_args.args[3] == "4"
+    test = folder / "QQP" / "test.tsv"
+    test.write_text(test.read_text() + "999\tonly a question\n")
+    with pytest.raises(ValueError, match=r"test.tsv:\d+: the row's fields do not match"):
+        reading.read_glue_dir(GLUE["qqp"], str(folder), ["test"])

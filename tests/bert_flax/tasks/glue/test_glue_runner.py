@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -49,3 +51,17 @@ def test_the_runner_keeps_each_tasks_best_run_and_averages_the_table(glue_dir, t
     table = (tmp_path / "glue.md").read_text()
     assert f"| mrpc | {summary['tasks']['mrpc']['learning_rate']:g} |" in table
     assert f"GLUE dev score {100 * summary['score']:.1f}" in table
+
+
+def test_the_command_writes_the_table_and_submission_files(glue_dir, tmp_path):
+    settings = [f"--set={setting}" for setting in TINY]
+    done = subprocess.run(
+        [sys.executable, "-m", "bert_flax.glue", f"--glue_dir={glue_dir}", "--tasks=rte",
+         "--learning_rates=1e-3", f"--workdir={tmp_path}", *settings],
+        capture_output=True, text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((tmp_path / "glue.json").read_text())
+    assert list(summary["tasks"]) == ["rte"]
+    lines = (tmp_path / "submission" / "RTE.tsv").read_text().splitlines()
+    assert lines[0] == "index\tprediction" and len(lines) > 1

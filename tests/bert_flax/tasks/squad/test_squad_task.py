@@ -127,7 +127,9 @@ def test_packed_inference_gives_each_window_its_logits_alone(files):
 
 
 def test_the_registry_names_every_task_and_rejects_an_unknown_one():
-    assert sorted(TASKS) == ["classification", "glue", "multi_label", "pretraining", "squad"]
+    assert sorted(TASKS) == [
+        "classification", "glue", "multi_label", "pretraining", "squad", "token_classification",
+    ]  # fmt: skip
     assert task_class("squad") is SquadTask
     with pytest.raises(ValueError, match=r"config.task='qa' is not one of \['classification'"):
         task_class("qa")
