@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -98,16 +98,18 @@ def check_kind(split: data.LabelledSplit, head: dict, path: str, workdir: str) -
         )
 
 
-def predict_file(workdir: str, path: str, output: str | None) -> str:
-    """Classifies the texts of `path` (CSV/TSV/JSONL: text[, text_b]) with the workdir's best
-    parameters into JSON lines at `output` (default beside `path`); returns a one-line summary."""
+def file_logits(
+    workdir: str, read: Callable[[dict[str, Any]], data.LabelledSplit]
+) -> tuple[data.LabelledSplit, data.EncodedSplit, np.ndarray, dict[str, Any]]:
+    """(split, its encoding, logits [N, num_labels], head config) of the examples `read(head)`
+    gives, encoded as the run in `workdir` was (its vocabulary, case and row length) and packed
+    through its best parameters: what every classifier's `predict_file` starts from."""
     model_config, params, head = parameters.load_finetuned(workdir)
     with open(os.path.join(workdir, "config.json")) as f:
         config_data = json.load(f)["data"]
     vocab_file = head.get("vocab_file") or config_data.get("vocab_file") or None
     vocab = tokenization.load_vocab(vocab_file, lowercase=head.get("lowercase", True))
-    split = data.read_texts(path)
-    check_kind(split, head, path, workdir)
+    split = read(head)
     encoded = data.encode_split(vocab, split, config_data["max_seq_length"])
     logits = predict(
         model_config,
@@ -118,6 +120,25 @@ def predict_file(workdir: str, path: str, output: str | None) -> str:
         algorithm=config_data["algorithm"],
         pooling=head.get("pooling", "cls"),  # models fine-tuned before pooling existed: cls
     )
+    return split, encoded, logits, head
+
+
+def read_texts_of_task(path: str, workdir: str) -> Callable[[dict[str, Any]], data.LabelledSplit]:
+    """`file_logits`'s reader of a CSV/TSV/JSONL file of texts (text[, text_b]), checked to be
+    of the kind the model was fine-tuned on."""
+
+    def read(head: dict[str, Any]) -> data.LabelledSplit:
+        split = data.read_texts(path)
+        check_kind(split, head, path, workdir)
+        return split
+
+    return read
+
+
+def predict_file(workdir: str, path: str, output: str | None) -> str:
+    """Classifies the texts of `path` (CSV/TSV/JSONL: text[, text_b]) with the workdir's best
+    parameters into JSON lines at `output` (default beside `path`); returns a one-line summary."""
+    _, encoded, logits, head = file_logits(workdir, read_texts_of_task(path, workdir))
     output = output or os.path.splitext(path)[0] + ".predictions.jsonl"
     write_predictions(output, encoded.ids, logits, head["label_names"])
     return f"{len(encoded)} predictions -> {output}"

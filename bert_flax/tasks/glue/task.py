@@ -6,17 +6,14 @@ submission files of its test splits (MNLI's model also predicts the diagnostic s
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import Any
 
 import ml_collections
 from absl import logging
 
-from bert_flax.data.tokenization import load_vocab
-from bert_flax.runs import parameters
 from bert_flax.tasks.classification import metrics, predict
-from bert_flax.tasks.classification.data import LabelledData, encode_split, is_labelled
+from bert_flax.tasks.classification.data import LabelledData, is_labelled
 from bert_flax.tasks.classification.task import ClassificationTask
 from bert_flax.tasks.glue import reading
 from bert_flax.tasks.glue.submission import write_submission
@@ -82,20 +79,8 @@ def predict_file(workdir: str, path: str, output: str | None) -> str:
     """`finetune --predict` of a GLUE run: the workdir's best parameters over `path` (the
     task's TSV or Hugging Face export columns) as JSON lines at `output` (default beside
     `path`); a labelled file is also scored with the task's metrics. Returns a summary line."""
-    model_config, params, head = parameters.load_finetuned(workdir)
-    spec = GLUE[head["glue_task"]]
-    with open(os.path.join(workdir, "config.json")) as f:
-        config_data = json.load(f)["data"]
-    split = reading.read_file(spec, path)
-    encoded = encode_split(load_vocab(head["vocab_file"]), split, config_data["max_seq_length"])
-    logits = predict.predict(
-        model_config,
-        params,
-        head["num_labels"],
-        encoded,
-        max_sequences_per_pack=config_data["max_sequences_per_pack"],
-        algorithm=config_data["algorithm"],
-        pooling=head["pooling"],
+    split, encoded, logits, head = predict.file_logits(
+        workdir, lambda head: reading.read_file(GLUE[head["glue_task"]], path)
     )
     output = output or os.path.splitext(path)[0] + ".predictions.jsonl"
     predict.write_predictions(output, encoded.ids, logits, head["label_names"])

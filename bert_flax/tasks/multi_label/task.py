@@ -13,7 +13,7 @@ import flax.linen as nn
 import ml_collections
 import numpy as np
 
-from bert_flax.data import contract, tokenization
+from bert_flax.data import contract
 from bert_flax.model import losses
 from bert_flax.model.config import BertConfig
 from bert_flax.runs import parameters
@@ -186,18 +186,9 @@ class MultiLabelTask(FineTuningTask):
     def predict_file(workdir: str, path: str, output: str | None, **options: Any) -> str:
         """Labels the texts of `path` (CSV/TSV/JSONL: text[, text_b]) with the workdir's best
         parameters at its tuned threshold, as JSON lines at `output` (default beside `path`)."""
-        model_config, params, head = parameters.load_finetuned(workdir)
-        with open(os.path.join(workdir, "config.json")) as f:
-            config_data = json.load(f)["data"]
-        vocab = tokenization.load_vocab(
-            head.get("vocab_file") or None, lowercase=head.get("lowercase", True)
-        )
-        split = classification.read_texts(path)
-        classification_predict.check_kind(split, head, path, workdir)
-        encoded = classification.encode_split(vocab, split, config_data["max_seq_length"])
-        probabilities = _probabilities(
-            model_config, params, head, encoded, config_data["max_sequences_per_pack"]
-        )
+        read = classification_predict.read_texts_of_task(path, workdir)
+        _, encoded, logits, head = classification_predict.file_logits(workdir, read)
+        probabilities = 1.0 / (1.0 + np.exp(-logits))
         output = output or os.path.splitext(path)[0] + ".predictions.jsonl"
         write_predictions(output, encoded.ids, probabilities, head, head["eval"]["threshold"])
         return f"{len(encoded)} predictions -> {output}"
