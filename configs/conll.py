@@ -56,9 +56,10 @@ def get_config(size: str = "cpu") -> ml_collections.ConfigDict:
     config.data.algorithm = "lpfhp"
     config.data.shuffle = True
 
-    # How entities are read off tags for the scores: "strict" (the scheme's rules, seqeval's
-    # mode="strict") or "conlleval" (lenient, as conlleval and seqeval's default mode).
-    config.token_classification = ml_collections.ConfigDict({"entity_mode": "strict"})
+    # How entities are read off tags for the scores: "conlleval" (lenient: as the conlleval
+    # script that CoNLL-2003 results are reported with, and seqeval's default mode) or "strict"
+    # (the scheme's rules, seqeval's mode="strict").
+    config.token_classification = ml_collections.ConfigDict({"entity_mode": "conlleval"})
 
     default.for_finetuning(config)
     config.schedule.learning_rate = 1e-3 if size == "cpu" else 5e-5

@@ -282,8 +282,28 @@ SUITE_COLUMNS: Columns = {
     "gap (padded - packed)": lambda s: f"{s['gap']:+.4f}",
     "seeds' spread": lambda s: f"{s['spread']:.4f}",
     "baseline": lambda s: f"{s['packed']['baseline']:.4f}",
+    "its other metrics (padded / packed)": lambda s: other_metrics(s),
     "steps (padded / packed)": lambda s: f"{s['padded']['steps']} / {s['packed']['steps']}",
 }
+
+
+# What an evaluation summary holds besides the task's metrics.
+BOOKKEEPING = (
+    "real_tokens", "rows", "sequences", "tokens", "padding_fraction", "sequences_per_row",
+    "eval_batches", "baseline", "complete", "threshold",
+)  # fmt: skip
+
+
+def other_metrics(row: dict) -> str:
+    """The best evaluation's other metrics (not losses), padded / packed medians."""
+    padded, packed = row["padded"]["metrics"], row["packed"]["metrics"]
+    names = [
+        n
+        for n in padded
+        if n != row["metric"] and not n.endswith("loss") and n not in BOOKKEEPING and n in packed
+    ]
+    return ", ".join(f"{n} {padded[n]:.4f} / {packed[n]:.4f}" for n in names) or "-"
+
 
 SPEED_COLUMNS: Columns = {
     "kind": lambda s: s["kind"],

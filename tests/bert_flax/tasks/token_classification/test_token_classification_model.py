@@ -115,7 +115,7 @@ def test_the_parameters_are_laid_out_as_hugging_faces():
     assert head["label_names"] == ["O", "B-DATE", "B-NAME", "B-NUM", "I-NAME"]
     assert {k: head[k] for k in ("label_scheme", "entity_mode", "label_all_subwords")} == {
         "label_scheme": "IOB2",
-        "entity_mode": "strict",
+        "entity_mode": "conlleval",
         "label_all_subwords": False,
     }
     assert head["vocab_file"].endswith("vocab.txt")
