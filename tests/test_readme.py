@@ -83,6 +83,10 @@ TESTED_BY = {
         f"{SMOKE}::test_squad_packed_vs_padded",
         '"benchmarks.studies.squad_packed_vs_padded"',
     ),
+    "-m benchmarks.studies.finetune_suite": (
+        f"{SMOKE}::test_finetune_suite",
+        '"benchmarks.studies.finetune_suite"',
+    ),
     "-m benchmarks.profile_report": (
         f"{SMOKE}::test_profile_report",
         '"benchmarks.profile_report"',

@@ -36,6 +36,7 @@ RENDERERS = (
     "studies.finetune_packed_vs_padded",
     "studies.label_efficiency",
     "studies.squad_packed_vs_padded",
+    "studies.finetune_suite",
     "profile_report",
     "compile_table",
     "studies.attention_dropout",

@@ -1,7 +1,7 @@
 """Packed vs padded fine-tuning on every kind of task, side by side: single texts, sentence
 pairs, multi-label, token classification and question answering.
 
-  python -m benchmarks.studies.finetune_suite --json       # every kind, 2 starts, 3 seeds
+  python -m benchmarks.studies.finetune_suite --seeds=3 --train_examples=2000 --json  # published
   python -m benchmarks.studies.finetune_suite --kinds=pair,token --seeds=1 --train_examples=500
 
 Each kind is a task on data that installs offline, labelled by a rule a model can learn or by
@@ -88,7 +88,7 @@ KINDS = {
     "sentence": Kind(lambda _: finetune_sentiment.get_config(), "accuracy", "the reviews"),
     "pair": Kind(_pair_config, "accuracy", "speech sentence pairs: a common mention?"),
     "multi_label": Kind(lambda _: multi_label.get_config(), "micro_f1", "the reviews' tags"),
-    "token": Kind(_token_config, "f1", "speech names, dates and numbers by rule"),
+    "token": Kind(_token_config, "entity_f1", "speech names, dates and numbers by rule"),
     "qa": Kind(lambda _: squad.get_config("cpu"), "f1", "speech cloze questions"),
 }
 
@@ -150,6 +150,8 @@ def fine_tune(kind: str, layout: str, init_from: str, seed: int, args) -> dict:
     config = recipe(kind, layout, init_from, seed, args)
     with tempfile.TemporaryDirectory() as workdir:
         final = finetune.finetune(config, workdir)
+    if final["best"]["metric"] != KINDS[kind].metric:
+        raise ValueError(f"{kind} judged by {final['best']['metric']}, not {KINDS[kind].metric}.")
     return {
         "value": final["best"]["value"],
         "metrics": {k: v for k, v in final["best"]["eval"].items() if isinstance(v, float)},
@@ -294,14 +296,17 @@ BOOKKEEPING = (
 )  # fmt: skip
 
 
+def shown(name: str, main: str) -> bool:
+    """Whether the block lists metric `name` beside the main one: not a loss, not bookkeeping,
+    and of an entity type its F1 only."""
+    per_type = name.endswith(("_precision", "_recall")) and not name.startswith("entity_")
+    return name != main and not name.endswith("loss") and name not in BOOKKEEPING and not per_type
+
+
 def other_metrics(row: dict) -> str:
-    """The best evaluation's other metrics (not losses), padded / packed medians."""
+    """The best evaluation's other metrics (`shown`), padded / packed medians."""
     padded, packed = row["padded"]["metrics"], row["packed"]["metrics"]
-    names = [
-        n
-        for n in padded
-        if n != row["metric"] and not n.endswith("loss") and n not in BOOKKEEPING and n in packed
-    ]
+    names = [n for n in padded if n in packed and shown(n, row["metric"])]
     return ", ".join(f"{n} {padded[n]:.4f} / {packed[n]:.4f}" for n in names) or "-"
 
 
@@ -341,8 +346,8 @@ def suite_block(read: Read) -> str:
 BLOCKS: dict[str, Callable[[Read], str]] = {"finetune_suite": suite_block}
 README_ROW = (
     suite_row,
-    "`python -m benchmarks.studies.finetune_suite --json` "
-    "([results](docs/finetuning.md#packed-as-padded-on-every-kind-of-task))",
+    "`python -m benchmarks.studies.finetune_suite --seeds=3 --train_examples=2000 --json` "
+    "([results](docs/results.md#the-fine-tuning-suite))",
 )
 
 
