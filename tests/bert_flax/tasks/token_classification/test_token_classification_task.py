@@ -60,7 +60,7 @@ def tiny_config(files):
     return config
 
 
-@pytest.mark.slow(seconds=30)
+@pytest.mark.slow(seconds=45)
 def test_fine_tune_beats_all_o_then_predicts_what_seqeval_scores(files, tmp_path):
     workdir = str(tmp_path / "run")
     final = finetune.finetune(tiny_config(files), workdir)
@@ -88,6 +88,39 @@ def test_fine_tune_beats_all_o_then_predicts_what_seqeval_scores(files, tmp_path
     lines = [line.split() for line in open(out, encoding="utf-8")]
     assert [line[:2] for line in lines[:-1]] == [[w, "O"] for w in dev[0].words]
     assert lines[-1] == []
+
+    # Exported, transformers' pipeline tags each word's first sub-word as the run tagged it.
+    exported = tmp_path / "hf"
+    done = subprocess.run(
+        [sys.executable, "-m", "bert_flax.convert", f"--from_workdir={workdir}",
+         f"--to_hf={exported}"],
+        capture_output=True, text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert pipeline_tags(str(exported), final["test"]["path"], sentences=40) == 0
+
+
+def pipeline_tags(model: str, predictions: str, sentences: int) -> int:
+    """How many words of the first `sentences` of a `word gold predicted` file transformers'
+    token-classification pipeline on `model` tags otherwise (at each word's first sub-word);
+    asserts it tagged some entity."""
+    import transformers
+
+    tag = transformers.pipeline("token-classification", model=model)
+    blocks = open(predictions, encoding="utf-8").read().strip().split("\n\n")[:sentences]
+    differ = found = 0
+    for block in blocks:
+        words, ours = zip(*[(line.split()[0], line.split()[2]) for line in block.splitlines()])
+        word_of = tag.tokenizer(list(words), is_split_into_words=True).word_ids()
+        firsts = {i for i, w in enumerate(word_of) if w is not None and w != word_of[i - 1]}
+        theirs = ["O"] * len(words)
+        for entity in tag(" ".join(words)):
+            if entity["index"] in firsts:
+                theirs[word_of[entity["index"]]] = entity["entity"]
+        differ += sum(a != b for a, b in zip(ours, theirs))
+        found += sum(t != "O" for t in theirs)
+    assert found > 0
+    return differ
 
 
 def test_packed_inference_gives_each_sentence_its_tags_alone(files):
