@@ -175,6 +175,10 @@ class EncodedMultiLabel:
     def ids(self) -> np.ndarray:
         return self.encoded.ids
 
+    @property
+    def max_seq_length(self) -> int:
+        return self.encoded.max_seq_length
+
     def tokens(self, example: np.ndarray, position: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return self.encoded.tokens(example, position)
 

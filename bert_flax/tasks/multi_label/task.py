@@ -12,11 +12,11 @@ from typing import Any
 import flax.linen as nn
 import ml_collections
 import numpy as np
+from scipy import special
 
 from bert_flax.data import contract
 from bert_flax.model import losses
 from bert_flax.model.config import BertConfig
-from bert_flax.runs import parameters
 from bert_flax.tasks.base import Batch, data_identity, model_config_from
 from bert_flax.tasks.classification import data as classification
 from bert_flax.tasks.classification import predict as classification_predict
@@ -171,11 +171,8 @@ class MultiLabelTask(FineTuningTask):
     def predict_split(self, workdir: str, split: str) -> dict[str, Any]:
         """The best parameters' labels for `split` (at the best evaluation's threshold), written
         to the workdir, and their micro/macro F1."""
-        model_config, params, head = parameters.load_finetuned(workdir)
-        d = self.config.data
-        probabilities = _probabilities(
-            model_config, params, head, self.encoded[split].encoded, d.max_sequences_per_pack
-        )
+        logits, head = classification_predict.split_logits(workdir, self, split)
+        probabilities = special.expit(logits)
         path = os.path.join(workdir, PREDICTIONS_FILE.format(split=split))
         threshold = head["eval"]["threshold"]
         write_predictions(path, self.encoded[split].ids, probabilities, head, threshold)
@@ -188,7 +185,7 @@ class MultiLabelTask(FineTuningTask):
         parameters at its tuned threshold, as JSON lines at `output` (default beside `path`)."""
         read = classification_predict.read_texts_of_task(path, workdir)
         _, encoded, logits, head = classification_predict.file_logits(workdir, read)
-        probabilities = 1.0 / (1.0 + np.exp(-logits))
+        probabilities = special.expit(logits)
         output = output or os.path.splitext(path)[0] + ".predictions.jsonl"
         write_predictions(output, encoded.ids, probabilities, head, head["eval"]["threshold"])
         return f"{len(encoded)} predictions -> {output}"
@@ -209,25 +206,6 @@ class MultiLabelTask(FineTuningTask):
             },
             "max_sequences_per_row": self.depth,
         }
-
-
-def _probabilities(
-    model_config: BertConfig,
-    params: Any,
-    head: dict[str, Any],
-    encoded: classification.EncodedSplit,
-    depth: int,
-) -> np.ndarray:
-    """Sigmoid probabilities [N, K] of `encoded`'s examples, packed `depth` a row."""
-    logits = classification_predict.predict(
-        model_config,
-        params,
-        head["num_labels"],
-        encoded,
-        max_sequences_per_pack=depth,
-        pooling=head.get("pooling", "cls"),
-    )
-    return 1.0 / (1.0 + np.exp(-logits))
 
 
 def write_predictions(

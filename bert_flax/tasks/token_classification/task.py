@@ -210,7 +210,6 @@ class TokenClassificationTask(FineTuningTask):
     def head_config(self) -> dict[str, Any]:
         data = self.config.data
         return {
-            "task": self.name,
             "label_names": list(self.label_names),
             "label_scheme": self.scheme,
             "entity_mode": self.mode,
