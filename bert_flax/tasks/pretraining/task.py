@@ -90,6 +90,8 @@ class PreTrainingTask(Task):
         return train_iterator(self.config, rows, self.row_shape, vocab_size, start=start)
 
     def eval_batches(self, rows: int, vocab_size: int) -> list[Batch]:
+        if self.data is not None:
+            check_eval_split(self.data, self.config.data.eval_split)
         return eval_batches(self.config, rows, self.eval_row_shape, vocab_size)
 
     def baseline(self, eval_set: list[Batch]) -> tuple[str, float]:
@@ -132,6 +134,19 @@ def prepared_data(config: ml_collections.ConfigDict) -> PreparedData:
             f"{config.data.data_dir} was prepared with max_seq_length={data.max_seq_length}."
         )
     return data
+
+
+def check_eval_split(data: PreparedData, split: str) -> None:
+    """ValueError, before the first step, if prepared split `split` holds no examples."""
+    if data.splits.get(split):
+        return
+    documents = data.summary.get("splits", {}).get(split, {}).get("documents", 0)
+    raise ValueError(
+        f"The {split!r} split of {data.data_dir} holds no examples ({documents} documents: "
+        f"summary.json), so the run has nothing to evaluate on: prepare the data again with "
+        "--validation_fraction > 0 (a folder, or a TFDS dataset without a validation split, has "
+        "one carved from its documents) and at least 2 documents."
+    )
 
 
 def row_shape_of(
