@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from functools import partial
 
@@ -237,3 +238,23 @@ def test_missing_strategies_are_solved_with_the_configured_algorithm(
     solved = packing.StrategySet.load(str(data_dir / "strategies.json"))
     assert solved.algorithm == algorithm
     assert setup.adjustment.packing_factor == pytest.approx(solved.metrics().packing_factor)
+
+
+def test_an_empty_validation_split_stops_the_run_before_its_first_step(make_config, tmp_path):
+    """Data prepared without validation documents: an error that says why, not one at the first
+    evaluation asking for a smaller eval batch, and nothing written to the workdir."""
+    from bert_flax.data import corpus
+    from bert_flax.data.create_pretraining_data import create_pretraining_data
+    from bert_flax.train.loop import train_and_evaluate
+
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    for name in sorted(os.listdir(corpus.bundled_corpus_dir()))[-2:]:
+        shutil.copy(os.path.join(corpus.bundled_corpus_dir(), name), folder)
+    data_dir = str(tmp_path / "data")
+    create_pretraining_data(str(folder), data_dir, max_seq_length=64, dupe_factor=1,
+                            validation_fraction=0.0, num_workers=1, progress=False)  # fmt: skip
+    workdir = tmp_path / "run"
+    with pytest.raises(ValueError, match=r"'validation' split of .* holds no examples \(0 doc"):
+        train_and_evaluate(make_config(data_dir), str(workdir))
+    assert not workdir.exists() or not os.listdir(workdir)
