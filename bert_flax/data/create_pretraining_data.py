@@ -95,7 +95,7 @@ def open_corpus(
     else:
         builder = tfds_corpus.registered_builder(source, tfds_data_dir)
         check_text_feature(builder, source, text_feature)
-        if not builder.is_prepared():
+        if not tfds_corpus.is_prepared(builder):
             raise FileNotFoundError(
                 f"TFDS dataset {source!r} is not prepared in {tfds_data_dir} (looked for "
                 f"{builder.data_dir}): prepare it there with `tfds build {source} "

@@ -174,3 +174,9 @@ def registered_builder(name: str, data_dir: str) -> tfds.core.DatasetBuilder:
     except (ValueError, AssertionError) as error:  # a config or version TFDS does not have
         reason = str(error).split('": ', 1)[-1].split("Here are")[0]  # after tfds's preamble
         raise ValueError(f"--input={name!r}: {reason}") from None
+
+
+def is_prepared(builder: tfds.core.DatasetBuilder) -> bool:
+    """Whether ``builder``'s data is prepared: its ``dataset_info.json`` is written last
+    (``builder.is_prepared()`` says the same with a logged warning where it is not)."""
+    return (builder.data_path / tfds_constants.DATASET_INFO_FILENAME).exists()

@@ -85,7 +85,7 @@ def test_missing_or_empty_folders_are_clear_errors(tmp_path):
     write(tmp_path / "empty.txt", "\n\n")
     with pytest.raises(ValueError, match="no non-empty documents"):
         corpus.read_documents(str(tmp_path))
-    with pytest.raises(ValueError, match="neither a folder .*missing does not exist"):
+    with pytest.raises(ValueError, match=r"neither a folder .*missing does not exist"):
         create_pretraining_data(str(tmp_path / "missing"), str(tmp_path / "out"), progress=False)
     with pytest.raises(ValueError, match="neither a folder"):
         open_corpus("no_such_dataset_name", tfds_data_dir=str(tmp_path / "tfds"))
