@@ -123,8 +123,8 @@ def check_text_feature(builder: tfds.core.DatasetBuilder, source: str, feature: 
         texts = [name for name, f in features.items() if isinstance(f, tfds.features.Text)]
         raise ValueError(
             f"{source!r} has no text feature {feature!r}; its features are "
-            f"{', '.join(features)} (text: {', '.join(texts) or 'none'}): pass "
-            "--text_feature=NAME."
+            f"{', '.join(features)}: pass --text_feature=NAME, NAME one of its text features "
+            f"({', '.join(texts) or 'it has none'})."
         )
 
 

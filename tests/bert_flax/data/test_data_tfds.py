@@ -17,8 +17,9 @@ import sys
 import pytest
 import tensorflow_datasets as tfds
 
-from bert_flax.data import corpus, stages
-from bert_flax.data.create_pretraining_data import create_pretraining_data, open_corpus
+from bert_flax.data import corpus, records, stages, tokenization
+from bert_flax.data.create_pretraining_data import create_pretraining_data, open_corpus, run_stages
+from bert_flax.data.examples import ExampleOptions
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 WIKIPEDIA = "wikipedia/20230601.en"  # its only split: train
@@ -82,18 +83,22 @@ def test_c4_keeps_its_own_validation_split(tmp_path):
     assert [text for _, text in validation] == [t.strip() for t in texts]
 
 
-def test_a_carve_read_by_any_slices_is_the_same_split(tmp_path):
-    """A real prepared train-only dataset over three read units, read by slices that start
-    inside a unit (997, 1994)."""
+def train_only(tmp_path) -> stages.Source:
+    """A real prepared TFDS dataset with only a train split, of 2,500 documents (3 read units)."""
     folder = tmp_path / "corpus"
     folder.mkdir()
     (folder / "docs.txt").write_text("".join(f"Document {i} of many.\n\n" for i in range(2500)))
-    whole = open_corpus(
+    return open_corpus(
         str(folder),
         tfds_data_dir=str(tmp_path / "tfds"),
         document_mode="blank_line",
         validation_fraction=0.0,
     )[0]["train"]
+
+
+def test_a_carve_read_by_any_slices_is_the_same_split(tmp_path):
+    """Read by units, and by slices that start inside a unit (997, 1994)."""
+    whole = train_only(tmp_path)
     texts = [text for _, text in read_all(whole)]
     sides = stages.carve(whole, 0.05)
     reference = corpus.split_documents([corpus.Document(t, (t,)) for t in texts], 0.05)
@@ -103,6 +108,23 @@ def test_a_carve_read_by_any_slices_is_the_same_split(tmp_path):
         assert [i for i, _ in read] == list(range(len(documents)))
         assert read_all(sides[split], size=997) == read
     assert len(sides["validation"].units()) == 3
+
+
+def test_a_carved_split_on_beam_is_byte_for_byte_the_local_runners(tmp_path):
+    pytest.importorskip("apache_beam")
+    sources = stages.carve(train_only(tmp_path), 0.05)
+    vocab = tokenization.load_vocab()
+    recipe = stages.make_recipe(vocab, ExampleOptions(max_seq_length=32, dupe_factor=1))
+    written = {}
+    for runner in ("local", "DirectRunner"):
+        out = tmp_path / runner
+        paths = {split: records.shard_paths(str(out), split, 2) for split in sources}
+        os.makedirs(out / "work")
+        run_stages(runner, sources, paths, vocab, recipe, lowercase=True, seed=1,
+                   documents_per_bucket=1000, work_dir=str(out / "work"), num_workers=1,
+                   beam_options=(), progress=False)  # fmt: skip
+        written[runner] = [open(p, "rb").read() for split in sources for p in paths[split]]
+    assert written["local"] == written["DirectRunner"] and all(written["local"])
 
 
 def test_names_tfds_cannot_serve_are_errors_that_say_where_it_looked(tmp_path):
