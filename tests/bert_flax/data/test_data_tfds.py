@@ -22,7 +22,8 @@ from bert_flax.data.create_pretraining_data import create_pretraining_data, open
 from bert_flax.data.examples import ExampleOptions
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-WIKIPEDIA = "wikipedia/20230601.en"  # its only split: train
+WIKIPEDIA = "wikipedia/20230601.en"
+# The splits the prepared datasets have (TFDS's catalog; the package ships no split metadata).
 SPLITS = {WIKIPEDIA: ("train",), "c4/en:3.1.0": ("train", "validation")}
 
 
@@ -30,7 +31,9 @@ SPLITS = {WIKIPEDIA: ("train",), "c4/en:3.1.0": ("train", "validation")}
 def mock_tfds(metadata_dir: str, name: str, documents: int):
     """`tfds.testing.mock_data` on the real registered builder `name`: its own features and split
     names (`SPLITS`), `documents` random documents a split, as if prepared in `metadata_dir`
-    (mock_data then reads that metadata whatever data dir is asked for)."""
+    (mock_data then reads that metadata whatever data dir is asked for). mock_data ignores
+    slices, so `documents` fit in one read unit."""
+    assert documents <= stages.READ_UNIT_DOCUMENTS
     builder = tfds.builder(name, data_dir=metadata_dir)
     if not os.path.isdir(builder.data_dir):
         os.makedirs(builder.data_dir)
