@@ -535,7 +535,9 @@ def define_flags() -> None:
     flags.DEFINE_bool("lowercase", True, "Lower-case the text (uncased vocabularies).")
     flags.DEFINE_integer("train_vocab_size", 0, "If > 0, learn a vocabulary of this size.")
     flags.DEFINE_enum("document_mode", "file", list(corpus.DOCUMENT_MODES), "Folder layout.")
-    flags.DEFINE_float("validation_fraction", 0.05, "Fraction of documents for validation.")
+    flags.DEFINE_float(
+        "validation_fraction", 0.05, "Fraction of documents for validation (unless TFDS has one)."
+    )
     flags.DEFINE_integer("num_train_shards", 8, "TFRecord shards for the train split.")
     flags.DEFINE_integer("num_validation_shards", 1, "TFRecord shards for the validation split.")
     flags.DEFINE_integer(
