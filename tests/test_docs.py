@@ -354,11 +354,10 @@ def repo_files() -> list[str]:
     return files
 
 
-def module_body(path: str, _cache: dict = {}) -> list[ast.stmt]:
-    if path not in _cache:
-        with open(path) as f:
-            _cache[path] = ast.parse(f.read()).body
-    return _cache[path]
+@functools.cache
+def module_body(path: str) -> list[ast.stmt]:
+    with open(path) as f:
+        return ast.parse(f.read()).body
 
 
 def defined(body: list[ast.stmt]) -> dict[str, ast.AST] | None:
