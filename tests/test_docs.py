@@ -286,6 +286,16 @@ def test_every_doc_command_has_a_test_that_runs_it():
         assert evidence in functions[name], f"{test} does not run {program!r} ({evidence})"
 
 
+def test_every_needs_marker_is_on_the_line_before_a_bash_block():
+    misplaced = [
+        f"{path}:{line_of(text, marker.start())}"
+        for path in DOCS
+        for text in [doc_text(path)]
+        for marker in re.finditer(r"^<!-- needs:(?! \S.*? -->\n```bash\n)", text, re.M)
+    ]
+    assert not misplaced, f"`<!-- needs: WHAT -->` must precede a ```bash line: {misplaced}"
+
+
 def test_every_doc_command_line_parses():
     """Each `make` target is a Makefile rule; each `python` command line, flags and config
     overrides as written, parses with its program's parser (in one worker, see `parse_only`);

@@ -354,7 +354,7 @@ def test_prepare_bench(tmp_path):
     assert all(beam["identical"] for beam in result["beam"].values())
 
 
-@pytest.mark.slow(seconds=180)
+@pytest.mark.slow(seconds=130)
 def test_optimizer_race(tmp_path):
     budget = ["--steps=2", "--eval_every=1", "--eval_batches=1", "--seeds=1"]
     studies = ["--lr_multipliers", "1", "--warmups", "1", "--root_intervals", "--max_staleness"]
