@@ -497,8 +497,9 @@ def code_texts(path: str) -> list[tuple[int, str]]:
 
 def test_docs_and_docstrings_name_what_exists():
     """Every `bert_flax.x.y`, `optim.x`, `packing.x`, `benchmarks.x` (module, function, class or
-    its member), `from M import N`, repository path and `.py` file that README.md, docs/*.md and
-    the comments and strings of the code name exists (the run records' commands excepted)."""
+    its member), module by its own name (`timing.side_by_side`), `from M import N`, repository
+    path and `.py` file that README.md, docs/*.md and the comments and strings of the code name
+    exists (the run records' commands excepted)."""
     files = repo_files()
     stale = []
     for path in DOCS:
