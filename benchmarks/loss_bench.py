@@ -13,7 +13,7 @@ Shapes: the masked positions of a step (rows x P) by the vocabulary, for the tin
 packed step at 128 (32 rows x 22) and 512 (8 rows x 79).
 
 --step_configs instead times whole training steps of those configs (`configs/<name>.py` on
-synthetic batches), one setup traced with each variant, taking turns (`metrics.side_by_side`,
+synthetic batches), one setup traced with each variant, taking turns (`timing.side_by_side`,
 --rounds rounds of 3 steps).
 """
 

@@ -8,7 +8,7 @@ the same model and the same rows per batch, on sequence lengths drawn from a Wik
 histogram at 512 (`packing.synthetic`) and SQuAD 1.1's at 384 (shipped in `packing/data/`).
 --sample_rows (256) packed rows are apportioned to the NNLSHP strategies (depth 3) by their
 counts, so their packing factor is the strategies' (both are printed); the padded rows hold the
-same sequences, one each. The layouts take turns (`metrics.side_by_side`: --rounds rounds of
+same sequences, one each. The layouts take turns (`timing.side_by_side`: --rounds rounds of
 --steps steps each); the speed-up is the sample's packing factor times the median over rounds of
 the padded/packed step-time ratio, printed with that median's standard error (load on a shared
 machine hits both alike). The target is a speed-up of at least 0.9x the packing factor (Krell et

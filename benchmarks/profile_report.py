@@ -17,7 +17,7 @@ the plot. Ceilings (peak matmul FLOP/s per dtype, stream bytes/s) are measured o
 train.prng_impl, model.attention_dropout_head_groups and model.attention_dropout_bits, no
 attention dropout) at each model and length (float32, packed, LAMB): the dropout class's share
 in each one's profile, and the step time of each against threefry's, timed side by side
-(`metrics.side_by_side`: the variants take turns, median of the rounds' ratios):
+(`timing.side_by_side`: the variants take turns, median of the rounds' ratios):
 
   python -m benchmarks.profile_report --dropout --models=tiny,base     # ~15 min on 2 CPU cores
   python -m benchmarks.profile_report --dropout --models=base --lengths=512 --json"""

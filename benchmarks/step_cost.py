@@ -4,7 +4,7 @@ of the packing factor when a step holds few rows.
     python -m benchmarks.step_cost --data_dir=workdir/bench/time_to_accuracy/sotu_cpu --json
 
 The CPU recipe's training-loop step (`configs/cpu_pretrain.py`, `TrainSetup.loop_step`) at
---rows rows per step, packed and padded, every setting taking turns (`metrics.side_by_side`:
+--rows rows per step, packed and padded, every setting taking turns (`timing.side_by_side`:
 --rounds rounds of --steps steps, median per setting), fitted per layout by a line:
 step ms = fixed + per_row x rows. The fixed part (the optimizer over every parameter, the
 relative-position table, dispatch of the step's kernels) does not shrink with the rows, so

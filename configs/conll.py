@@ -32,7 +32,7 @@ def get_config(size: str = "cpu") -> ml_collections.ConfigDict:
     config.model.hidden_dropout_rate = config.model.attention_dropout_rate = 0.1
 
     config.data = ml_collections.ConfigDict()
-    config.data.dataset = "rule_ner"  # the bundled set (token_classification/rule_set.py)
+    config.data.dataset = "rule_ner"  # bert_flax/tasks/token_classification/rule_set.py
     config.data.rule_sentences = 4000 if size == "cpu" else 0  # > 0: at most this many a split
     config.data.train_file = ""  # CoNLL files: the word, then columns; blank between sentences
     config.data.validation_file = ""

@@ -7,7 +7,7 @@ The rows run in one worker process (`python tests/test_bad_input.py ROWS_JSON`):
 files the rows need once (prepared data, a pre-training run, a fine-tuned model), then runs each
 row's `python -m MODULE ARGS` in-process, as `runpy` runs a program, with stderr's descriptor
 captured and `os._exit` raising `SystemExit` (the flags it defined are removed again for the
-next program, as in tests/test_readme.py's worker)."""
+next program, as in tests/test_docs.py's worker)."""
 
 from __future__ import annotations
 

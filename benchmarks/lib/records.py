@@ -88,7 +88,7 @@ def write(name: str, command: str, result: dict) -> str:
 
 
 def module_name(path: str) -> str:
-    """`.../benchmarks/studies/x.py` -> `benchmarks.studies.x`: how the benchmark is run."""
+    """`.../benchmarks/studies/<name>.py` -> `benchmarks.studies.<name>`: how it is run."""
     parts = os.path.normpath(path).removesuffix(".py").split(os.sep)
     return ".".join(parts[len(parts) - 1 - parts[::-1].index("benchmarks") :])
 

@@ -23,7 +23,7 @@ other --lr_factors rates (one grid for both: the wider sparse layer has another 
 best rate may differ), the rate highest at equal seconds kept; then their other seeds.
 
 Per setting: parameters, the training step timed side by side after the runs
-(`metrics.side_by_side`) and its FFN blocks alone (the sparse kernels' cost per FLOP against the
+(`timing.side_by_side`) and its FFN blocks alone (the sparse kernels' cost per FLOP against the
 dense products'), and eval masked-LM accuracy at equal seconds (each run's last evaluation,
 after the same minutes) and at equal steps (the last step a setting's runs and dense's all
 evaluated, dense's accuracy there beside it), medians over seeds, beside the most-frequent-token

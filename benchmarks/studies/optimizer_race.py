@@ -19,7 +19,7 @@ median final loss of the first-order optimizers' winners (AdamW, LAMB), so every
 winner reaches it; reported per optimizer, as the median over seeds: steps to the target,
 final loss, the time the loop waited on the host per step (Shampoo's root jobs) and optimizer
 state bytes per parameter. Step times come from timing the winners' training-loop steps (host
-work included) in turns on the same batches (`metrics.side_by_side`, --speed_rounds rounds of
+work included) in turns on the same batches (`timing.side_by_side`, --speed_rounds rounds of
 --speed_steps steps), so machine load hits them alike; seconds to target = steps to target x
 that step time (the trials' own wall-clock figures, minutes apart, are kept as `trial_*`).
 Three Shampoo studies follow, each from the winner, seed 0: the knob ablation (one knob changed at a

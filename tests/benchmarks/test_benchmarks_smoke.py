@@ -1,10 +1,8 @@
 """Benchmarks and the profiler as a user types them, on tiny settings: they run to their JSON
 line (or table), what they report is well formed, and the README's row reads what they publish
 (benchmarks/lib/blocks.py; published here into the tests' BENCHMARK_RESULTS_DIR). Their
-figures come from full runs (benchmarks/results/); this only keeps the README's commands from
-breaking unnoticed (tests/test_readme.py). No speed is asserted: timing belongs to full runs. The
-multi-process benchmarks (prepare_bench's Beam modes) are left out: they would oversubscribe CI's
-two cores, and their stages are tested directly."""
+figures come from full runs (benchmarks/results/); this only keeps the docs' commands from
+breaking unnoticed (tests/test_docs.py). No speed is asserted: timing belongs to full runs."""
 
 from __future__ import annotations
 
@@ -326,3 +324,42 @@ def test_finetune_suite(tmp_path, recipe_data, load_benchmark):
     assert result["max_gap_beyond_spread"] == pytest.approx(
         max(abs(g["gap"]) - g["spread"] for g in gaps)
     )
+
+
+def test_loss_bench():
+    result = run_benchmark("benchmarks.loss_bench", "--rounds=1", "--repeats=1")
+    assert len(result) == 4 and all(case["speedup"] > 0 for case in result.values())
+
+
+def test_optimizer_bench():
+    result = run_benchmark("benchmarks.optimizer_bench", "--quick", "--parts=c")
+    assert set(result["root_seconds"]) == {"64", "128", "256"}
+
+
+@pytest.mark.slow(seconds=35)
+def test_pipeline_bench(tmp_path):
+    args = ["--seq_lengths=128", "--batch_size=8", "--batches=2", "--warmup=1"]
+    result = run_benchmark("benchmarks.pipeline_bench", f"--workdir={tmp_path}", *args)
+    creation = result["lengths"]["128"]["creation"]
+    assert [run["workers"] for run in creation] == [1, 2]
+    assert creation[0]["examples"] == creation[1]["examples"] > 0
+
+
+@pytest.mark.slow(seconds=80)
+def test_prepare_bench(tmp_path):
+    sizes = ["--documents=8", "--paragraphs=2", "--documents_per_file=4"]
+    shards = ["--documents_per_bucket=4", "--documents_per_shard=4", "--num_workers=1"]
+    result = run_benchmark("benchmarks.prepare_bench", f"--workdir={tmp_path}", *sizes, *shards)
+    assert [size["documents"] for size in result["sizes"]] == [8]
+    assert all(beam["identical"] for beam in result["beam"].values())
+
+
+@pytest.mark.slow(seconds=130)
+def test_optimizer_race(tmp_path):
+    budget = ["--steps=2", "--eval_every=1", "--eval_batches=1", "--seeds=1"]
+    studies = ["--lr_multipliers", "1", "--warmups", "1", "--root_intervals", "--max_staleness"]
+    result = run_benchmark(
+        "benchmarks.studies.optimizer_race", f"--data_dir={tmp_path / 'data'}", *budget, *studies,
+        "--ablations", "--speed_rounds=1", "--speed_steps=1", f"--plot_dir={tmp_path}",
+    )  # fmt: skip
+    assert set(result["steps_to_target"]) == {"adamw", "lamb", "shampoo"}

@@ -158,7 +158,7 @@ def select(split: MultiLabelSplit, indices: np.ndarray) -> MultiLabelSplit:
 
 @dataclasses.dataclass(frozen=True)
 class EncodedMultiLabel:
-    """A tokenized split (`classification.EncodedSplit`) with its targets: the `data.rows`
+    """A tokenized split (`classification.data.EncodedSplit`) with its targets: the `data.rows`
     table whose rows carry `multi_labels` [B, D, K] and `example_ids` [B, D]."""
 
     encoded: classification.EncodedSplit

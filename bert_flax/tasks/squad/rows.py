@@ -2,7 +2,7 @@
 the project's strategies on the windows' length histogram, or one a row (padded).
 
     table = WindowTable(windows)
-    packs = classification.pack_examples(table.lengths, 384, 3)
+    packs = pack_examples(table.lengths, 384, 3)
     batch = build_rows(table, packs, RowShape(384, 3))
 
 Beyond the core fields, a row holds per slot `start_positions` / `end_positions` (row indices;

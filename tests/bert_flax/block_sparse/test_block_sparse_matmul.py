@@ -5,6 +5,8 @@ Tolerance: float32 inputs with <= 256-term dot products; we require |err| <= 1e-
 """
 
 import logging
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -132,6 +134,13 @@ def test_the_cache_key_names_the_cpu_it_was_built_for(tmp_path):
     path_for = lambda macro: cpu_impl._library_path(_fake_compiler(compiler, macro))
     assert path_for("__AVX512F__") == path_for("__AVX512F__")
     assert path_for("__AVX512F__") != path_for("__AVX2__")
+
+
+def test_the_command_prints_the_library_it_built():
+    command = [sys.executable, "-m", "bert_flax.block_sparse.cpu"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == cpu_impl.build()
 
 
 def test_auto_without_a_compiler_logs_the_xla_fallback_once(monkeypatch, caplog):

@@ -2,12 +2,16 @@
 the same document, and the file reads back through the SQuAD reader."""
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
 from bert_flax.data.corpus import Document
 from bert_flax.tasks.squad import cloze, reading
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))))
 SPEECH = Document(
     "1801-Jefferson.txt",
     (
@@ -55,3 +59,12 @@ def test_the_written_set_reads_as_squad(tmp_path):
 def test_documents_that_share_no_mention_are_an_error():
     with pytest.raises(ValueError, match="No cloze question"):
         cloze.build([Document("a", ("Nothing to ask.", "Still nothing."))])
+
+
+def test_the_command_writes_train_and_dev(tmp_path):
+    command = [sys.executable, "-m", "bert_flax.tasks.squad.cloze", f"--out={tmp_path}"]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for name in ("train", "dev"):
+        squad = reading.read_squad(str(tmp_path / f"{name}.json"))
+        assert f"{name}.json: {len(squad):,} questions" in done.stdout

@@ -37,6 +37,17 @@ def seqeval_f1(path: str) -> float:
     return f1_score(golds, found)  # seqeval's default: conlleval's entities, the config's
 
 
+def test_the_command_writes_the_three_files(tmp_path):
+    command = [sys.executable, "-m", "bert_flax.tasks.token_classification.rule_set"]
+    done = subprocess.run(
+        [*command, f"--out={tmp_path}", "--limit=20"], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    for name in rule_set.FILES.values():
+        sentences = read_conll(str(tmp_path / name))
+        assert len(sentences) == 20 and f"{tmp_path / name}: 20 sentences" in done.stdout
+
+
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     directory = tmp_path_factory.mktemp("rule_ner")
