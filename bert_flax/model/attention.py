@@ -197,8 +197,6 @@ def _per_shard(local: Callable[..., Array], impl: str, q, k, v, segment_ids) -> 
     )(q, k, v, segment_ids)
 
 
-# The attention kernels that run per shard (`_per_shard`), whose rows are tiled by 128.
-KERNEL_BACKENDS = ("splash", "pallas_gpu")
 # `attention_impl="auto"`: the kernel for each platform the program targets; XLA on any other.
 AUTO = "auto"
 PLATFORM_KERNELS = {"tpu": "splash", "gpu": "pallas_gpu"}
@@ -206,25 +204,31 @@ PLATFORM_KERNELS = {"tpu": "splash", "gpu": "pallas_gpu"}
 
 def backend_for(impl: str, platform: str, length: int, interpret: bool = False) -> str:
     """The backend that `impl` runs on `platform` with rows of `length`: "auto" the platform's
-    kernel (`PLATFORM_KERNELS`) where `length` is a multiple of 128, else "xla" (logged once).
-    ValueError, naming the fix, where a Pallas kernel would run in interpret mode on another
-    accelerator without `interpret` asking for it (on CPU, kernels are always interpreted)."""
-    if impl == AUTO:
-        impl = PLATFORM_KERNELS.get(platform, "xla")
-        if impl in KERNEL_BACKENDS and length % 128:
-            _log_once(f"attention_impl='auto': rows of {length} are not a multiple of 128; 'xla'.")
-            return "xla"
-        _log_once(f"attention_impl='auto' on {platform}: {impl!r}.")
+    kernel (`PLATFORM_KERNELS`) where `length` is a multiple of 128, else "xla" (logged once);
+    any other `impl` itself, if it can run there (`_check_platform`)."""
+    if impl != AUTO:
+        _check_platform(impl, platform, interpret)
         return impl
-    compiled_on = BACKENDS[impl].platform
-    if compiled_on and platform not in (compiled_on, "cpu") and not interpret:
-        raise ValueError(
-            f"attention_impl={impl!r} is a {compiled_on.upper()} kernel: on {platform.upper()} it "
-            f"would run in Pallas interpret mode, orders of magnitude slower; use "
-            f"attention_impl='auto' (here {PLATFORM_KERNELS.get(platform, 'xla')!r}), or set "
-            "attention_interpret=True to debug."
-        )
+    impl = PLATFORM_KERNELS.get(platform, "xla")
+    if BACKENDS[impl].platform and length % 128:
+        _log_once(f"attention_impl='auto': rows of {length} are not a multiple of 128; 'xla'.")
+        return "xla"
+    _log_once(f"attention_impl='auto' on {platform}: {impl!r}.")
     return impl
+
+
+def _check_platform(impl: str, platform: str, interpret: bool) -> None:
+    """ValueError, naming the fix, where Pallas kernel `impl` would run in interpret mode on
+    another accelerator than its own without `interpret` asking for it (on CPU, kernels are
+    always interpreted)."""
+    own = BACKENDS[impl].platform
+    if own and platform not in (own, "cpu") and not interpret:
+        raise ValueError(
+            f"attention_impl={impl!r} is a {own.upper()} kernel: on {platform.upper()} it would "
+            f"run in Pallas interpret mode, orders of magnitude slower; use attention_impl='auto' "
+            f"(here {PLATFORM_KERNELS.get(platform, 'xla')!r}), or set attention_interpret=True "
+            "to debug."
+        )
 
 
 def _check_kernel_length(impl: str, length: int) -> None:
@@ -239,7 +243,7 @@ def check_backend(impl: str, num_heads: int, length: int, mesh_shape: dict[str, 
     """Fails at configuration time, naming the fix, where back-end `impl` cannot run rows of
     `length` with `num_heads` heads on a mesh of `mesh_shape` (rather than in a `shard_map`
     trace at the first step)."""
-    if impl not in KERNEL_BACKENDS:
+    if not BACKENDS[impl].platform:
         return
     _check_kernel_length(impl, length)
     model = mesh_shape.get("model", 1)
@@ -288,8 +292,9 @@ class Backend:
     deterministic, bias, dropout_head_groups, dropout_bits, interpret)`; `supports_dropout` and
     `supports_bias` say whether it implements attention dropout (and its variants) and an
     additive logit bias (configs asking for one that it does not are rejected by `BertConfig`).
-    `platform`: where a Pallas kernel compiles ("tpu", "gpu"; elsewhere it is interpreted, and
-    `fn` takes `interpret`); None for backends that run anywhere."""
+    `platform`: where a Pallas kernel compiles ("tpu", "gpu"; on CPU it is interpreted, and `fn`
+    takes `interpret`); such kernels run per shard (`_per_shard`), rows tiled by 128. None for
+    backends that run anywhere."""
 
     fn: Callable[..., Array]
     supports_dropout: bool
@@ -305,13 +310,13 @@ def _cudnn(q: Array, k: Array, v: Array, segment_ids: Array, **_) -> Array:
 def _pallas_kernel(kernel: Callable[..., Array], impl: str, platform: str) -> Callable[..., Array]:
     """A backend running `kernel` compiled where the program targets `platform`, in Pallas
     interpret mode on CPU or when asked (`interpret`; slow: for tests and debugging), and
-    refusing another accelerator (`backend_for`)."""
+    refusing another accelerator (`_check_platform`)."""
 
     def backend(
         q: Array, k: Array, v: Array, segment_ids: Array, *, interpret: bool = False, **_
     ) -> Array:
         target = sharding.target_platform()
-        backend_for(impl, target, q.shape[1], interpret)
+        _check_platform(impl, target, interpret)
         interpret = interpret or target != platform
         if interpret:
             _log_once(f"attention_impl={impl!r} on {target}: Pallas interpret mode.")
