@@ -15,6 +15,10 @@ $(VENV)/.installed: setup.py constraints/ci.txt
 	# libtpu, for compiling TPU programs on this host (bert_flax.aot), outside site-packages:
 	# where jax could import it, every CPU run would probe for a TPU at start-up.
 	$(PY) -m pip install -q --no-deps --upgrade --target $(VENV)/libtpu libtpu -c constraints/ci.txt
+	# jax's CUDA plugin, for compiling GPU programs on this host, outside site-packages too (no
+	# CUDA libraries: it compiles, never runs, here).
+	$(PY) -m pip install -q --no-deps --upgrade --target $(VENV)/cuda_plugin \
+		jax-cuda12-plugin jax-cuda12-pjrt -c constraints/ci.txt
 	touch $@
 
 venv: $(VENV)/.installed

@@ -4,8 +4,7 @@ roofline prediction.
 
     python -m benchmarks.compile_table             # writes benchmarks/results/compile_table.json
     python -m benchmarks.compile_table --markdown  # the table docs/compile.md shows
-    PYTHONPATH=/tmp/cuda_plugin python -m benchmarks.compile_table --targets h100 h200
-                                                   # the GPU rows (docs/compile.md, GPU targets)
+    python -m benchmarks.compile_table --targets h100 h200   # the GPU rows alone
 
 Each cell compiles the real train step of the config (`bert_flax.aot.program.compile_steps`:
 its rules, optimizer, attention, remat policy, scanned layers) at the model's full depth, once, at
@@ -77,9 +76,6 @@ def cell_config(model: str, length: int, packed: bool, rows: int, target: target
     config.train.batch_size = config.eval.batch_size = rows
     if remat is not None:
         config.model.remat_policy = remat
-    if target.platform != "tpu" and config.model.attention_impl == "splash":
-        # Splash is a TPU kernel: the GPU's flash attention over segments (Pallas, Triton).
-        config.model.attention_impl = "pallas_gpu"
     return config
 
 

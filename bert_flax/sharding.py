@@ -185,7 +185,16 @@ def target_platform() -> str:
     default backend's. Kernels pick their lowering by it, not by the host they trace on."""
     mesh = jax.sharding.get_abstract_mesh()
     device = None if mesh.empty else mesh.abstract_device
-    platform = jax.default_backend() if device is None else device.platform
+    return _platform_name(jax.default_backend() if device is None else device.platform)
+
+
+def mesh_platform(mesh: Mesh) -> str:
+    """The platform ("cpu", "gpu", "tpu") of `mesh`'s devices: `target_platform()` of the
+    programs traced for it."""
+    return _platform_name(mesh.devices.flat[0].platform)
+
+
+def _platform_name(platform: str) -> str:
     return "gpu" if platform in ("cuda", "rocm") else platform
 
 

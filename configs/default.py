@@ -148,25 +148,28 @@ def for_finetuning(config: ml_collections.ConfigDict) -> None:
     config.log.every_steps = 20
 
 
-# The sequence length from which the accelerator configs use splash attention.
+# The sequence length from which the accelerator configs use the platform's flash kernel.
 FLASH_ATTENTION_FROM = 512
 
 
 def for_accelerators(config: ml_collections.ConfigDict) -> None:
-    """The BERT presets' model settings for TPUs (`configs/bert_base.py`, `bert_large.py`): the
-    compile table's best predicted step (docs/compile.md, "Naming the traffic").
+    """The BERT presets' model settings for TPUs and GPUs (`configs/bert_base.py`,
+    `bert_large.py`): the compile table's best predicted step (docs/compile.md, "Naming the
+    traffic").
 
     - The identical layers as one scan (one layer's compile; the optimizer steps layer by
       layer), saving only the matrix products' outputs for the backward pass (LayerNorm, GELU
       and dropout recomputed).
-    - At 512, splash attention (a flash kernel over segments: no [rows, heads, length, length]
-      scores or mask in HBM) and so no attention-probability dropout, which splash does not
-      have: MosaicBERT and Cramming pre-train without it, and on the CPU recipe it learns as
-      well without (benchmarks/studies/attention_dropout.py). On a GPU, set
-      `--config.model.attention_impl=pallas_gpu` (the same over segments, in Triton).
+    - From FLASH_ATTENTION_FROM tokens, `attention_impl="auto"`: the platform the program is
+      built for picks the flash kernel over segments (no [rows, heads, length, length] scores or
+      mask in HBM): splash on TPU, `pallas_gpu` (Triton) on GPU, XLA attention on CPU. None of
+      them has attention-probability dropout, so it is off: MosaicBERT and Cramming pre-train
+      without it, and on the CPU recipe it learns as well without
+      (benchmarks/studies/attention_dropout.py). Shorter rows keep the preset's XLA attention
+      with BERT's dropout: their scores are a quarter of 512's a token.
     """
     config.model.scan_layers = True
     config.model.remat_policy = "dots"
     if config.data.max_seq_length >= FLASH_ATTENTION_FROM:
-        config.model.attention_impl = "splash"
+        config.model.attention_impl = "auto"
         config.model.attention_dropout_rate = 0.0

@@ -152,6 +152,9 @@ ROWS = [
     ("demo: a workdir under a file", "bert_flax.demo", ["--workdir={x}/w"], "{x}"),
     ("compile: missing data dir", "bert_flax.aot",
      ["--config=configs/tiny.py", "--config.data.data_dir={t}/none"], "{t}/none"),
+    ("compile: a GPU kernel for a TPU", "bert_flax.aot",
+     ["--config=configs/tiny.py", "--config.model.attention_impl=pallas_gpu",
+      "--config.model.attention_dropout_rate=0"], "attention_impl='auto' (here 'splash')"),
 ]  # fmt: skip
 
 TRAIN_CSV = "text,label\n" + "".join(

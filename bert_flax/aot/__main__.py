@@ -3,7 +3,7 @@ r"""Will this config fit, and how fast could it be? Compiles a run for an accele
   python -m bert_flax.aot --config=configs/bert_base.py:phase2 --target=v5e-8
   python -m bert_flax.aot --config=configs/bert_large.py:phase2 --target=v5p-8 \
       --packing_factor=corpus_like --largest_batch --json=/tmp/large_v5p.json
-  python -m bert_flax.aot --config=configs/tiny.py --target=h100    # needs jax's CUDA plugin
+  python -m bert_flax.aot --config=configs/tiny.py --target=h100    # jax's CUDA plugin: make venv
 
 The train and eval steps are compiled exactly as a run builds them (`--config.FIELD=VALUE` as for
 `bert_flax.train`), for compile-only devices of `--target` (`bert_flax.aot.targets.TARGETS`), from

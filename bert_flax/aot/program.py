@@ -385,7 +385,7 @@ def report(compiled: Compiled, target: targets.Target) -> Report:
             "hidden": cfg.hidden_size,
             "parameters": num_params,
             "length": length,
-            "attention": cfg.attention_impl,
+            "attention": program.attention_impl,
             "optimizer": program.config.optimizer.name,
             "dtype": str(cfg.dtype),
             "packed": bool(program.config.data.packed),

@@ -4,7 +4,8 @@ A target is what a researcher books (`v5e-8`, `v5p-8`, `h100`): its topology for
 public figures of one chip that the compile report sets the program against (HBM size, peak
 bfloat16 FLOP rate, HBM and interconnect bandwidth). `compile_only_devices(target)` builds
 devices of the target on any host, no accelerator needed: TPU through libtpu's topology
-descriptions, CUDA through the jax-cuda plugin's device-less compiler.
+descriptions, CUDA through the jax-cuda plugin's device-less compiler (both as `make venv`
+installs them, outside site-packages, or installed where jax finds them).
 
     devices = compile_only_devices(TARGETS["v5e-8"])   # 8 "TPU v5 lite" devices, compile only
 """
@@ -91,9 +92,12 @@ TARGETS = {
     )
 }
 
-# libtpu where `make venv` puts it: outside site-packages, so that runs on a CPU never find it
-# (with it importable, jax probes for a TPU at start-up and logs warnings).
+# libtpu and jax's CUDA plugin where `make venv` puts them: outside site-packages, so that runs
+# on a CPU never find them (with libtpu importable, jax probes for a TPU at start-up and logs
+# warnings; with the plugin, it tries to start a CUDA backend).
 _VENDORED_LIBTPU = pathlib.Path(sys.prefix) / "libtpu" / "libtpu" / "libtpu.so"
+_VENDORED_CUDA_PLUGIN = pathlib.Path(sys.prefix) / "cuda_plugin"
+_CUDA_PLUGIN = "jax_plugins.xla_cuda12"
 
 
 def target(name: str) -> Target:
@@ -123,6 +127,32 @@ def _quiet_libtpu() -> None:
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-1")
     os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its package is not
+        return False
+
+
+def _use_cuda_plugin() -> None:
+    """Registers jax's CUDA plugin: an installed one, or `make venv`'s (put on `sys.path` here).
+    Also in a process whose backends are up (jax discovers plugins once, when they start)."""
+    from jax._src import xla_bridge
+
+    if not _importable(_CUDA_PLUGIN):
+        if not (_VENDORED_CUDA_PLUGIN / "jax_plugins").is_dir():
+            raise FileNotFoundError(
+                "Compiling for CUDA needs jax's CUDA plugin: `make venv` installs it, or pip "
+                f"install --no-deps --target {_VENDORED_CUDA_PLUGIN} "
+                f'"jax-cuda12-plugin=={jax.__version__}" "jax-cuda12-pjrt=={jax.__version__}" '
+                "(no CUDA libraries needed)."
+            )
+        sys.path.append(str(_VENDORED_CUDA_PLUGIN))
+    xla_bridge._discover_and_register_pjrt_plugins()  # no-op once backends are up
+    if "cuda" not in xla_bridge._backend_factories:
+        importlib.import_module(_CUDA_PLUGIN).initialize()
 
 
 def _cuda_target_config(chip: Chip) -> str:
@@ -167,14 +197,8 @@ def compile_only_devices(t: Target) -> list[jax.Device]:
             num_slices=1,
         )
     else:
-        try:
-            topology = topologies.get_topology_desc(
-                platform=t.platform, target_config=_cuda_target_config(t.chip), topology=t.topology
-            )
-        except (NotImplementedError, RuntimeError) as error:
-            raise ValueError(
-                f"Compiling for {t.name} needs jax's CUDA plugin: pip install --no-deps "
-                f'"jax-cuda12-plugin=={jax.__version__}" "jax-cuda12-pjrt=={jax.__version__}" '
-                f"(no CUDA libraries needed). ({error})"
-            ) from error
+        _use_cuda_plugin()
+        topology = topologies.get_topology_desc(
+            platform=t.platform, target_config=_cuda_target_config(t.chip), topology=t.topology
+        )
     return list(topology.devices)

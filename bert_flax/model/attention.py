@@ -197,8 +197,38 @@ def _per_shard(local: Callable[..., Array], impl: str, q, k, v, segment_ids) -> 
     )(q, k, v, segment_ids)
 
 
-# The attention kernels that run per shard (`_per_shard`), whose rows are tiled by 128.
-KERNEL_BACKENDS = ("splash", "pallas_gpu")
+# `attention_impl="auto"`: the kernel for each platform the program targets; XLA on any other.
+AUTO = "auto"
+PLATFORM_KERNELS = {"tpu": "splash", "gpu": "pallas_gpu"}
+
+
+def backend_for(impl: str, platform: str, length: int, interpret: bool = False) -> str:
+    """The backend that `impl` runs on `platform` with rows of `length`: "auto" the platform's
+    kernel (`PLATFORM_KERNELS`) where `length` is a multiple of 128, else "xla" (logged once);
+    any other `impl` itself, if it can run there (`_check_platform`)."""
+    if impl != AUTO:
+        _check_platform(impl, platform, interpret)
+        return impl
+    impl = PLATFORM_KERNELS.get(platform, "xla")
+    if BACKENDS[impl].platform and length % 128:
+        _log_once(f"attention_impl='auto': rows of {length} are not a multiple of 128; 'xla'.")
+        return "xla"
+    _log_once(f"attention_impl='auto' on {platform}: {impl!r}.")
+    return impl
+
+
+def _check_platform(impl: str, platform: str, interpret: bool) -> None:
+    """ValueError, naming the fix, where Pallas kernel `impl` would run in interpret mode on
+    another accelerator than its own without `interpret` asking for it (on CPU, kernels are
+    always interpreted)."""
+    own = BACKENDS[impl].platform
+    if own and platform not in (own, "cpu") and not interpret:
+        raise ValueError(
+            f"attention_impl={impl!r} is a {own.upper()} kernel: on {platform.upper()} it would "
+            f"run in Pallas interpret mode, orders of magnitude slower; use attention_impl='auto' "
+            f"(here {PLATFORM_KERNELS.get(platform, 'xla')!r}), or set attention_interpret=True "
+            "to debug."
+        )
 
 
 def _check_kernel_length(impl: str, length: int) -> None:
@@ -213,7 +243,7 @@ def check_backend(impl: str, num_heads: int, length: int, mesh_shape: dict[str, 
     """Fails at configuration time, naming the fix, where back-end `impl` cannot run rows of
     `length` with `num_heads` heads on a mesh of `mesh_shape` (rather than in a `shard_map`
     trace at the first step)."""
-    if impl not in KERNEL_BACKENDS:
+    if not BACKENDS[impl].platform:
         return
     _check_kernel_length(impl, length)
     model = mesh_shape.get("model", 1)
@@ -259,14 +289,18 @@ def _splash_local(q: Array, k: Array, v: Array, segment_ids: Array, *, interpret
 @dataclasses.dataclass(frozen=True)
 class Backend:
     """An attention kernel `fn(q, k, v, segment_ids, *, dropout_rate, dropout_rng,
-    deterministic, bias, dropout_head_groups, dropout_bits)`; `supports_dropout` and
+    deterministic, bias, dropout_head_groups, dropout_bits, interpret)`; `supports_dropout` and
     `supports_bias` say whether it implements attention dropout (and its variants) and an
-    additive logit bias (configs asking for one that it does not are rejected by `BertConfig`)."""
+    additive logit bias (configs asking for one that it does not are rejected by `BertConfig`).
+    `platform`: where a Pallas kernel compiles ("tpu", "gpu"; on CPU it is interpreted, and `fn`
+    takes `interpret`); such kernels run per shard (`_per_shard`), rows tiled by 128. None for
+    backends that run anywhere."""
 
     fn: Callable[..., Array]
     supports_dropout: bool
     description: str
     supports_bias: bool = False
+    platform: str | None = None
 
 
 def _cudnn(q: Array, k: Array, v: Array, segment_ids: Array, **_) -> Array:
@@ -275,15 +309,27 @@ def _cudnn(q: Array, k: Array, v: Array, segment_ids: Array, **_) -> Array:
 
 def _pallas_kernel(kernel: Callable[..., Array], impl: str, platform: str) -> Callable[..., Array]:
     """A backend running `kernel` compiled where the program targets `platform`, in Pallas
-    interpret mode elsewhere (slow; for tests)."""
+    interpret mode on CPU or when asked (`interpret`; slow: for tests and debugging), and
+    refusing another accelerator (`_check_platform`)."""
 
-    def backend(q: Array, k: Array, v: Array, segment_ids: Array, **_) -> Array:
+    def backend(
+        q: Array, k: Array, v: Array, segment_ids: Array, *, interpret: bool = False, **_
+    ) -> Array:
         target = sharding.target_platform()
-        if target != platform:
+        _check_platform(impl, target, interpret)
+        interpret = interpret or target != platform
+        if interpret:
             _log_once(f"attention_impl={impl!r} on {target}: Pallas interpret mode.")
-        return kernel(q, k, v, segment_ids, interpret=target != platform)
+        return kernel(q, k, v, segment_ids, interpret=interpret)
 
     return backend
+
+
+def _auto(q: Array, k: Array, v: Array, segment_ids: Array, *, interpret=False, **kwargs) -> Array:
+    impl = backend_for(AUTO, sharding.target_platform(), q.shape[1])
+    if interpret and BACKENDS[impl].platform:
+        kwargs["interpret"] = True
+    return BACKENDS[impl].fn(q, k, v, segment_ids, **kwargs)
 
 
 # The backends `BertConfig.attention_impl` may name; adding one here is all it takes.
@@ -293,12 +339,19 @@ BACKENDS: dict[str, Backend] = {
     "splash": Backend(
         _pallas_kernel(splash_attention, "splash", "tpu"),
         False,
-        "Pallas splash attention; TPU (interpret mode elsewhere)",
+        "Pallas splash attention; TPU (interpret mode on CPU)",
+        platform="tpu",
     ),
     "pallas_gpu": Backend(
         _pallas_kernel(pallas_gpu_attention, "pallas_gpu", "gpu"),
         False,
-        "Pallas flash attention over segments (Triton); GPU (interpret mode elsewhere)",
+        "Pallas flash attention over segments (Triton); GPU (interpret mode on CPU)",
+        platform="gpu",
+    ),
+    AUTO: Backend(
+        _auto,
+        False,
+        "the platform's kernel (`PLATFORM_KERNELS`): splash on TPU, pallas_gpu on GPU, else xla",
     ),
 }
 
@@ -316,17 +369,21 @@ def attention(
     bias: Array | None = None,
     dropout_head_groups: int = 0,
     dropout_bits: int = 32,
+    interpret: bool = False,
 ) -> Array:
-    """Dispatches to the backend named by `BertConfig.attention_impl` (a key of `BACKENDS`)."""
+    """Dispatches to the backend named by `BertConfig.attention_impl` (a key of `BACKENDS`);
+    `interpret` runs a Pallas kernel in interpret mode (`BertConfig.attention_interpret`)."""
     if impl not in BACKENDS:
         raise ValueError(f"Unknown attention impl {impl!r}; use one of {sorted(BACKENDS)}.")
-    # Only pass `bias` and the dropout variants when set: backends without them need not accept
-    # them.
+    # Only pass `bias`, the dropout variants and `interpret` when set: backends without them
+    # need not accept them.
     extra = {} if bias is None else {"bias": bias}
     if dropout_head_groups:
         extra["dropout_head_groups"] = dropout_head_groups
     if dropout_bits != 32:
         extra["dropout_bits"] = dropout_bits
+    if interpret:
+        extra["interpret"] = True
     return BACKENDS[impl].fn(
         q,
         k,

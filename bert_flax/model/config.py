@@ -59,7 +59,13 @@ class BertConfig:
       param_dtype: parameter dtype (float32 unless you know why not).
       attention_impl: a key of `bert_flax.model.attention.BACKENDS`: "xla" (dense mask, any
         backend), "cudnn" (`jax.nn.dot_product_attention`, cuDNN on GPU), "splash" (Pallas splash
-        attention on TPU) or "pallas_gpu" (Pallas flash attention over segments on GPU).
+        attention on TPU), "pallas_gpu" (Pallas flash attention over segments on GPU) or "auto"
+        (the platform the program is built for picks: splash on TPU, pallas_gpu on GPU, xla on
+        CPU and for rows that are not a multiple of 128; like the kernels, without attention
+        dropout, so the model is the same whatever it resolves to). A Pallas kernel on the other
+        accelerator is an error (it could only run in interpret mode); on CPU it is interpreted.
+      attention_interpret: run the Pallas kernels ("splash", "pallas_gpu", "auto"'s) in Pallas
+        interpret mode on any platform: orders of magnitude slower, for debugging a kernel.
       pre_layer_norm: False for the original post-LN BERT, True for pre-LN layers (with a final
         LayerNorm after the last layer).
       relative_attention_buckets: 0 for BERT's attention; otherwise a learned bias on the
@@ -102,6 +108,7 @@ class BertConfig:
     dtype: Any = "float32"
     param_dtype: Any = "float32"
     attention_impl: str = "xla"
+    attention_interpret: bool = False
     pre_layer_norm: bool = False
     relative_attention_buckets: int = 0
     relative_attention_max_distance: int = 128
@@ -134,6 +141,14 @@ class BertConfig:
             raise ValueError(
                 f"attention_impl={self.attention_impl!r} has no attention-probability dropout; "
                 f"set attention_dropout_rate=0.0 or use attention_impl in {with_dropout}."
+            )
+        if self.attention_interpret and not (
+            attention.BACKENDS[self.attention_impl].platform
+            or self.attention_impl == attention.AUTO
+        ):
+            raise ValueError(
+                f"attention_interpret=True interprets Pallas kernels; attention_impl="
+                f"{self.attention_impl!r} is none: set attention_interpret=False."
             )
         groups = self.attention_dropout_head_groups
         if groups < 0 or (groups and self.num_heads % groups):

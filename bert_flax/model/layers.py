@@ -271,6 +271,7 @@ class BertSelfAttention(nn.Module):
             bias=bias,
             dropout_head_groups=cfg.attention_dropout_head_groups,
             dropout_bits=cfg.attention_dropout_bits,
+            interpret=cfg.attention_interpret,
         )
         out = nn.with_logical_constraint(out, BATCH_LENGTH_HEADS_KV)
         out = out.reshape(*x.shape[:-1], cfg.hidden_size)

@@ -119,8 +119,8 @@ def evaluate(
 
 
 def describe(setup: TrainSetup) -> dict[str, Any]:
-    """What the setup resolved (config.json's "resolved"): mesh, packing adjustment, task, and
-    the block-sparse layers' implementation where the model has them."""
+    """What the setup resolved (config.json's "resolved"): mesh, packing adjustment, task, the
+    attention backend, and the block-sparse layers' implementation where the model has them."""
     a = setup.adjustment
     info = {
         "params": setup.num_params,
@@ -135,6 +135,7 @@ def describe(setup: TrainSetup) -> dict[str, Any]:
         "examples_per_step": round(a.batch_size * a.packing_factor, 1),
         "steps": setup.config.train.steps,
         "peak_learning_rate": setup.config.schedule.learning_rate * a.learning_rate_scale,
+        "attention_impl": setup.attention_impl,
         **setup.task.describe(),
     }
     model = setup.model_config

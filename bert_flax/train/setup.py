@@ -76,6 +76,7 @@ class TrainProgram:
     rules: list
     adjustment: PackingAdjustment
     model_config: BertConfig
+    attention_impl: str  # the backend the model's attention runs on the mesh ("auto" resolved)
     model: nn.Module
     tx: optax.GradientTransformation
     learning_rate: optax.Schedule
@@ -208,12 +209,14 @@ def create_train_program(
     # Model, and whether its kernels can run the task's rows on this mesh.
     model_config = task.model_config()
     model = task.model(model_config)
-    attention.check_backend(
+    length = example["input_ids"].shape[1]
+    attention_impl = attention.backend_for(
         model_config.attention_impl,
-        model_config.num_heads,
-        example["input_ids"].shape[1],
-        dict(mesh.shape),
+        sharding.mesh_platform(mesh),
+        length,
+        model_config.attention_interpret,
     )
+    attention.check_backend(attention_impl, model_config.num_heads, length, dict(mesh.shape))
 
     # Optimizer (layer by layer over the stacked parameters of scanned layers).
     tx, schedule = create_optimizer(config, adjustment, scanned_layers=model_config.scan_layers)
@@ -237,6 +240,7 @@ def create_train_program(
         rules=rules,
         adjustment=adjustment,
         model_config=model_config,
+        attention_impl=attention_impl,
         model=model,
         tx=tx,
         learning_rate=schedule,

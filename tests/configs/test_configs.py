@@ -46,10 +46,10 @@ def test_config_builds_model_and_optimizer(name, phase):
 
 
 @pytest.mark.parametrize("name", ["bert_base", "bert_large"])
-def test_the_tpu_presets_use_flash_attention_at_512_and_dense_below(name):
+def test_the_presets_use_the_platforms_flash_kernel_at_512_and_dense_below(name):
     module = importlib.import_module(f"configs.{name}")
     phase1, phase2 = module.get_config("phase1").model, module.get_config("phase2").model
-    assert (phase2.attention_impl, phase2.attention_dropout_rate) == ("splash", 0.0)
+    assert (phase2.attention_impl, phase2.attention_dropout_rate) == ("auto", 0.0)
     assert phase1.attention_impl is None  # the preset's: XLA attention, with its dropout
     assert phase1.scan_layers and phase2.scan_layers and phase2.remat_policy == "dots"
 

@@ -1,4 +1,5 @@
-"""Everything compiles for TPU: the run's real steps on compile-only v5e devices (libtpu, no TPU).
+"""Everything compiles for TPU and GPU: the run's real steps on compile-only v5e devices (libtpu,
+no TPU) and an H100 (jax's CUDA plugin, no GPU).
 
 Each variant is compiled once, with tiny shapes, and checked for what can go wrong: the program
 holds the kernels and collectives its config implies, and the memory and FLOPs that XLA reports
@@ -7,21 +8,33 @@ agree with the shapes.
 
 import functools
 import logging
+import os
+import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
+from bert_flax import sharding
 from bert_flax.aot import program, targets
 from bert_flax.profile import classify
-from configs import tiny
+from bert_flax.train.setup import create_train_program
+from configs import bert_base, tiny
 
 V5E_4 = targets.target("v5e-4")
+H100 = targets.target("h100")
 GIB = 2**30
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 @functools.cache
+def devices_of(target: targets.Target) -> tuple:
+    return tuple(targets.compile_only_devices(target))
+
+
 def v5e_devices() -> tuple:
-    return tuple(targets.compile_only_devices(V5E_4))
+    return devices_of(V5E_4)
 
 
 def tiny_config(mesh=(4, 1, 1), **model):
@@ -61,11 +74,32 @@ def kinds(report: program.Report) -> set[str]:
 @pytest.mark.parametrize("name", sorted(targets.TARGETS))
 def test_every_target_names_its_chips(name):
     target = targets.TARGETS[name]
-    if target.platform != "tpu":
-        pytest.skip("CUDA targets need jax's CUDA plugin (docs/compile.md)")
     devices = targets.compile_only_devices(target)
     assert len(devices) == target.chips
     assert {d.device_kind for d in devices} == {target.chip.name}
+
+
+@pytest.mark.parametrize("backend_up", [False, True], ids=["fresh process", "CPU backend up"])
+def test_the_cuda_plugin_registers_before_and_after_jax_starts_its_backends(backend_up):
+    """jax discovers plugins once, when its backends start: `make venv`'s plugin, outside
+    site-packages, is registered in a fresh process and in one already running on the CPU."""
+    start = "import jax; print(jax.devices()[0].platform); " if backend_up else ""
+    code = start + (
+        "from bert_flax.aot import targets; "
+        "print(targets.compile_only_devices(targets.target('h100'))[0].device_kind)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["cpu"] * backend_up + H100.chip.name.split()
+
+
+def test_a_missing_cuda_plugin_names_the_install(monkeypatch, tmp_path):
+    monkeypatch.setattr(targets, "_importable", lambda module: False)
+    monkeypatch.setattr(targets, "_VENDORED_CUDA_PLUGIN", tmp_path / "cuda_plugin")
+    with pytest.raises(FileNotFoundError, match=r"`make venv` installs it.*jax-cuda12-pjrt=="):
+        targets.compile_only_devices(H100)
 
 
 def test_unknown_target_lists_the_known_ones():
@@ -170,6 +204,58 @@ def test_bert_base_shapes_fit_and_count_the_model_flops():
     # batched products as dilated convolutions: `hlo._window_taps`).
     assert report.hlo_flops == pytest.approx(report.xla_flops, rel=0.05)
     assert report.fits and report.model_flops_utilisation < 1
+
+
+# Each platform's flash kernel over segments, compiled: its custom call, its forward kernels and
+# those of its backward pass.
+PLATFORM_KERNELS = {
+    "tpu": ("splash", "tpu_custom_call", {"splash_mha_fwd"}, {"splash_mha_dkv", "splash_mha_dq"}),
+    "cuda": ("pallas_gpu", "__gpu$xla.gpu.triton", {"mha_forward"},
+             {"mha_preprocess_backward", "mha_backward"}),
+}  # fmt: skip
+
+
+def pallas_kernels(executable, call_target: str, names: set[str]) -> set[str]:
+    """Which of `names` the program's `call_target` custom calls run (by their instruction name
+    or op_name: Mosaic keeps the kernel's name, Triton's call its `pallas_call` scope)."""
+    calls = [line for line in executable.as_text().splitlines()
+             if f'custom_call_target="{call_target}"' in line]  # fmt: skip
+    return {n for n in names for c in calls if re.search(rf"%{n}_|/{n}/pallas_call", c)}
+
+
+@pytest.mark.slow(seconds=60)
+@pytest.mark.parametrize("target", [V5E_4, H100], ids=lambda t: t.name)
+def test_the_512_presets_compile_their_platforms_flash_kernel(target):
+    """configs/bert_base.py at 512 ('auto' attention, narrowed to one layer of width 256 to
+    compile fast) gets splash on a v5e and the Triton kernel on an H100, compiled, never in
+    interpret mode (which would leave no kernel call: `interpret=True` lowers to plain HLO)."""
+    config = bert_base.get_config("phase2")
+    config.model.update(num_layers=1, hidden_size=256, num_heads=4, intermediate_size=1024)
+    config.data.synthetic = True
+    config.train.packing_hparams, config.train.accumulation = "none", 1
+    devices = list(devices_of(target))
+    config.train.batch_size = config.eval.batch_size = len(devices)
+    config.mesh.shape = (len(devices), 1, 1)
+    assert config.model.attention_impl == "auto"
+    steps = program.compile_steps(config, devices)
+    kernel, call_target, forward, backward = PLATFORM_KERNELS[target.platform]
+    assert steps.program.attention_impl == kernel
+    assert program.report(steps, target).model["attention"] == kernel
+    names = forward | backward
+    assert pallas_kernels(steps.train, call_target, names) == names
+    assert pallas_kernels(steps.eval, call_target, names) == forward
+
+
+@pytest.mark.parametrize(
+    ("impl", "target"), [("pallas_gpu", V5E_4), ("splash", H100)], ids=["GPU on TPU", "TPU on GPU"]
+)
+def test_a_kernel_of_the_other_accelerator_fails_when_the_program_is_built(impl, target):
+    config = tiny_config(mesh=(len(devices_of(target)), 1, 1), attention_impl=impl)
+    config.model.attention_dropout_rate = 0.0
+    with pytest.raises(ValueError, match=r"Pallas interpret mode.*attention_impl='auto'"):
+        program.compile_steps(config, list(devices_of(target)))
+    config.model.attention_interpret = True  # asked for: built (interpreted)
+    create_train_program(config, sharding.mesh_of(config.mesh, list(devices_of(target))))
 
 
 def test_largest_batch_bisects_to_the_last_fitting_size(monkeypatch, caplog):

@@ -1,6 +1,5 @@
 """`python -m bert_flax.aot` as a user types it: the report, its JSON, and user errors."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -50,26 +49,41 @@ def test_compile_command_reports_fit_flops_collectives_and_a_roofline(tmp_path):
     }  # fmt: skip
 
 
+@pytest.mark.slow(seconds=40)
+def test_compile_command_compiles_for_a_gpu_with_its_kernel(tmp_path):
+    """jax's CUDA plugin (`make venv`) found in a fresh process; 'auto' gets the Triton kernel."""
+    out = tmp_path / "tiny_h100.json"
+    done = compile_command(
+        "--target=h100", f"--json={out}", "--config.model.attention_impl=auto",
+        "--config.model.attention_dropout_rate=0",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "attention=pallas_gpu" in done.stdout and "fits" in done.stdout
+    report = json.loads(out.read_text())
+    assert report["target"] == "h100" and report["model"]["attention"] == "pallas_gpu"
+    assert report["hlo_flops"] > 0 and not report["uncounted_kernels"]
+
+
 @pytest.mark.parametrize(
-    "flag, phrase",
+    "flags, phrase",
     [
-        ("--target=v5e-7", "v5e-8"),
-        ("--packing_factor=many", "corpus_like"),
-        ("--target=h100", "jax-cuda12-plugin"),
+        (["--target=v5e-7"], "v5e-8"),
+        (["--packing_factor=many"], "corpus_like"),
+        (["--target=h100", "--config.model.attention_impl=splash",
+          "--config.model.attention_dropout_rate=0"], "attention_impl='auto'"),
     ],
-    ids=["unknown target", "bad packing factor", "no CUDA plugin"],
-)
-def test_compile_user_errors(flag, phrase):
-    if "h100" in flag and importlib.util.find_spec("jax_plugins"):
-        pytest.skip("a jax plugin (perhaps CUDA's) is installed here")
-    done = compile_command(flag)
+    ids=["unknown target", "bad packing factor", "a TPU kernel for a GPU"],
+)  # fmt: skip
+def test_compile_user_errors(flags, phrase):
+    done = compile_command(*flags)
     assert done.returncode == errors.USER_ERROR_EXIT_STATUS, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
     assert phrase in done.stderr.strip().splitlines()[-1]
 
 
-def test_a_cpu_run_never_sees_libtpu():
-    """libtpu sits outside site-packages (make venv): jax on a CPU does not probe for a TPU."""
+def test_a_cpu_run_never_sees_libtpu_or_the_cuda_plugin():
+    """libtpu and jax's CUDA plugin sit outside site-packages (make venv): jax on a CPU neither
+    probes for a TPU nor starts a CUDA backend."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_PLATFORMS", "TPU_"))}
     done = subprocess.run(
         [sys.executable, "-c", "import jax; print(jax.devices())"],
@@ -77,3 +91,4 @@ def test_a_cpu_run_never_sees_libtpu():
     )  # fmt: skip
     assert done.returncode == 0 and "CpuDevice" in done.stdout, done.stderr[-2000:]
     assert "libtpu" not in done.stderr and "TPU" not in done.stderr, done.stderr[-2000:]
+    assert "cuda" not in done.stderr.lower(), done.stderr[-2000:]

@@ -1,5 +1,6 @@
 """Attention backends against an independent per-sequence reference."""
 
+import dataclasses
 import math
 import textwrap
 
@@ -262,10 +263,60 @@ def test_attention_dropout_head_groups_must_divide_the_heads():
 
 
 def test_fused_backends_reject_attention_dropout():
-    for impl in ("cudnn", "splash", "pallas_gpu"):
+    for impl in ("cudnn", "splash", "pallas_gpu", "auto"):
         with pytest.raises(ValueError, match="attention_dropout_rate"):
             BertConfig.preset("tiny", attention_impl=impl)
         BertConfig.preset("tiny", attention_impl=impl, attention_dropout_rate=0.0)
+
+
+@pytest.mark.parametrize(
+    ("platform", "length", "expected"),
+    [("tpu", 512, "splash"), ("gpu", 512, "pallas_gpu"), ("cpu", 512, "xla"),
+     ("tpu", 128, "splash"), ("gpu", 384, "pallas_gpu"), ("tpu", 200, "xla"), ("gpu", 64, "xla")],
+)  # fmt: skip
+def test_auto_is_the_platforms_kernel_where_its_rows_fit(platform, length, expected):
+    assert attention.backend_for("auto", platform, length) == expected
+
+
+@pytest.mark.parametrize(("impl", "platform"), [("splash", "gpu"), ("pallas_gpu", "tpu")])
+def test_a_kernel_for_the_other_accelerator_is_an_error_naming_the_fix(impl, platform):
+    fix = "splash" if platform == "tpu" else "pallas_gpu"
+    with pytest.raises(ValueError, match=rf"interpret mode.*'auto' \(here '{fix}'\)"):
+        attention.backend_for(impl, platform, 512)
+    assert attention.backend_for(impl, platform, 512, interpret=True) == impl  # asked for
+    assert attention.backend_for(impl, "cpu", 512) == impl  # the test suite's interpret mode
+    assert attention.backend_for("xla", platform, 512) == "xla"
+
+
+def test_a_kernel_traced_for_the_other_accelerator_fails_unless_interpreted(
+    monkeypatch, qkv_segments
+):
+    """At trace time too (a model built outside `create_train_program`): splash in a program for
+    a GPU is refused; with `interpret` it runs, interpreted, and matches the reference."""
+    monkeypatch.setattr(attention.sharding, "target_platform", lambda: "gpu")
+    with pytest.raises(ValueError, match="attention_interpret=True"):
+        attention.attention(*qkv_segments, impl="splash")
+    out = attention.attention(*qkv_segments, impl="splash", interpret=True)
+    np.testing.assert_allclose(out, reference(*qkv_segments), atol=1e-5)
+
+
+def test_auto_runs_xla_attention_on_cpu(monkeypatch, qkv_segments):
+    calls = []
+    xla = attention.BACKENDS["xla"]
+    traced = dataclasses.replace(xla, fn=lambda *a, **k: calls.append(k) or xla.fn(*a, **k))
+    monkeypatch.setitem(attention.BACKENDS, "xla", traced)
+    out = attention.attention(*qkv_segments, impl="auto", interpret=True)
+    np.testing.assert_allclose(out, reference(*qkv_segments), atol=1e-5)
+    assert len(calls) == 1 and "interpret" not in calls[0]  # XLA takes no interpret flag
+
+
+def test_attention_interpret_is_for_pallas_kernels():
+    with pytest.raises(ValueError, match="attention_interpret=True interprets Pallas kernels"):
+        BertConfig.preset("tiny", attention_interpret=True)
+    for impl in ("splash", "pallas_gpu", "auto"):
+        BertConfig.preset(
+            "tiny", attention_impl=impl, attention_interpret=True, attention_dropout_rate=0.0
+        )
 
 
 def test_a_backend_added_to_the_registry_is_accepted_and_used(monkeypatch, qkv_segments):
