@@ -25,8 +25,11 @@ stay beside the new ones as "before".
 
 The optimizer rows (`OPTIMIZER_CELLS`, docs/optim.md) compile the base recipes that differ only
 in the optimizer (configs/bert_base_lamb.py, bert_base_shampoo.py, bert_base_soap.py; AdamW:
-configs/bert_base.py's optimizer on the LAMB recipe) at their own micro-batch, and predict the
-recipe's step from it: the update and the collectives once, the rest once per micro-batch.
+configs/bert_base.py's optimizer on the LAMB recipe) at their own micro-batch, and plain SGD
+(no momentum) there as the reference. An optimizer's update is its micro-step's excess over the
+reference's (its ops are not all of the `optimizer` class: moving and reshaping its state too);
+the recipe's step is the reference's micro-step once per micro-batch, less the collectives,
+which run once, plus the update.
 Shampoo's roots and SOAP's eigenbases are not in the step (asynchronous: a host thread computes
 them every N steps); their cost is *measured* on this host (`host_refresh`), a sample of the
 statistics' blocks solved as the host thread solves them and scaled to all of them, and given
@@ -77,7 +80,8 @@ BREAKDOWN_CELLS = [("base", 512, "v5e-8", True), ("base", 512, "v6e-8", True),
 # Classes whose cost does not grow with the batch (`profile.classify`): the update of the state.
 PER_STEP_CLASSES = ("optimizer",)
 # Optimizer rows: BERT-base packed at 128 (the race's phase 1) on a v5e-8, one per optimizer.
-OPTIMIZER_CELLS = ("base", 128, "v5e-8", ("lamb", "adamw", "shampoo", "soap"))
+REFERENCE_OPTIMIZER = "sgd"  # no momentum: the update costs next to nothing
+OPTIMIZER_CELLS = ("base", 128, "v5e-8", (REFERENCE_OPTIMIZER, "lamb", "adamw", "shampoo", "soap"))
 OPTIMIZER_CONFIGS = {"lamb": bert_base_lamb, "shampoo": bert_base_shampoo, "soap": bert_base_soap}
 # Statistics' blocks solved per (size, exponent) group to time the host's refresh.
 HOST_SAMPLE = 64
@@ -236,11 +240,16 @@ def measure_cell(model: str, length: int, target_name: str, packed: bool) -> Cel
 
 
 def optimizer_config(optimizer: str, length: int):
-    """The base LAMB recipe's phase with `optimizer`'s block (AdamW: configs/bert_base.py's)."""
+    """The base LAMB recipe's phase with `optimizer`'s block (AdamW: configs/bert_base.py's;
+    the reference: SGD without momentum)."""
     phase = "phase1" if length == 128 else "phase2"
     if optimizer in OPTIMIZER_CONFIGS:
         return OPTIMIZER_CONFIGS[optimizer].get_config(phase)
-    config, adamw = bert_base_lamb.get_config(phase), bert_base.get_config(phase)
+    config = bert_base_lamb.get_config(phase)
+    if optimizer == REFERENCE_OPTIMIZER:
+        config.optimizer.name, config.optimizer.sgd.momentum = "sgd", 0.0
+        return config
+    adamw = bert_base.get_config(phase)
     config.optimizer, config.schedule.learning_rate = adamw.optimizer, adamw.schedule.learning_rate
     return config
 
@@ -319,11 +328,24 @@ def measure_optimizer_cell(model: str, length: int, target_name: str, optimizer:
         "packing_factor": factor, "batch_rows": batch, "accumulation": accumulation,
         "compiled": dataclasses.asdict(compiled),
         "micro_step_s": compiled.step_s,
-        "update_s": sum(classes.get(c, 0.0) for c in PER_STEP_CLASSES),
-        "step_s": compiled.step_s_at(batch),
         "host": host,
-        "predicted": ["micro_step_s", "update_s", "step_s"],
     }  # fmt: skip
+
+
+def with_predictions(cells: list[dict]) -> list[dict]:
+    """`cells` with each optimizer's update and the recipe's step predicted against the
+    reference's micro-step (module doc); unchanged until the reference is compiled."""
+    reference = {c["optimizer"]: c for c in cells}.get(REFERENCE_OPTIMIZER)
+    if reference is None:
+        return cells
+    model_s = reference["micro_step_s"] - reference["compiled"]["collective_s"]
+    out = []
+    for c in cells:
+        update = c["micro_step_s"] - reference["micro_step_s"]
+        step = c["accumulation"] * model_s + c["compiled"]["collective_s"] + update
+        predicted = {"update_s": update, "step_s": step}
+        out.append(c | predicted | {"predicted": ["micro_step_s", *predicted]})
+    return out
 
 
 def optimizer_table(cells: list[dict]) -> str:
@@ -334,13 +356,17 @@ def optimizer_table(cells: list[dict]) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for c in cells:
+        if "step_s" not in c:
+            continue
         host = c["host"]
         refresh = (
             "-" if host is None else f"{host['seconds_per_refresh']:.1f}, {host['every_steps']}"
         )
         amortised = "-" if host is None else f"{host['seconds_per_step']:.3f}"
+        name = c["optimizer"] + (" (reference)" if c["optimizer"] == REFERENCE_OPTIMIZER else "")
         lines.append(
-            f"| {c['optimizer']} | BERT-{c['model']} packed {c['length']} {c['target']} | "
+            f"| {name} | "
+            f"BERT-{c['model']} packed {c['length']} {c['target']} | "
             f"{c['batch_rows']:,} ({c['accumulation']}) | "
             f"{c['compiled']['state_memory'] / 2**30:.2f} | {c['update_s'] * 1e3:.2f} | "
             f"{c['step_s'] * 1e3:,.0f} | {refresh} | {amortised} |"
@@ -504,7 +530,8 @@ def main() -> None:
         for optimizer in optimizers:
             if optimizer not in done:
                 cell = measure_optimizer_cell(model, length, target, optimizer)
-                results["optimizer_cells"].append(cell | {"commit": commit(), "date": now()})
+                cells = [*results["optimizer_cells"], cell | {"commit": commit(), "date": now()}]
+                results["optimizer_cells"] = with_predictions(cells)
                 save(results, args.out)
         print(optimizer_table(results["optimizer_cells"]))
         return
