@@ -248,6 +248,7 @@ def optimizer_config(optimizer: str, length: int):
     config = bert_base_lamb.get_config(phase)
     if optimizer == REFERENCE_OPTIMIZER:
         config.optimizer.name, config.optimizer.sgd.momentum = "sgd", 0.0
+        config.train.packing_hparams = "none"  # SGD has no betas to raise; the rows are the same
         return config
     adamw = bert_base.get_config(phase)
     config.optimizer, config.schedule.learning_rate = adamw.optimizer, adamw.schedule.learning_rate
