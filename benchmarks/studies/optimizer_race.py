@@ -15,7 +15,7 @@ sits near the most-frequent-token baseline. The race past the plateau, every reg
 `--config=path[:argument]` races another recipe instead of configs/tiny.py, on its --data_dir
 (prepared for it), e.g. BERT-base at 128 on a v5e-8 (docs/optim.md, "BERT-base on a v5e-8"):
 
-  python -m benchmarks.studies.optimizer_race --config=configs/bert_base_lamb.py:phase1 \
+  python -m benchmarks.studies.optimizer_race --config=configs/bert_base_shampoo.py:phase1 \
       --data_dir=$DATA_128 --centres=adamw=1.6e-3,lamb=6e-3,shampoo=1.6e-3 --json
 
 Everything but the optimizer, its learning rate and warm-up, the steps and the evaluation is the

@@ -6,7 +6,7 @@ r"""Time to accuracy: the project's thesis in one number, packed + second-order 
     python -m benchmarks.studies.time_to_accuracy --rows=padded+lamb,packed+soap \
         --learning_rates=padded+lamb=5e-3,packed+soap=2e-3 \
         --name=time_to_accuracy_at_chosen_rates --json
-    python -m benchmarks.studies.time_to_accuracy --config=configs/bert_base_lamb.py:phase1 \
+    python -m benchmarks.studies.time_to_accuracy --config=configs/bert_base_shampoo.py:phase1 \
         --data_dir=$DATA_128 --rows=packed+lamb,packed+shampoo,packed+soap \
         --learning_rates=packed+lamb=6e-3,packed+shampoo=1.6e-3,packed+soap=1.6e-3 \
         --target=0.5 --max_minutes=120 --name=time_to_accuracy_bert_base --json
