@@ -5,6 +5,7 @@ roofline prediction.
     python -m benchmarks.compile_table             # writes benchmarks/results/compile_table.json
     python -m benchmarks.compile_table --markdown  # the table docs/compile.md shows
     python -m benchmarks.compile_table --targets h100 h200   # the GPU rows alone
+    python -m benchmarks.compile_table --optimizers    # only the optimizer rows (below)
 
 Each cell compiles the real train step of the config (`bert_flax.aot.program.compile_steps`:
 its rules, optimizer, attention, remat policy, scanned layers) at the model's full depth, once, at
@@ -20,6 +21,18 @@ micro-batch. Two readings of that compile, both linear in the rows:
 `REMAT_CELLS` are compiled at every remat policy too (largest batch and rate at each). A rerun
 resumes: cells of this `METHOD` already in the JSON are kept; the figures of a previous method
 stay beside the new ones as "before".
+
+The optimizer rows (`OPTIMIZER_CELLS`, docs/optim.md) compile the base recipes that differ only
+in the optimizer (configs/bert_base_lamb.py, bert_base_shampoo.py, bert_base_soap.py; AdamW:
+configs/bert_base.py's optimizer on the LAMB recipe) at their own micro-batch, and plain SGD
+(no momentum) there as the reference. An optimizer's update is its micro-step's excess over the
+reference's (its ops are not all of the `optimizer` class: moving and reshaping its state too);
+the recipe's step is the reference's micro-step once per micro-batch, less the collectives,
+which run once, plus the update.
+Shampoo's roots and SOAP's eigenbases are not in the step (asynchronous: a host thread computes
+them every N steps); their cost is *measured* on this host (`host_refresh`), a sample of the
+statistics' blocks solved as the host thread solves them and scaled to all of them, and given
+per refresh and amortised per step: a CPU figure of this machine, not a TPU host's.
 """
 
 from __future__ import annotations
@@ -30,14 +43,18 @@ import json
 import math
 import os
 import sys
+import time
 from collections.abc import Callable
 
 import jax
+import numpy as np
 
 from benchmarks.lib.records import Read, commit, now
 from bert_flax.aot import program, targets
 from bert_flax.model import config as config_lib
-from configs import bert_base, bert_large
+from configs import bert_base, bert_base_lamb, bert_base_shampoo, bert_base_soap, bert_large
+from optim.shampoo_core import compute_roots, factor_lists
+from optim.shampoo_host import find_shampoo_state
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "compile_table.json")
 MODELS = {"base": bert_base, "large": bert_large}
@@ -61,6 +78,12 @@ BREAKDOWN_CELLS = [("base", 512, "v5e-8", True), ("base", 512, "v6e-8", True),
                    ("large", 512, "v5e-8", True)]  # fmt: skip
 # Classes whose cost does not grow with the batch (`profile.classify`): the update of the state.
 PER_STEP_CLASSES = ("optimizer",)
+# Optimizer rows: BERT-base packed at 128 (the race's phase 1) on a v5e-8, one per optimizer.
+REFERENCE_OPTIMIZER = "sgd"  # no momentum: the update costs next to nothing
+OPTIMIZER_CELLS = ("base", 128, "v5e-8", (REFERENCE_OPTIMIZER, "lamb", "adamw", "shampoo", "soap"))
+OPTIMIZER_CONFIGS = {"lamb": bert_base_lamb, "shampoo": bert_base_shampoo, "soap": bert_base_soap}
+# Statistics' blocks solved per (size, exponent) group to time the host's refresh.
+HOST_SAMPLE = 64
 # Stored with the results; a rerun keeps only cells of this method. Change it when what a cell
 # compiles or how it is read changes (the docstring).
 METHOD = "whole model, one compile at the recipe's rows, linear in the rows: version 2"
@@ -212,6 +235,148 @@ def measure_cell(model: str, length: int, target_name: str, packed: bool) -> Cel
                 policies)  # fmt: skip
 
 
+def optimizer_config(optimizer: str, length: int):
+    """The base LAMB recipe's phase with `optimizer`'s block (AdamW: configs/bert_base.py's;
+    the reference: SGD without momentum)."""
+    phase = "phase1" if length == 128 else "phase2"
+    if optimizer in OPTIMIZER_CONFIGS:
+        return OPTIMIZER_CONFIGS[optimizer].get_config(phase)
+    config = bert_base_lamb.get_config(phase)
+    if optimizer == REFERENCE_OPTIMIZER:
+        config.optimizer.name, config.optimizer.sgd.momentum = "sgd", 0.0
+        config.train.packing_hparams = "none"  # SGD has no betas to raise; the rows are the same
+        return config
+    adamw = bert_base.get_config(phase)
+    config.optimizer, config.schedule.learning_rate = adamw.optimizer, adamw.schedule.learning_rate
+    return config
+
+
+def host_refresh(compiled_program, sample: int = HOST_SAMPLE) -> dict | None:
+    """Shampoo's roots or SOAP's eigenbases of one refresh, timed on this host's CPU: per (block
+    size, exponent) group, `sample` statistics (G G^T of Gaussian G, ridged as the solver does)
+    solved by the host thread's function, the time scaled to the group's blocks. None for an
+    optimizer without host work."""
+    host = getattr(compiled_program.tx, "host", None)
+    if host is None:
+        return None
+    state = find_shampoo_state(compiled_program.abstract_state.opt_state)
+    stats, _, exponents = factor_lists(state.tensors, host.config)
+    groups: dict[tuple[int, int], int] = {}
+    for stat, p in zip(stats, exponents):
+        groups[stat.shape[-1], p] = groups.get((stat.shape[-1], p), 0) + stat.shape[0]
+    rng, seconds = np.random.default_rng(0), 0.0
+    for (size, p), blocks in groups.items():
+        n = min(sample, blocks)
+        g = rng.standard_normal((n, size, 4 * size)).astype(np.float32)
+        stat = np.einsum("nab,ncb->nac", g, g) / (4 * size)
+        seconds += _solve_seconds(stat, p, host.config.root_solver) * blocks / n
+    every = host.config.preconditioning_compute_steps
+    return {
+        "blocks": sum(groups.values()),
+        "statistics_bytes": sum(s.size * s.dtype.itemsize for s in stats),
+        "every_steps": every,
+        "seconds_per_refresh": seconds,
+        "seconds_per_step": seconds / every,
+        "measured_on": f"{os.cpu_count()} CPU cores",
+    }
+
+
+_SOLVE = jax.jit(compute_roots, static_argnames=("exponents", "solver"))  # the host thread's
+
+
+def _solve_seconds(stat: np.ndarray, p: int, solver) -> float:
+    """Seconds of the host's solve of the blocks `stat` (once compiled) on this CPU."""
+    identity = np.broadcast_to(np.eye(stat.shape[-1], dtype=np.float32), stat.shape)
+    args = jax.device_put(([stat], [identity]), jax.devices("cpu")[0])
+    jax.block_until_ready(_SOLVE(*args, exponents=(p,), solver=solver))
+    start = time.perf_counter()
+    jax.block_until_ready(_SOLVE(*args, exponents=(p,), solver=solver))
+    return time.perf_counter() - start
+
+
+def measure_optimizer_cell(model: str, length: int, target_name: str, optimizer: str) -> dict:
+    """One optimizer row: its micro-batch compiled, the recipe's step predicted, the host's
+    refresh measured (module doc)."""
+    target = targets.target(target_name)
+    devices = targets.compile_only_devices(target)
+    config = optimizer_config(optimizer, length)
+    batch, accumulation = config.train.batch_size, config.train.accumulation
+    micro = batch // accumulation
+    config.data.synthetic = True
+    config.train.accumulation, config.train.batch_size = 1, micro
+    config.eval.batch_size = micro
+    factor = program.packing_factor(config, "corpus_like")
+    steps = program.compile_steps(config, devices, factor, evaluate=False)
+    report = program.report(steps, target)
+    classes = {name: c.seconds for name, c in report.classes.items()}
+    compiled = Compiled(
+        rows=report.rows_per_step, memory=report.train_memory.total,
+        state_memory=report.train_memory.total - report.train_memory.temporaries,
+        flops=report.xla_flops or report.hlo_flops, collective_bytes=report.collective_bytes,
+        classes=classes, collective_s=report.collective_bytes / report.link_bytes_per_s,
+        model_flops=report.model_flops_per_step, model=report.model,
+        compile_s=steps.seconds["train"],
+    )  # fmt: skip
+    host = host_refresh(steps.program)
+    print(f"  {model} {length} {target_name} {optimizer}: {compiled.compile_s:.0f} s",
+          file=sys.stderr, flush=True)  # fmt: skip
+    return {
+        "model": model, "length": length, "target": target_name, "optimizer": optimizer,
+        "packing_factor": factor, "batch_rows": batch, "accumulation": accumulation,
+        "compiled": dataclasses.asdict(compiled),
+        "micro_step_s": compiled.step_s,
+        "host": host,
+    }  # fmt: skip
+
+
+def with_predictions(cells: list[dict]) -> list[dict]:
+    """`cells` with each optimizer's update and the recipe's step predicted against the
+    reference's micro-step (module doc); unchanged until the reference is compiled."""
+    reference = {c["optimizer"]: c for c in cells}.get(REFERENCE_OPTIMIZER)
+    if reference is None:
+        return cells
+    model_s = reference["micro_step_s"] - reference["compiled"]["collective_s"]
+    out = []
+    for c in cells:
+        update = c["micro_step_s"] - reference["micro_step_s"]
+        step = c["accumulation"] * model_s + c["compiled"]["collective_s"] + update
+        predicted = {"update_s": update, "step_s": step}
+        out.append(c | predicted | {"predicted": ["micro_step_s", *predicted]})
+    return out
+
+
+def optimizer_table(cells: list[dict]) -> str:
+    """The optimizer rows: each optimizer's predicted step and its host's refresh."""
+    lines = [
+        "| optimizer | slice | rows a step (micro-batches) | HBM kept across steps / device (GiB) "
+        "| update (ms) | step (ms) | host refresh (s), every N steps | host s / step |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for c in cells:
+        if "step_s" not in c:
+            continue
+        host = c["host"]
+        refresh = (
+            "-" if host is None else f"{host['seconds_per_refresh']:.1f}, {host['every_steps']}"
+        )
+        amortised = "-" if host is None else f"{host['seconds_per_step']:.3f}"
+        name = c["optimizer"] + (" (reference)" if c["optimizer"] == REFERENCE_OPTIMIZER else "")
+        lines.append(
+            f"| {name} | "
+            f"BERT-{c['model']} packed {c['length']} {c['target']} | "
+            f"{c['batch_rows']:,} ({c['accumulation']}) | "
+            f"{c['compiled']['state_memory'] / 2**30:.2f} | {c['update_s'] * 1e3:.2f} | "
+            f"{c['step_s'] * 1e3:,.0f} | {refresh} | {amortised} |"
+        )
+    measured = {c["host"]["measured_on"] for c in cells if c["host"]}
+    if measured:
+        lines.append(
+            f"\nPredicted: update, step. Measured: the host's refreshes, on the machine that "
+            f"compiled the table ({', '.join(sorted(measured))}), not a TPU host."
+        )
+    return "\n".join(lines)
+
+
 def _key(c: dict) -> tuple:
     return c["model"], c["length"], c["target"], c["packed"]
 
@@ -353,10 +518,22 @@ def main() -> None:
     parser.add_argument("--markdown", action="store_true", help="Print the tables from the JSON.")
     parser.add_argument("--out", default=RESULTS)
     parser.add_argument("--targets", nargs="+", help="Compile only the cells on these slices.")
+    parser.add_argument("--optimizers", action="store_true", help="Only the optimizer rows.")
     args = parser.parse_args()
     results = load(args.out)
     if args.markdown:
         print(rendered(results))
+        return
+    if args.optimizers:
+        model, length, target, optimizers = OPTIMIZER_CELLS
+        done = {c["optimizer"] for c in results.setdefault("optimizer_cells", [])}
+        for optimizer in optimizers:
+            if optimizer not in done:
+                cell = measure_optimizer_cell(model, length, target, optimizer)
+                cells = [*results["optimizer_cells"], cell | {"commit": commit(), "date": now()}]
+                results["optimizer_cells"] = with_predictions(cells)
+                save(results, args.out)
+        print(optimizer_table(results["optimizer_cells"]))
         return
     for model, length, target, packed in missing_cells(results["cells"], args.targets):
         cell = measure_cell(model, length, target, packed).as_dict()
@@ -400,7 +577,15 @@ def compile_block(read: Read) -> str:
     return compile_table.rendered(read("compile_table"))
 
 
-BLOCKS: dict[str, Callable[[Read], str]] = {"compile_table": compile_block}
+def compile_optimizers_block(read: Read) -> str:
+    cells = read("compile_table").get("optimizer_cells")
+    return optimizer_table(cells) if cells else "Not compiled yet: `--optimizers`."
+
+
+BLOCKS: dict[str, Callable[[Read], str]] = {
+    "compile_table": compile_block,
+    "compile_table_optimizers": compile_optimizers_block,
+}
 README_ROW = (
     compile_row,
     "`python -m benchmarks.compile_table` "

@@ -22,10 +22,11 @@ from optim.masks import path_names
 # Optimizers whose step of a leaf depends on nothing but its own elements (and its path): they
 # need no slicing, and get none.
 ELEMENTWISE = ("adamw", "sgd")
-# Optimizers whose state or host work cannot be split per layer by `jax.vmap`: Shampoo's and
-# SOAP's root / eigenbasis refreshes are step-counted branches (a vmapped branch runs both
-# sides every step) and, asynchronously, host callbacks.
-NOT_LAYERWISE = ("shampoo", "soap")
+# Optimizers that take the selector themselves (a `layerwise` argument) rather than `jax.vmap`:
+# Shampoo's and SOAP's root / eigenbasis refreshes are step-counted branches (a vmapped branch
+# runs both sides every step) and host jobs, so they cut each stacked leaf's blocks per layer
+# instead (`optim.shampoo_blocks`) and refresh every layer's roots in one job.
+OWN_LAYERWISE = ("shampoo", "soap")
 
 
 def layerwise(

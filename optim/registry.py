@@ -13,7 +13,7 @@ from ml_collections.config_dict import placeholder
 
 from optim.first_order import adamw, lamb, sgd
 from optim.host import HostTransformation
-from optim.layerwise import ELEMENTWISE, NOT_LAYERWISE
+from optim.layerwise import ELEMENTWISE, OWN_LAYERWISE
 from optim.layerwise import layerwise as per_layer
 from optim.muon import muon
 from optim.shampoo import shampoo
@@ -34,8 +34,9 @@ def register(name: str, builder: Callable[..., optax.GradientTransformation]) ->
     OPTIMIZERS[name] = builder
 
 
-# Builder arguments a config does not hold: the schedule and the weight-decay mask come from code.
-NOT_IN_CONFIG = ("learning_rate", "mask")
+# Builder arguments a config does not hold: the schedule, the weight-decay mask and the stacked
+# layers' selector come from code.
+NOT_IN_CONFIG = ("learning_rate", "mask", "layerwise")
 
 
 def hyperparameters(name: str) -> dict[str, inspect.Parameter]:
@@ -98,7 +99,7 @@ def create(
     ``grad_clip_norm`` (any optimizer) clips the gradients' global norm first. ``layerwise``
     selects, by parameter path names, leaves stacked along a leading layer axis, which the
     optimizer then updates slice by slice (`optim.layerwise`; element-wise ones need not,
-    Shampoo and SOAP cannot).
+    Shampoo and SOAP block each layer on its own).
 
         tx = optim.create("lamb", learning_rate=optax.linear_schedule(0.0, 1e-3, 1000))
     """
@@ -122,14 +123,10 @@ def create(
         raise ValueError(
             f"Optimizer {name!r} needs a learning_rate (a float or an optax schedule)."
         )
+    if layerwise is not None and name in OWN_LAYERWISE:
+        settings["layerwise"] = layerwise
     tx = builder(**settings)
-    if layerwise is not None and name not in ELEMENTWISE:
-        if name in NOT_LAYERWISE:
-            raise ValueError(
-                f"Optimizer {name!r} cannot update stacked layers slice by slice "
-                "(optim.layerwise.NOT_LAYERWISE): set model.scan_layers=False, or use one of "
-                f"{sorted(set(OPTIMIZERS) - set(NOT_LAYERWISE))}."
-            )
+    if layerwise is not None and name not in ELEMENTWISE + OWN_LAYERWISE:
         tx = per_layer(tx, layerwise)
     if clip_norm is None:
         return tx

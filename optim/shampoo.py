@@ -23,7 +23,7 @@ import optax
 from optim.first_order import MaskOrFn
 from optim.host import HostTransformation
 from optim.masks import weight_decay_mask
-from optim.shampoo_core import ShampooConfig, scale_by_shampoo
+from optim.shampoo_core import Layerwise, ShampooConfig, scale_by_shampoo
 from optim.shampoo_host import ShampooHost
 
 
@@ -32,6 +32,7 @@ def shampoo(
     *,
     weight_decay: float = 0.0,
     mask: MaskOrFn = weight_decay_mask,
+    layerwise: Layerwise | None = None,
     **options: Any,
 ) -> HostTransformation:
     """Shampoo with grafting, momentum and decoupled weight decay.
@@ -40,6 +41,8 @@ def shampoo(
       learning_rate: a float or an optax schedule (of the update count).
       weight_decay, mask: decoupled weight decay and where it applies (see
         ``weight_decay_mask``).
+      layerwise: selects, by path names, the leaves stacked along a leading layer axis (a
+        scanned model's layers): each layer gets its own statistics and roots, as unstacked.
       **options: fields of :class:`~optim.shampoo_core.ShampooConfig` (meanings and defaults
         there), e.g. ``block_size=128, preconditioning_compute_steps=10, asynchronous=True``.
 
@@ -47,7 +50,7 @@ def shampoo(
       A :class:`~optim.host.HostTransformation`; its ``host`` runs the asynchronous roots and
       reports metrics (``optim.host_metrics``).
     """
-    return from_config(ShampooConfig(**options), learning_rate, weight_decay, mask)
+    return from_config(ShampooConfig(**options), learning_rate, weight_decay, mask, layerwise)
 
 
 def with_config_fields(builder: Callable, fields: Sequence[str]) -> Callable:
@@ -81,11 +84,12 @@ def from_config(
     learning_rate: optax.ScalarOrSchedule,
     weight_decay: float = 0.0,
     mask: MaskOrFn = weight_decay_mask,
+    layerwise: Layerwise | None = None,
 ) -> HostTransformation:
     """The transformation of ``config`` (Shampoo or SOAP), decoupled weight decay and the
     learning rate, with its host side."""
     tx = optax.chain(
-        scale_by_shampoo(config),
+        scale_by_shampoo(config, layerwise),
         optax.add_decayed_weights(weight_decay, mask),
         optax.scale_by_learning_rate(learning_rate),
     )

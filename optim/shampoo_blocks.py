@@ -15,6 +15,10 @@ For a parameter of shape ``shape``:
 The blocks of a tensor are stacked on a leading axis: a blocked gradient has shape
 ``[num_blocks, b_1, ..., b_k]`` and a factor of dimension ``i`` has shape ``[num_blocks, b_i, b_i]``
 (full) or ``[num_blocks, b_i]`` (diagonal), so every block is preconditioned in one batched op.
+
+A *stacked* parameter (``[layers, ...]``, the identical layers of a scanned model) is a batch of
+layers: steps 1-3 apply to one layer's shape, and the blocks of every layer go on the leading
+axis (layer-major), so each layer gets the statistics it would get unstacked.
 """
 
 from __future__ import annotations
@@ -55,15 +59,20 @@ class BlockPlan:
     num_blocks_per_dim: tuple[int, ...]
     block_dims: tuple[int, ...]  # b_i
     diagonal_dims: tuple[bool, ...]  # True where dimension i gets a diagonal factor
+    stacked: bool = False  # shape[0] counts layers, each blocked on its own (module doc)
 
     @classmethod
     def create(
-        cls, shape: tuple[int, ...], block_size: int, max_preconditioner_dim: int
+        cls,
+        shape: tuple[int, ...],
+        block_size: int,
+        max_preconditioner_dim: int,
+        stacked: bool = False,
     ) -> BlockPlan:
         shape = tuple(int(d) for d in shape)
-        merged = merge_small_dims(shape, block_size)
+        merged = merge_small_dims(shape[1:] if stacked else shape, block_size)
         if len(merged) <= 1:
-            return cls(shape, merged, (), (), ())
+            return cls(shape, merged, (), (), (), stacked)
         nums, blocks, diag = [], [], []
         for d in merged:
             is_diag = d > max_preconditioner_dim
@@ -71,13 +80,18 @@ class BlockPlan:
             nums.append(n)
             blocks.append(math.ceil(d / n))
             diag.append(is_diag)
-        return cls(shape, merged, tuple(nums), tuple(blocks), tuple(diag))
+        return cls(shape, merged, tuple(nums), tuple(blocks), tuple(diag), stacked)
 
     @classmethod
-    def elementwise_plan(cls, shape: tuple[int, ...]) -> BlockPlan:
+    def elementwise_plan(cls, shape: tuple[int, ...], stacked: bool = False) -> BlockPlan:
         """No blocks: the parameter is preconditioned elementwise, as a vector would be."""
         shape = tuple(int(d) for d in shape)
-        return cls(shape, (math.prod(shape),), (), (), ())
+        return cls(shape, (math.prod(shape[1:] if stacked else shape),), (), (), (), stacked)
+
+    @property
+    def layers(self) -> int:
+        """Layers stacked on the leading axis (1 when not stacked)."""
+        return self.shape[0] if self.stacked else 1
 
     @property
     def elementwise(self) -> bool:
@@ -90,7 +104,8 @@ class BlockPlan:
 
     @property
     def num_blocks(self) -> int:
-        return math.prod(self.num_blocks_per_dim)
+        """Blocks of the whole parameter (of every layer when stacked)."""
+        return self.layers * math.prod(self.num_blocks_per_dim)
 
     @property
     def full_dims(self) -> tuple[int, ...]:
@@ -114,21 +129,32 @@ class BlockPlan:
 
     def block(self, x: jax.Array) -> jax.Array:
         """``x`` (the parameter's shape) -> ``[num_blocks, b_1, ..., b_k]``, zero-padded."""
+        if not self.stacked:
+            return self._block_layer(x)
+        return jax.vmap(self._block_layer)(x).reshape((self.num_blocks, *self.block_dims))
+
+    def unblock(self, x: jax.Array) -> jax.Array:
+        """The inverse of :meth:`block` (padding removed)."""
+        if not self.stacked:
+            return self._unblock_layer(x)
+        return jax.vmap(self._unblock_layer)(x.reshape((self.layers, -1, *self.block_dims)))
+
+    def _block_layer(self, x: jax.Array) -> jax.Array:
         x = x.reshape(self.merged)
         padded = [n * b for n, b in zip(self.num_blocks_per_dim, self.block_dims)]
         x = jnp.pad(x, [(0, p - d) for p, d in zip(padded, self.merged)])
         k = self.rank
         x = x.reshape([s for nb in zip(self.num_blocks_per_dim, self.block_dims) for s in nb])
         x = x.transpose([*range(0, 2 * k, 2), *range(1, 2 * k, 2)])
-        return x.reshape((self.num_blocks, *self.block_dims))
+        return x.reshape((-1, *self.block_dims))
 
-    def unblock(self, x: jax.Array) -> jax.Array:
-        """The inverse of :meth:`block` (padding removed)."""
+    def _unblock_layer(self, x: jax.Array) -> jax.Array:
         k = self.rank
         x = x.reshape((*self.num_blocks_per_dim, *self.block_dims))
         x = x.transpose([j for i in range(k) for j in (i, k + i)])
         x = x.reshape([n * b for n, b in zip(self.num_blocks_per_dim, self.block_dims)])
-        return x[tuple(slice(0, d) for d in self.merged)].reshape(self.shape)
+        layer_shape = self.shape[1:] if self.stacked else self.shape
+        return x[tuple(slice(0, d) for d in self.merged)].reshape(layer_shape)
 
 
 def _letters(k: int) -> str:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -48,6 +48,8 @@ from optim.shampoo_blocks import (
     factor_statistic,
 )
 
+# Selects, by a parameter's path names, the leaves stacked along a leading layer axis.
+Layerwise = Callable[[list[str]], bool]
 GRAFTS = ("sgd", "adagrad", "rmsprop", "adam", "none")
 ROOT_METHODS = ("newton", "eigh")
 # "roots": Shampoo's inverse roots; "eigenbasis": SOAP, Adam in the statistics' eigenbases.
@@ -226,18 +228,21 @@ class ShampooConfig:
             self.root_error_threshold,
         )
 
-    def plan(self, shape: Sequence[int], path: tuple = ()) -> BlockPlan:
-        """The blocking of a parameter of ``shape`` at pytree ``path`` (``elementwise_params``)."""
-        if self.elementwise_params and re.search(
-            self.elementwise_params, "/".join(path_names(path))
-        ):
-            return BlockPlan.elementwise_plan(shape)
-        return BlockPlan.create(tuple(shape), self.block_size, self.max_preconditioner_dim)
+    def plan(
+        self, shape: Sequence[int], path: tuple = (), layerwise: Layerwise | None = None
+    ) -> BlockPlan:
+        """The blocking of a parameter of ``shape`` at pytree ``path`` (``elementwise_params``;
+        stacked along a leading layer axis where ``layerwise`` selects its path names)."""
+        names = path_names(path)
+        stacked = layerwise is not None and layerwise(names)
+        if self.elementwise_params and re.search(self.elementwise_params, "/".join(names)):
+            return BlockPlan.elementwise_plan(shape, stacked)
+        return BlockPlan.create(tuple(shape), self.block_size, self.max_preconditioner_dim, stacked)
 
-    def plans(self, tree: Any) -> list[BlockPlan]:
+    def plans(self, tree: Any, layerwise: Layerwise | None = None) -> list[BlockPlan]:
         """The plan of every leaf of ``tree`` (parameters or their gradients), flat."""
         leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
-        return [self.plan(leaf.shape, path) for path, leaf in leaves]
+        return [self.plan(leaf.shape, path, layerwise) for path, leaf in leaves]
 
     def exponent(self, tensor: TensorState) -> int:
         """The root's p for a tensor: 2 x its preconditioned dimensions, or the override."""
@@ -286,9 +291,10 @@ def _factor_statistics(blocks, tensor: TensorState, plan: BlockPlan, count, conf
     return jax.lax.cond(config.statistics_due(update), accumulate, lambda: tensor.factor_stats)
 
 
-def _diagonal_root(stat: jax.Array, p: int, ridge_epsilon: float, axes) -> jax.Array:
-    """``(d + ridge_epsilon * max d)^(-1/p)``, zero where there is no statistic."""
-    ridged = stat + ridge_epsilon * jnp.max(stat, axis=axes, keepdims=True)
+def _diagonal_root(stat: jax.Array, p: int, ridge_epsilon: float) -> jax.Array:
+    """``(d + ridge_epsilon * max d)^(-1/p)`` per block (row of ``stat``), zero where there is
+    no statistic."""
+    ridged = stat + ridge_epsilon * jnp.max(stat, axis=1, keepdims=True)
     return jnp.where(ridged > 0, ridged ** (-1.0 / p), 0.0)
 
 
@@ -326,9 +332,10 @@ def _tensor_direction(g, tensor: TensorState, plan: BlockPlan, count, config: Sh
     if plan.elementwise:
         (stat,) = tensor.diagonal_stats
         stat = _accumulate(stat, jnp.square(g), config.b2)
-        root = _diagonal_root(stat, 2, config.ridge_epsilon, axes=None)
-        # Treat the whole vector as one block.
-        shampoo_blocks, graft_blocks = (g * root)[None], graft_dir[None]
+        # Treat the whole vector (of each layer, when stacked) as one block.
+        rows = (plan.layers, -1)
+        root = _diagonal_root(stat.reshape(rows), 2, config.ridge_epsilon)
+        shampoo_blocks, graft_blocks = g.reshape(rows) * root, graft_dir.reshape(rows)
         stats, diagonal = (), (stat,)
     else:
         blocks = plan.block(g)
@@ -340,7 +347,7 @@ def _tensor_direction(g, tensor: TensorState, plan: BlockPlan, count, config: Sh
         for dim, is_diagonal in enumerate(plan.diagonal_dims):
             if is_diagonal:
                 stat = _accumulate(next(diag_stats), diagonal_statistic(blocks, dim), config.b2)
-                root = _diagonal_root(stat, p, config.ridge_epsilon, axes=1)
+                root = _diagonal_root(stat, p, config.ridge_epsilon)
                 shampoo_blocks = apply_diagonal(shampoo_blocks, root, dim)
                 diagonal.append(stat)
             else:
@@ -348,7 +355,10 @@ def _tensor_direction(g, tensor: TensorState, plan: BlockPlan, count, config: Sh
         graft_blocks = plan.block(graft_dir)
     if config.graft != "none":
         shampoo_blocks = _graft(shampoo_blocks, graft_blocks)
-    shampoo_dir = shampoo_blocks[0] if plan.elementwise else plan.unblock(shampoo_blocks)
+    if plan.elementwise:
+        shampoo_dir = shampoo_blocks.reshape(g.shape)
+    else:
+        shampoo_dir = plan.unblock(shampoo_blocks)
     direction = jnp.where(count >= config.start_preconditioning_step, shampoo_dir, graft_dir)
     new_tensor = tensor._replace(
         factor_stats=stats, diagonal_stats=tuple(diagonal), graft=graft_state
@@ -503,12 +513,15 @@ def _refresh_in_graph(state: ShampooState, tensors: Any, config: ShampooConfig):
     return lax.cond(config.refresh_due(count), refresh, keep)
 
 
-def scale_by_shampoo(config: ShampooConfig) -> optax.GradientTransformation:
-    """Shampoo's direction with grafting, momentum and (unmasked) bookkeeping, no lr/decay."""
+def scale_by_shampoo(
+    config: ShampooConfig, layerwise: Layerwise | None = None
+) -> optax.GradientTransformation:
+    """Shampoo's direction with grafting, momentum and (unmasked) bookkeeping, no lr/decay;
+    the leaves `layerwise` selects are stacked layers, preconditioned layer by layer."""
 
     def init_fn(params):
         treedef = jax.tree.structure(params)
-        leaves = zip(jax.tree.leaves(params), config.plans(params))
+        leaves = zip(jax.tree.leaves(params), config.plans(params, layerwise))
         tensors = treedef.unflatten([_init_tensor(p, plan, config) for p, plan in leaves])
         zero = jnp.zeros((), jnp.int32)
         return ShampooState(zero, zero, zero, jnp.zeros((), jnp.float32), tensors)
@@ -522,7 +535,9 @@ def scale_by_shampoo(config: ShampooConfig) -> optax.GradientTransformation:
         direction_of = _eigenbasis_direction if config.eigenbasis else _tensor_direction
         results = [
             direction_of(g, t, plan, count, config)
-            for g, t, plan in zip(treedef.flatten_up_to(grads), tensors, config.plans(grads))
+            for g, t, plan in zip(
+                treedef.flatten_up_to(grads), tensors, config.plans(grads, layerwise)
+            )
         ]
         new_tensors = []
         directions = []

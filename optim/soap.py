@@ -29,7 +29,7 @@ from optim.first_order import MaskOrFn
 from optim.host import HostTransformation
 from optim.masks import weight_decay_mask
 from optim.shampoo import from_config, with_config_fields
-from optim.shampoo_core import ShampooConfig
+from optim.shampoo_core import Layerwise, ShampooConfig
 
 
 def soap(
@@ -41,6 +41,7 @@ def soap(
     eps: float = 1e-8,
     weight_decay: float = 0.0,
     mask: MaskOrFn = weight_decay_mask,
+    layerwise: Layerwise | None = None,
     **options: Any,
 ) -> HostTransformation:
     """SOAP with decoupled weight decay (defaults: the paper's).
@@ -50,6 +51,7 @@ def soap(
       b1, b2, eps: Adam's, in the rotated basis (b1 = 0 turns the first moment off).
       shampoo_b2: EMA factor of the statistics L and R (1.0 sums them).
       weight_decay, mask: decoupled weight decay and where it applies.
+      layerwise: leaves stacked along a leading layer axis, per layer (as ``optim.shampoo``).
       **options: the ``SHARED_FIELDS`` of :class:`~optim.shampoo_core.ShampooConfig`: its
         blocking, and when and where the eigenbases are computed (the first from the
         statistics after update ``start_preconditioning_step``, then every
@@ -69,7 +71,7 @@ def soap(
         preconditioner="eigenbasis",
         **options,
     )
-    return from_config(config, learning_rate, weight_decay, mask)
+    return from_config(config, learning_rate, weight_decay, mask, layerwise)
 
 
 # ShampooConfig fields SOAP takes as they are (the others are fixed above or renamed: Adam's

@@ -12,6 +12,16 @@ sits near the most-frequent-token baseline. The race past the plateau, every reg
       --eval_batches=4 --seeds=3 --json     # the run in docs/results.md, ~45 min on 2 CPU cores
   python -m benchmarks.studies.optimizer_race --data_dir=workdir/sotu_128 --quick --json
 
+`--config=path[:argument]` races another recipe instead of configs/tiny.py, on its --data_dir
+(prepared for it), e.g. BERT-base at 128 on a v5e-8 (docs/optim.md, "BERT-base on a v5e-8"):
+
+  python -m benchmarks.studies.optimizer_race --config=configs/bert_base_shampoo.py:phase1 \
+      --data_dir=$DATA_128 --centres=adamw=1.6e-3,lamb=6e-3,shampoo=1.6e-3 --json
+
+Everything but the optimizer, its learning rate and warm-up, the steps and the evaluation is the
+config's; --centres gives the learning-rate grids' centres for it (the defaults are the tiny
+model's).
+
 Per optimizer the same budget of trials: a grid of peak learning rate (its centre times
 --lr_multipliers) x warm-up steps (--warmups), each run with seed 0; the trial with the lowest
 final eval MLM loss is then rerun with the other seeds. The target eval MLM loss is the highest
@@ -48,6 +58,7 @@ from benchmarks.lib.render import Columns, either, items_table, source
 from bert_flax import sharding
 from bert_flax.runs.metrics import read_metrics
 from bert_flax.train import loop
+from bert_flax.train.overrides import load_config_file
 from bert_flax.train.setup import create_train_setup
 from bert_flax.train.timing import Timing, paired_ratio, side_by_side
 from configs import tiny
@@ -98,8 +109,13 @@ def prepare_corpus(corpus: str, data_dir: str) -> None:
     )
 
 
+def base_config(args):
+    """The recipe raced: --config's, else configs/tiny.py."""
+    return load_config_file(args.config) if args.config else tiny.get_config()
+
+
 def race_config(args, optimizer: str, learning_rate: float, warmup: int, seed: int, **shampoo):
-    config = tiny.get_config()
+    config = base_config(args)
     config.seed = seed
     config.data.data_dir = args.data_dir
     config.optimizer.name = optimizer
@@ -169,14 +185,14 @@ def to_target(trial: dict, target: float) -> tuple[float, float]:
     return float("inf"), float("inf")
 
 
-def state_bytes_per_param(optimizer: str) -> float:
-    """Optimizer-state bytes per parameter of the tiny BERT (shapes only, nothing allocated)."""
+def state_bytes_per_param(args, optimizer: str) -> float:
+    """Optimizer-state bytes per parameter of the raced BERT (shapes only, nothing allocated)."""
     import optim
     from bert_flax.data.contract import PRETRAINING_INPUTS
     from bert_flax.model.bert import BertForPreTraining
     from bert_flax.model.config import from_config_section
 
-    config = tiny.get_config()
+    config = base_config(args)
     config.optimizer.name = optimizer
     model = BertForPreTraining(from_config_section(config.model))
     batch = {name: jax.ShapeDtypeStruct((1, 8), np.int32) for name in PRETRAINING_INPUTS}
@@ -192,7 +208,7 @@ def side_by_side_timings(args, winners: dict[str, dict]) -> dict[str, Timing]:
     """The winners' training-loop steps (Shampoo's host work included) timed in turns on the
     same real batches, plus Shampoo's winner with synchronous roots: step times that the load of
     a shared machine hits alike, unlike the trials', which ran minutes apart."""
-    variants = {name: (name, {}) for name in winners if name in CENTRE_LEARNING_RATES}
+    variants = {name: (name, {}) for name in winners if name in args.centres}
     variants["shampoo sync"] = ("shampoo", {"asynchronous": False})
     if "shampoo_tuned" in winners:
         variants["shampoo_tuned"] = ("shampoo", winners["shampoo_tuned"]["knobs"])
@@ -225,7 +241,7 @@ def race(args) -> dict:
     results: dict[str, dict] = {}
     for optimizer in ("adamw", "lamb", "shampoo"):
         trials = []
-        grid = [CENTRE_LEARNING_RATES[optimizer] * m for m in args.lr_multipliers]
+        grid = [args.centres[optimizer] * m for m in args.lr_multipliers]
         for lr, warmup in itertools.product(grid, args.warmups):
             trial = cache.run(race_config(args, optimizer, lr, warmup, seed=0))
             trials.append({"learning_rate": lr, "warmup": warmup, **trial})
@@ -275,7 +291,7 @@ def race(args) -> dict:
             "host_wait_seconds_per_step": median(
                 [r["host_wait_seconds_per_step"] for r in result["runs"]]
             ),
-            "state_bytes_per_param": state_bytes_per_param(result["optimizer"]),
+            "state_bytes_per_param": state_bytes_per_param(args, result["optimizer"]),
         }
     best = results["shampoo"]["best"]
     ablation = {}
@@ -316,7 +332,7 @@ def race(args) -> dict:
     }
 
 
-def plot(summary: dict, plot_dir: str) -> list[str]:
+def plot(summary: dict, plot_dir: str, title: str) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -337,7 +353,7 @@ def plot(summary: dict, plot_dir: str) -> list[str]:
         ax.axhline(summary["target_eval_mlm_loss"], color="gray", linestyle="--", label="target")
         ax.set_xlabel(label)
         ax.set_ylabel("eval MLM loss (median over seeds)")
-        ax.set_title("Tiny packed BERT on the bundled corpus")
+        ax.set_title(title)
         ax.legend()
         path = os.path.join(plot_dir, f"optimizer_race_{axis}.png")
         fig.tight_layout()
@@ -347,8 +363,18 @@ def plot(summary: dict, plot_dir: str) -> list[str]:
     return paths
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--config",
+        default="",
+        help="path[:argument] of the recipe raced (default: configs/tiny.py)",
+    )
+    parser.add_argument(
+        "--centres",
+        default="",
+        help="NAME=RATE,...: the learning-rate grid's centre per optimizer (default: the tiny's)",
+    )
     parser.add_argument("--data_dir", default="workdir/sotu_128", help="prepared at length 128")
     parser.add_argument(
         "--corpus",
@@ -384,15 +410,25 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
     args = parser.parse_args(argv)
+    pairs = [pair.split("=") for pair in args.centres.split(",") if pair]
+    if any(len(pair) != 2 or pair[0] not in CENTRE_LEARNING_RATES for pair in pairs):
+        parser.error(f"--centres={args.centres}: give NAME=RATE for {list(CENTRE_LEARNING_RATES)}")
+    args.centres = CENTRE_LEARNING_RATES | {name: float(rate) for name, rate in pairs}
     if args.quick:
         args.steps, args.eval_every, args.eval_batches, args.seeds = 60, 20, 2, 1
         args.root_intervals, args.ablations = [1, 10], args.ablations[:1]
         args.max_staleness_interval, args.max_staleness = 10, [1]
         args.speed_rounds, args.speed_steps = 2, 10
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
     if not os.path.isdir(args.data_dir):
         prepare_corpus(args.corpus, args.data_dir)
     summary = race(args)
-    print(f"\nData: {args.data_dir}; {args.steps} steps of 16 packed rows, {args.seeds} seeds")
+    recipe = args.config or "configs/tiny.py"
+    print(f"\n{recipe} on {args.data_dir}; {args.steps} steps, {args.seeds} seeds")
     print(f"Target eval MLM loss: {summary['target_eval_mlm_loss']:.4f}")
     print(
         "| optimizer | lr | warm-up | steps to target | s to target | final loss | s/step "
@@ -424,14 +460,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"(+-{summary['async_over_lamb_step_time_error']:.1%}); synchronous roots over "
         f"asynchronous: {summary['sync_over_async_step_time']:.3f}"
     )
-    for path in plot(summary, args.plot_dir):
+    for path in plot(summary, args.plot_dir, f"{recipe} on {args.data_dir}"):
         print(f"plot: {path}")
     if args.json:
         table = summary["table"]
         publish(
             "optimizer_race",
             {
-                "problem": f"tiny packed BERT, eval MLM loss, {args.data_dir}",
+                "problem": f"{recipe}, eval MLM loss, {args.data_dir}",
                 "target": summary["target_eval_mlm_loss"],
                 "steps_to_target": {n: r["steps_to_target"] for n, r in table.items()},
                 "seconds_to_target": {n: r["seconds_to_target"] for n, r in table.items()},

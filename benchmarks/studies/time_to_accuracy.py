@@ -6,6 +6,10 @@ r"""Time to accuracy: the project's thesis in one number, packed + second-order 
     python -m benchmarks.studies.time_to_accuracy --rows=padded+lamb,packed+soap \
         --learning_rates=padded+lamb=5e-3,packed+soap=2e-3 \
         --name=time_to_accuracy_at_chosen_rates --json
+    python -m benchmarks.studies.time_to_accuracy --config=configs/bert_base_shampoo.py:phase1 \
+        --data_dir=$DATA_128 --rows=packed+lamb,packed+shampoo,packed+soap \
+        --learning_rates=packed+lamb=6e-3,packed+shampoo=1.6e-3,packed+soap=1.6e-3 \
+        --target=0.5 --max_minutes=120 --name=time_to_accuracy_bert_base --json
 
 The recipe of `configs/cpu_pretrain.py` on its data (`PREPARE`, prepared once in --workdir),
 trained by each row (a layout and an optimizer) until its eval masked-LM accuracy reaches
@@ -14,6 +18,11 @@ budget (--max_minutes, --max_steps) runs out; runs stop at the first evaluation 
 target (`config.eval.stop_at`), every --eval_every steps, on the same padded held-out rows. A step
 sees the same number of sequences packed or padded (`divide_accumulation`), so packing's gain is
 time, and the optimizers are compared per step and per second alike.
+
+`--config=path[:argument]` trains another recipe instead, on its prepared --data_dir (the
+BERT-base comparison on a v5e-8 above: docs/optim.md, "BERT-base on a v5e-8"): the rows set
+its optimizer (and its section's settings of the row), learning rate, layout, budget and
+evaluation; the rest, packing's hyper-parameters included, is the config's.
 
 Learning rates: every row gets the same budget, a grid of --grid points around its optimizer's
 centre (`CENTRE_LEARNING_RATES`, spaced by factors of 2), each run with seed 0; the rate that
@@ -46,6 +55,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable, Sequence
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -53,8 +63,10 @@ from benchmarks.lib import recipe_data
 from benchmarks.lib.records import Read, publish
 from benchmarks.lib.render import Columns, items_table, source, times
 from bert_flax import demo
+from bert_flax.data.contract import PreparedData
 from bert_flax.runs.metrics import learning_curve
 from bert_flax.train import loop
+from bert_flax.train.overrides import load_config_file
 from bert_flax.train.setup import create_train_setup
 from bert_flax.train.timing import paired_ratio, side_by_side
 from configs import cpu_pretrain
@@ -118,6 +130,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="ROW=RATE,...: these rows train at RATE only (no grid), e.g. a published choice.",
     )  # fmt: skip
     recipe_data.add_flag(parser)
+    parser.add_argument(
+        "--config", default="",
+        help="path[:argument] of the recipe trained (default: configs/cpu_pretrain.py)",
+    )  # fmt: skip
+    parser.add_argument("--data_dir", default="", help="Prepared data of --config's recipe.")
     parser.add_argument("--json", action="store_true", help="End with one JSON line.")
     parser.add_argument("--name", default="time_to_accuracy", help="The results file's name.")
     args = parser.parse_args(argv)
@@ -131,6 +148,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args.learning_rates = {row: float(rate) for row, rate in pairs}
     if args.grid < 1 or args.grid % 2 == 0:
         parser.error(f"--grid={args.grid} must be odd (the centre and pairs around it)")
+    if bool(args.config) != bool(args.data_dir):
+        parser.error("--config and --data_dir go together: the recipe and the data prepared for it")
     return args
 
 
@@ -174,6 +193,9 @@ def best_learning_rate(trials: dict[float, dict]) -> float:
 def row_config(args, data_dir: str, row: str, learning_rate: float, seed: int):
     """The recipe trained by ``row`` at ``learning_rate`` (held after warm-up) to the target."""
     packed, optimizer, settings = ALL_ROWS[row]
+    recipe = cpu_pretrain
+    if args.config:  # what `demo.pretraining_config` takes: anything with a get_config()
+        recipe = SimpleNamespace(get_config=lambda: load_config_file(args.config))
     config = demo.pretraining_config(
         data_dir,
         packed,
@@ -181,7 +203,7 @@ def row_config(args, data_dir: str, row: str, learning_rate: float, seed: int):
         args.max_steps,
         seed,
         eval_every=args.eval_every,
-        recipe=cpu_pretrain,
+        recipe=recipe,
     )
     config.optimizer.name = optimizer
     config.optimizer[optimizer].update(settings)
@@ -314,7 +336,10 @@ def print_table(result: dict) -> None:
 
 def main() -> None:
     args = parse_args()
-    data_dir, data = recipe_data.prepare(args)
+    if args.config:
+        data_dir, data = args.data_dir, PreparedData.load(args.data_dir).summary
+    else:
+        data_dir, data = recipe_data.prepare(args)
     grids = row_grids(args)
     trials: dict[str, dict] = {row: {} for row in args.rows}
     baseline = float("nan")

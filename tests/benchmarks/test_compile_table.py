@@ -105,3 +105,41 @@ def test_a_program_too_big_for_the_hbm_is_compiled_at_half_its_rows(load_benchma
     monkeypatch.setattr(bench.program, "compile_steps", lambda *a, **k: tried.pop(99))
     with pytest.raises(IndexError):  # any other error is raised as it is
         bench.compile_cell(config, None, devices=[0] * 8, factor=2.0)
+
+
+def test_an_optimizers_update_is_its_excess_over_the_reference(load_benchmark):
+    bench = load_benchmark("compile_table")
+    cell = lambda name, micro: {
+        "optimizer": name, "micro_step_s": micro, "accumulation": 4,
+        "compiled": {"collective_s": 1.0},
+    }  # fmt: skip
+    cells = [cell("shampoo", 12.0)]
+    assert bench.with_predictions(cells) == cells  # no reference yet: nothing predicted
+    shampoo, sgd = bench.with_predictions([*cells, cell(bench.REFERENCE_OPTIMIZER, 10.0)])
+    # The model's micro-step (10 - 1 collectives) 4 times, the collectives once, the update.
+    assert (shampoo["update_s"], shampoo["step_s"]) == (2.0, 4 * 9.0 + 1.0 + 2.0)
+    assert (sgd["update_s"], sgd["step_s"]) == (0.0, 37.0)
+
+
+def test_the_host_refresh_is_timed_for_every_block_of_the_statistics(load_benchmark):
+    from bert_flax import sharding
+    from bert_flax.train.setup import create_train_program
+    from configs import tiny_shampoo
+
+    bench = load_benchmark("compile_table")
+    config = tiny_shampoo.get_config()
+    config.data.synthetic, config.model.scan_layers = True, True
+    config.optimizer.shampoo.preconditioning_compute_steps = 5
+    program = create_train_program(config, sharding.mesh_of(config.mesh, jax.devices()))
+    host = bench.host_refresh(program, sample=2)
+    assert host["seconds_per_step"] == pytest.approx(host["seconds_per_refresh"] / 5)
+    assert host["seconds_per_refresh"] > 0
+    # The scanned layers' blocks are the unrolled layers' (each layer blocked on its own).
+    config.model.scan_layers = False
+    unrolled = create_train_program(config, sharding.mesh_of(config.mesh, jax.devices()))
+    assert bench.host_refresh(unrolled, sample=2)["blocks"] == host["blocks"]
+    # Per layer Q, K, V, attention output and the FFN's two kernels: 2 factors each, at least.
+    assert host["blocks"] > 2 * 6 * 2
+    config.optimizer.name = "lamb"
+    lamb = create_train_program(config, sharding.mesh_of(config.mesh, jax.devices()))
+    assert bench.host_refresh(lamb) is None

@@ -128,3 +128,20 @@ def test_given_learning_rates_replace_a_rows_grid(bench):
     for wrong in ("packed+muon=1e-2", "packed+soap", "packed+soap=1=2"):  # a row not run, no rate
         with pytest.raises(SystemExit):
             bench.parse_args(["--rows=padded+lamb,packed+soap", f"--learning_rates={wrong}"])
+
+
+def test_config_flag_sets_the_recipe_every_row_trains(bench, capsys):
+    args = bench.parse_args(["--rows=packed+lamb,packed+soap"])
+    assert bench.row_config(args, "/data", "packed+soap", 1e-3, 0).model.preset == "tiny"  # CPU
+    args = bench.parse_args(
+        ["--config=configs/bert_base_lamb.py:phase2", "--data_dir=/data", "--rows=packed+soap"]
+    )
+    config = bench.row_config(args, args.data_dir, "packed+soap", 1e-3, seed=1)
+    assert (config.model.preset, config.data.max_seq_length, config.model.scan_layers) == (
+        "base", 512, True,
+    )  # fmt: skip
+    assert (config.optimizer.name, config.optimizer.soap.asynchronous) == ("soap", True)
+    assert (config.data.data_dir, config.seed, config.schedule.learning_rate) == ("/data", 1, 1e-3)
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--config=configs/bert_base_lamb.py:phase1"])
+    assert "--config and --data_dir go together" in capsys.readouterr().err

@@ -15,7 +15,10 @@ from bert_flax.model.config import from_config_section
 from bert_flax.train.setup import adjust_for_packing, validate_config
 
 # Configs whose get_config takes a phase.
-PHASED = {"bert_base", "bert_base_padded", "bert_base_shampoo", "bert_large", "bert_large_padded"}
+PHASED = {
+    "bert_base", "bert_base_padded", "bert_base_lamb", "bert_base_shampoo", "bert_base_soap",
+    "bert_large", "bert_large_padded",
+}  # fmt: skip
 CASES = [
     (module.name, phase)
     for module in pkgutil.iter_modules(configs.__path__)
@@ -52,6 +55,33 @@ def test_the_presets_use_the_platforms_flash_kernel_at_512_and_dense_below(name)
     assert (phase2.attention_impl, phase2.attention_dropout_rate) == ("auto", 0.0)
     assert phase1.attention_impl is None  # the preset's: XLA attention, with its dropout
     assert phase1.scan_layers and phase2.scan_layers and phase2.remat_policy == "dots"
+
+
+def flat(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out |= flat(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+@pytest.mark.parametrize("phase", ["phase1", "phase2"])
+@pytest.mark.parametrize("name", ["bert_base_shampoo", "bert_base_soap"])
+def test_base_optimizer_recipes_differ_from_lambs_only_in_the_optimizer(name, phase):
+    from configs import bert_base_lamb
+
+    lamb = bert_base_lamb.get_config(phase)
+    other = importlib.import_module(f"configs.{name}").get_config(phase)
+    assert lamb.model.scan_layers and other.model.scan_layers
+    a, b = flat(lamb.to_dict()), flat(other.to_dict())
+    assert a.keys() == b.keys()
+    differ = {key for key in a if a[key] != b[key]}
+    # The optimizer's block, and its learning rate (Adam's, not LAMB's: the configs say why).
+    optimizer = {"optimizer.name", "schedule.learning_rate"}
+    optimizer |= {key for key in a if key.startswith(f"optimizer.{other.optimizer.name}.")}
+    assert differ <= optimizer and "optimizer.name" in differ
 
 
 GLUE_METRICS = {
