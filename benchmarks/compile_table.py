@@ -23,8 +23,8 @@ resumes: cells of this `METHOD` already in the JSON are kept; the figures of a p
 stay beside the new ones as "before".
 
 The optimizer rows (`OPTIMIZER_CELLS`, docs/optim.md) compile the base recipes that differ only
-in the optimizer (configs/bert_base_lamb.py, bert_base_shampoo.py, bert_base_soap.py; AdamW:
-configs/bert_base.py's optimizer on the LAMB recipe) at their own micro-batch, and plain SGD
+in the optimizer (configs/bert_base_lamb.py, configs/bert_base_shampoo.py,
+configs/bert_base_soap.py; AdamW: configs/bert_base.py's optimizer on the LAMB recipe) at their own micro-batch, and plain SGD
 (no momentum) there as the reference. An optimizer's update is its micro-step's excess over the
 reference's (its ops are not all of the `optimizer` class: moving and reshaping its state too);
 the recipe's step is the reference's micro-step once per micro-batch, less the collectives,
