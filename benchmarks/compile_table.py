@@ -22,13 +22,13 @@ micro-batch. Two readings of that compile, both linear in the rows:
 resumes: cells of this `METHOD` already in the JSON are kept; the figures of a previous method
 stay beside the new ones as "before".
 
-The optimizer rows (`OPTIMIZER_CELLS`, docs/optim.md) compile the base recipes that differ only
-in the optimizer (configs/bert_base_lamb.py, configs/bert_base_shampoo.py,
-configs/bert_base_soap.py; AdamW: configs/bert_base.py's optimizer on the LAMB recipe) at their own micro-batch, and plain SGD
+The optimizer rows (`OPTIMIZER_CELLS`, docs/optim.md) compile the base recipes that differ only in
+the optimizer (configs/bert_base_lamb.py, configs/bert_base_shampoo.py, configs/bert_base_soap.py;
+AdamW: configs/bert_base.py's optimizer on the LAMB recipe) at their own micro-batch, and plain SGD
 (no momentum) there as the reference. An optimizer's update is its micro-step's excess over the
-reference's (its ops are not all of the `optimizer` class: moving and reshaping its state too);
-the recipe's step is the reference's micro-step once per micro-batch, less the collectives,
-which run once, plus the update.
+reference's (its ops are not all of the `optimizer` class: moving and reshaping its state too); the
+recipe's step is the reference's micro-step once per micro-batch, less the collectives, which run
+once, plus the update.
 Shampoo's roots and SOAP's eigenbases are not in the step (asynchronous: a host thread computes
 them every N steps); their cost is *measured* on this host (`host_refresh`), a sample of the
 statistics' blocks solved as the host thread solves them and scaled to all of them, and given
