@@ -226,11 +226,11 @@ def eval_batches(
     if config.data.synthetic:
         it = synthetic_iterator(config, rows, shape, vocab_size, salt=1)
         return list(itertools.islice(it, num or 1))
-    ds = dataset(config, config.data.eval_split, rows, train=False)
+    ds = dataset(config, config.eval.split, rows, train=False)
     batches = list(itertools.islice(ds.as_numpy_iterator(), num or None))
     if not batches:
         raise ValueError(
-            f"The {config.data.eval_split!r} split of {config.data.data_dir} has fewer than "
+            f"The {config.eval.split!r} split of {config.data.data_dir} has fewer than "
             f"{rows} rows for one eval batch; lower config.eval.batch_size."
         )
     return batches
