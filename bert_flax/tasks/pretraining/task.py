@@ -65,7 +65,7 @@ class PreTrainingTask(Task):
                 f"config.init_from={self.config.init_from!r} holds no pre-training heads (an "
                 "encoder-only or task-headed model, e.g. a transformers BertModel or "
                 "BertForSequenceClassification): pre-training needs BertForPreTraining's MLM and "
-                "NSP heads. Fine-tune from it (bert_flax.finetune), or start pre-training from a "
+                "NSP heads. Fine-tune from it (a fine-tuning config), or start pre-training from a "
                 "BertForPreTraining checkpoint."
             )
         return pretraining_params
