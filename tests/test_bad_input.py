@@ -54,8 +54,8 @@ ROWS = [
     ("main: a workdir under a file", "bert_flax.train",
      [*TINY, "--workdir={x}/w", "--config.data.synthetic=True"], "{x}"),
     ("main: a task that is not registered", "bert_flax.train",
-     [FT, "--workdir={t}/w", "--config.task=nonsense"], "'nonsense' is not a registered task; "
-     "use one of ['classification', 'glue'"),
+     [FT, "--workdir={t}/w", "--config.task=nonsense"], "config.task='nonsense' is not one "
+     "of ['classification', 'glue'"),
     ("finetune: missing train file", "bert_flax.train",
      [*FT_RUN, "--workdir={t}/w", "--config.data.train_file={t}/none.tsv"], "{t}/none.tsv"),
     ("finetune: a directory for the train file", "bert_flax.train",

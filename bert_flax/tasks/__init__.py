@@ -44,9 +44,7 @@ LEGACY_TASK = "classification"
 def task_class(name: str) -> type[Task]:
     """The registered task `name` (`config.task`)."""
     if name not in TASKS:
-        raise ValueError(
-            f"config.task={name!r} is not a registered task; use one of {sorted(TASKS)}."
-        )
+        raise ValueError(f"config.task={name!r} is not one of {sorted(TASKS)}.")
     return TASKS[name]
 
 

@@ -30,7 +30,7 @@ def finetune_on(tmp_path, text: str) -> subprocess.CompletedProcess:
     path = tmp_path / "train.csv"
     path.write_text(text)
     return run(
-        "bert_flax.finetune",
+        "bert_flax.train",
         "--config=configs/finetune_sentiment.py",
         f"--workdir={tmp_path / 'run'}",
         f"--config.data.train_file={path}",
