@@ -40,7 +40,8 @@ from typing import Any
 import ml_collections
 from absl import flags, logging
 
-from bert_flax import errors, finetune
+import optim
+from bert_flax import errors
 from bert_flax.data.contract import SUMMARY_FILE, PreparedData
 from bert_flax.runs.metrics import learning_curve
 from bert_flax.runs.plots import plot_packed_vs_padded
@@ -120,7 +121,7 @@ def timing_steps(config: ml_collections.ConfigDict) -> int:
     """Steps per side-by-side round: the optimizer's refresh interval where it has one (SOAP's
     eigenbases, Shampoo's roots), so that every round carries one refresh's host work (rounds
     of 3 steps between refreshes left it out of the median), else 3."""
-    settings = config.optimizer.get(config.optimizer.name) or {}
+    _, settings = optim.settings_of(config.optimizer)
     return int(settings.get("preconditioning_compute_steps", 3))
 
 
@@ -201,9 +202,8 @@ def finetune_both(
         )
         run_dir = finetune_dir(workdir, start, seed)
         task = ClassificationTask(config)
-        finetune.resolve_epochs(config, task)  # the config its run records and fingerprints
-        tuned[start] = loop.reusable_run(run_dir, config, task) or finetune.finetune(
-            config, run_dir, task
+        tuned[start] = loop.reusable_run(run_dir, config, task) or loop.train_and_evaluate(
+            config, run_dir, task=task
         )
         loop.exit_if_preempted(tuned[start])
     return tuned

@@ -1,5 +1,5 @@
 """The exception types every layer raises, and how a program that meets one ends. Every program
-a user types (`bert_flax.train`, `.finetune`, `.data.create_pretraining_data`,
+a user types (`bert_flax.train`, `.data.create_pretraining_data`,
 `.data.verify_packing`, `.convert`, `.profile`, `.demo`, `.aot`, `python -m packing`) runs its
 main through `run` (absl) or `guard`.
 

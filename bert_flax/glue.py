@@ -25,9 +25,9 @@ import ml_collections
 import numpy as np
 from absl import flags, logging
 
-from bert_flax import errors, finetune
+from bert_flax import errors
 from bert_flax.tasks.glue import GLUE, TRAINED, GlueTask
-from bert_flax.train import overrides
+from bert_flax.train import loop, overrides
 from configs import glue as glue_config
 
 GRIDS = {"cpu": (1e-3, 3e-4), "base": (5e-5, 4e-5, 3e-5, 2e-5)}  # BERT's, for BERT-base
@@ -77,7 +77,7 @@ def run_task(task: GlueTask, rates: Sequence[float], workdir: str, **setup: Any)
         run_dir = os.path.join(workdir, key, f"lr_{rate:g}")
         logging.info("GLUE %s at learning rate %g: %s", key, rate, run_dir)
         config = task_config(key, rate=rate, **setup)
-        runs[rate] = finetune.finetune(config, run_dir, task=task)
+        runs[rate] = loop.train_and_evaluate(config, run_dir, task=task)
         runs[rate]["workdir"] = run_dir
     rate = best_run(runs)
     best = runs[rate]

@@ -1,11 +1,12 @@
 r"""Token classification (NER, POS, chunking), packed: several sentences a row.
 
   # the tiny BERT on the bundled rule-tagged set (names, numbers, months), on a CPU:
-  python -m bert_flax.finetune --config=configs/conll.py --workdir=workdir/rule_ner
-  python -m bert_flax.finetune --workdir=workdir/rule_ner --predict=dev.txt  # dev.txt.predicted
-  # BERT-base on CoNLL-2003 (bert_flax.convert --from_hf ... --out DIR), on a TPU or GPU:
-  python -m bert_flax.finetune --config=configs/conll.py:base --workdir=workdir/conll \
-      --config.init_from=DIR --config.data.train_file=eng.train \
+  python -m bert_flax.train --config=configs/conll.py --workdir=workdir/rule_ner
+  python -m bert_flax.train --workdir=workdir/rule_ner --predict=dev.txt  # dev.txt.predicted
+  # BERT-base on CoNLL-2003 from a checkpoint (a Hugging Face folder, read as it is), on a TPU
+  # or GPU:
+  python -m bert_flax.train --config=configs/conll.py:base --workdir=workdir/conll \
+      --config.init_from=/ckpt/bert-base-cased --config.data.train_file=eng.train \
       --config.data.validation_file=eng.testa --config.data.test_file=eng.testb \
       --config.data.label_scheme=IOB1 --config.data.convert_to=IOB2
   # or the prepared TFDS builder: --config.data.dataset=tfds (conll2003, its `ner` tags)
@@ -31,35 +32,17 @@ def get_config(size: str = "cpu") -> ml_collections.ConfigDict:
     config.model.preset = "tiny" if size == "cpu" else "base"
     config.model.hidden_dropout_rate = config.model.attention_dropout_rate = 0.1
 
-    config.data = ml_collections.ConfigDict()
-    config.data.dataset = "rule_ner"  # bert_flax/tasks/token_classification/rule_set.py
-    config.data.rule_sentences = 4000 if size == "cpu" else 0  # > 0: at most this many a split
-    config.data.train_file = ""  # CoNLL files: the word, then columns; blank between sentences
-    config.data.validation_file = ""
-    config.data.test_file = ""  # optional: predicted after training
-    config.data.label_column = -1  # which column holds the label (-1: the last; 0 is the word)
-    config.data.label_scheme = "IOB2"  # the files' scheme: IOB1, IOB2, BIOES or none (POS)
-    config.data.convert_to = ""  # a scheme to train and score in, if not the files'
-    config.data.tfds_name = "conll2003"  # dataset = "tfds": a prepared TFDS builder
-    config.data.tfds_label = "ner"  # its tag feature (conll2003: ner, pos, chunks)
-    config.data.tfds_data_dir = ""  # "": TFDS's default
-    config.data.train_sentences = 0  # > 0: only the first this many training sentences
-    config.data.validation_sentences = 0  # > 0: only the first this many validation sentences
-    config.data.label_all_subwords = False  # False: a word's label on its first sub-word only
-    config.data.vocab_file = ""  # "": config.init_from's, else bert-base-uncased's
-    # None: as config.init_from was trained (its tokenizer config), else uncased unless the
-    # vocabulary is cased; True or False to force it.
-    config.data.lowercase = ml_collections.config_dict.placeholder(bool)
+    # The bundled rule-tagged set (bert_flax/tasks/token_classification/rule_set.py; at most
+    # rule_sentences a split), "tfds" (data.tfds_name's data.tfds_label tags), or
+    # data.train_file, validation_file [, test_file]: CoNLL files (the word, then columns; blank
+    # between sentences; the label in data.label_column, in data.label_scheme).
+    config.data.dataset = "rule_ner"
+    config.data.rule_sentences = 4000 if size == "cpu" else 0
+    config.data.tfds_name = "conll2003"
+    config.data.tfds_label = "ner"
     config.data.max_seq_length = 128
-    config.data.packed = True
     config.data.max_sequences_per_pack = 16
     config.data.algorithm = "lpfhp"
-    config.data.shuffle = True
-
-    # How entities are read off tags for the scores: "conlleval" (lenient: as the conlleval
-    # script that CoNLL-2003 results are reported with, and seqeval's default mode) or "strict"
-    # (the scheme's rules, seqeval's mode="strict").
-    config.token_classification = ml_collections.ConfigDict({"entity_mode": "conlleval"})
 
     default.for_finetuning(config)
     config.schedule.learning_rate = 1e-3 if size == "cpu" else 5e-5

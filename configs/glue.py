@@ -1,14 +1,15 @@
 r"""GLUE: a pre-trained BERT fine-tuned on one task of the benchmark (`python -m bert_flax.glue`
 runs several over a learning-rate grid and prints the GLUE table).
 
-  python -m bert_flax.finetune --config=configs/glue.py:rte --workdir=workdir/glue/rte \
+  python -m bert_flax.train --config=configs/glue.py:rte --workdir=workdir/glue/rte \
       --config.data.glue_dir=glue_data       # the GLUE download: glue_data/RTE/train.tsv ...
   # or TFDS glue/rte prepared under DIR, or the Hugging Face export's files:
-  #   --config.data.tfds=True --config.data.tfds_data_dir=DIR
+  #   --config.data.dataset=tfds --config.data.tfds_data_dir=DIR
   #   --config.data.files=train=train.parquet,validation=validation.parquet,test=test.parquet
-  # BERT-base from a checkpoint (bert_flax.convert --from_hf ... --out DIR), on a TPU or GPU:
-  python -m bert_flax.finetune --config=configs/glue.py:mnli,base --workdir=workdir/glue/mnli \
-      --config.data.glue_dir=glue_data --config.init_from=DIR --config.schedule.learning_rate=3e-5
+  # BERT-base from a checkpoint (a Hugging Face folder, read as it is), on a TPU or GPU:
+  python -m bert_flax.train --config=configs/glue.py:mnli,base --workdir=workdir/glue/mnli \
+      --config.data.glue_dir=glue_data --config.init_from=/ckpt/bert-base-uncased \
+      --config.schedule.learning_rate=3e-5
 
 The argument is a task of `bert_flax.tasks.glue.GLUE` (cola, sst2, mrpc, stsb, qqp, mnli, qnli,
 rte, wnli; ax is predicted by MNLI's model), then optionally a size: `cpu` (the tiny BERT, the
@@ -24,11 +25,6 @@ from bert_flax.tasks.glue.table import GLUE
 from configs import default, finetune_sentiment
 
 SIZES = ("cpu", "base")
-# What GlueTask reads of the sentiment config's data section (the rest names its own files).
-DATA_FIELDS = (
-    "split_seed", "train_examples", "vocab_file", "max_seq_length", "packed",
-    "max_sequences_per_pack", "algorithm", "shuffle",
-)  # fmt: skip
 
 
 def get_config(arg: str = "rte") -> ml_collections.ConfigDict:
@@ -41,14 +37,10 @@ def get_config(arg: str = "rte") -> ml_collections.ConfigDict:
     spec = GLUE[key]
     config = finetune_sentiment.get_config()
     config.task = "glue"
-    config.glue = ml_collections.ConfigDict({"task": key})
-    config.data = ml_collections.ConfigDict({name: config.data[name] for name in DATA_FIELDS})
-    # Where the task is (the first set): the GLUE download's folder, the Hugging Face export's
-    # files (split=path,...: CSV, TSV, JSONL or Parquet), or TFDS glue/<task> prepared in advance.
-    config.data.glue_dir = ""
-    config.data.files = ""
-    config.data.tfds = False
-    config.data.tfds_data_dir = ""  # "": TFDS's default
+    config.glue.task = key
+    # Where the task is (the first set): data.glue_dir, the GLUE download's folder; data.files,
+    # the Hugging Face export's (split=path,...); or data.dataset="tfds", TFDS glue/<task>.
+    config.data.dataset = ""
     config.eval.split = ",".join(spec.eval_splits)
     config.eval.metrics = ",".join(spec.metrics)
     if size == "base":

@@ -41,7 +41,7 @@ TESTED_BY = {
         '"bert_flax.data.create_pretraining_data"',
     ),
     "-m bert_flax.train": (f"{JOURNEYS}::train", '"bert_flax.train"'),
-    "-m bert_flax.finetune": (
+    "-m bert_flax.finetune": (  # the old name of bert_flax.train, for one release
         f"{JOURNEYS}::test_finetune_from_hugging_face_then_predict_a_file",
         '"bert_flax.finetune"',
     ),

@@ -4,7 +4,7 @@
   python -m benchmarks.studies.finetune_packed_vs_padded --sets= --train_file=train.tsv  # your data
   python -m benchmarks.studies.finetune_packed_vs_padded --sets=first_words --seeds=1 --epochs=0.1
 
-Each set is fine-tuned by `bert_flax.finetune` at configs/finetune_sentiment.py's settings (tiny
+Each set is fine-tuned by `bert_flax.train` at configs/finetune_sentiment.py's settings (tiny
 BERT, rows of 128 tokens, AdamW, warm-up and linear decay, its epochs) once padded (one example
 per row, 32 rows a step) and once packed at the config's `packing_hparams`
 ("divide_accumulation", `min_rows_per_step` 8), with each seed. Packed, a step takes
@@ -43,8 +43,9 @@ import numpy as np
 
 from benchmarks.lib.records import Read, publish
 from benchmarks.lib.render import Columns, items_table, source, times
-from bert_flax import finetune, tasks
+from bert_flax import tasks
 from bert_flax.tasks.classification import data as classification
+from bert_flax.train import loop
 from bert_flax.train.setup import create_train_setup
 from bert_flax.train.timing import side_by_side
 from configs import finetune_sentiment
@@ -115,7 +116,6 @@ def side_by_side_speed(
     setups, batches = {}, {}
     for layout in layouts:
         task = tasks.ClassificationTask(layout_config(layout, *files))
-        finetune.resolve_epochs(task.config, task)
         setups[layout] = setup = create_train_setup(task.config, task=task)
         batches[layout] = setup.first_train_batches(steps)
     timings = side_by_side(setups, batches, rounds=rounds, steps=steps)
@@ -129,7 +129,7 @@ def run(files: tuple[str, str], layout: str, seed: int, init_from: str, epochs: 
     config.log.plots = False
     config.checkpoint.enabled = False
     with tempfile.TemporaryDirectory() as workdir:
-        final = finetune.finetune(config, workdir)
+        final = loop.train_and_evaluate(config, workdir)
     return {
         "accuracy": final["best"]["value"],
         "packing_factor": final["setup"]["packing_factor"],

@@ -9,7 +9,7 @@ people (`KINDS`): the bundled Rotten Tomatoes reviews (`sentence`), sentence pai
 speeches that do or do not mention a common name or number (`pair`,
 `bert_flax.tasks.classification.pairs`), the reviews' rule tags (`multi_label`), the speeches'
 rule-tagged names, dates and numbers (`token`), and the speeches' cloze questions (`qa`). Each is
-fine-tuned by `bert_flax.finetune` at its config's recipe for the demo's recipe model (its
+fine-tuned by `bert_flax.train` at its config's recipe for the demo's recipe model (its
 vocabulary) from two starts, the demo's packed pre-training (`demo.pretrained_model`, reused when
 done; or --pretrained=RUN) and random weights, padded and packed (`divide_accumulation`: the
 padded recipe's examples a step), --seeds seeds each. Per kind, start and layout: every metric of
@@ -39,10 +39,11 @@ import ml_collections
 
 from benchmarks.lib.records import Read, publish
 from benchmarks.lib.render import Columns, items_table, source, times
-from bert_flax import demo, finetune
+from bert_flax import demo
 from bert_flax.runs.pretrained import pretrained_vocab_file
 from bert_flax.tasks import TASKS, task_class
 from bert_flax.tasks.classification import pairs
+from bert_flax.train import loop
 from bert_flax.train.setup import create_train_setup
 from bert_flax.train.timing import side_by_side
 from configs import finetune_sentiment, multi_label, squad
@@ -50,8 +51,6 @@ from configs import finetune_sentiment, multi_label, squad
 LAYOUTS = ("padded", "packed")
 STARTS = demo.FINETUNE_STARTS  # ("pre-trained", "random")
 SPEED_ROWS = 32
-# The config fields that train on the first (or a sample of) N training examples.
-SAMPLE_FIELDS = ("train_examples", "train_sentences")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,13 +102,12 @@ def recipe(kind: str, layout: str, init_from: str, seed: int, args) -> ml_collec
     config.data.packed = layout == "packed"
     if not config.data.packed:
         config.train.packing_hparams = "none"
-    for field in SAMPLE_FIELDS:
-        if args.train_examples and field in config.data:
-            config.data[field] = args.train_examples
+    if args.train_examples:
+        config.data.train_examples = args.train_examples
     if args.epochs:
         config.train.epochs = args.epochs
-    if "classifier" in config:  # as the demo fine-tunes its model (demo.finetuning_config)
-        config.classifier.update(pooling="mean", rescale_embeddings=True)
+    # As the demo fine-tunes its model (demo.finetuning_config); read by the classifier tasks.
+    config.classifier.update(pooling="mean", rescale_embeddings=True)
     config.init_from = init_from
     config.log.plots = False
     config.checkpoint.enabled = False
@@ -122,11 +120,8 @@ def speed(kind: str, args) -> dict:
     for layout in LAYOUTS:
         config = recipe(kind, layout, "", 0, args)
         config.train.update(packing_hparams="none", batch_size=SPEED_ROWS, min_rows_per_step=1)
-        for field in SAMPLE_FIELDS:  # rows of the whole train split
-            if field in config.data:
-                config.data[field] = 0
+        config.data.train_examples = 0  # rows of the whole train split
         task = task_class(config.task)(config)
-        finetune.resolve_epochs(config, task)
         factor = max(factor, task.packing_factor())
         setups[layout] = create_train_setup(config, task=task)
         batches[layout] = setups[layout].first_train_batches(args.speed_steps)
@@ -149,7 +144,7 @@ def speed(kind: str, args) -> dict:
 def fine_tune(kind: str, layout: str, init_from: str, seed: int, args) -> dict:
     config = recipe(kind, layout, init_from, seed, args)
     with tempfile.TemporaryDirectory() as workdir:
-        final = finetune.finetune(config, workdir)
+        final = loop.train_and_evaluate(config, workdir)
     if final["best"]["metric"] != KINDS[kind].metric:
         raise ValueError(f"{kind} judged by {final['best']['metric']}, not {KINDS[kind].metric}.")
     return {

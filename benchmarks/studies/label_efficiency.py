@@ -36,7 +36,7 @@ from collections.abc import Callable
 
 from benchmarks.lib.records import Read, finish
 from benchmarks.lib.render import Columns, items_table, points, source
-from bert_flax import demo, finetune
+from bert_flax import demo
 from bert_flax.runs.pretrained import pretrained_vocab_file
 from bert_flax.tasks import ClassificationTask
 from bert_flax.train import loop
@@ -75,8 +75,9 @@ def finetuned(args, pretrained: str, start: str, size: int, rate: float, seed: i
     name = f"{start.replace('-', '')}_n{size or 'all'}_lr{rate:g}_seed{seed}"
     workdir = os.path.join(args.workdir, name)
     task = ClassificationTask(config)
-    finetune.resolve_epochs(config, task)  # the config the run records and fingerprints
-    final = loop.reusable_run(workdir, config, task) or finetune.finetune(config, workdir, task)
+    final = loop.reusable_run(workdir, config, task) or loop.train_and_evaluate(
+        config, workdir, task=task
+    )
     loop.exit_if_preempted(final)
     # A reused run's final metrics predate its test predictions: classify the test split again.
     test = final.get("test") or task.predict_split(workdir, "test")

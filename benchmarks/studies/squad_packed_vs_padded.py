@@ -39,12 +39,13 @@ import numpy as np
 import packing
 from benchmarks.lib.records import Read, publish
 from benchmarks.lib.render import Columns, items_table, source, times
-from bert_flax import demo, finetune, sharding
+from bert_flax import demo, sharding
 from bert_flax.data import rows as data_rows
 from bert_flax.runs.pretrained import pretrained_vocab_file
 from bert_flax.tasks import SquadTask
 from bert_flax.tasks.squad.reading import Window
 from bert_flax.tasks.squad.rows import WindowTable
+from bert_flax.train import loop
 from bert_flax.train.setup import create_train_setup
 from bert_flax.train.timing import side_by_side
 from configs import squad
@@ -126,7 +127,6 @@ def speed(data_dir: str, args) -> dict[str, dict]:
     tasks = {k: SquadTask(squad_config(data_dir, k, "", 0, args)) for k in LAYOUTS}
     setups, batches = {}, {}
     for layout, task in tasks.items():
-        finetune.resolve_epochs(task.config, task)
         setups[layout] = create_train_setup(task.config, task=task)
         batches[layout] = setups[layout].first_train_batches(args.speed_steps)
     cases = {"cloze": (setups, batches, tasks["packed"].packing_factor())}
@@ -160,7 +160,7 @@ def speed(data_dir: str, args) -> dict[str, dict]:
 def fine_tune(data_dir: str, layout: str, init_from: str, seed: int, args) -> dict:
     config = squad_config(data_dir, layout, init_from, seed, args)
     with tempfile.TemporaryDirectory() as workdir:
-        final = finetune.finetune(config, workdir)
+        final = loop.train_and_evaluate(config, workdir)
     return {
         "f1": final["best"]["value"],
         "exact_match": final["best"]["eval"]["exact_match"],

@@ -2,8 +2,8 @@
 stack, mesh and checkpointing serve them all (`bert_flax.train.loop`); a task contributes the model,
 its objective, its batches and how to judge an evaluation.
 
-    task = TASKS[config.task](config)              # "pretraining" (bert_flax.train), a fine-tuning
-    final = train.train_and_evaluate(config, workdir, task=task)   # task (bert_flax.finetune)
+    task = task_class(config.task)(config)         # "pretraining" or a fine-tuning task
+    final = train.train_and_evaluate(config, workdir, task=task)   # python -m bert_flax.train
 
 A task is one folder holding what it owns: its data reading, head and objective, task class,
 evaluation and prediction output (`classification/`, `glue/`, `multi_label/`, `squad/`,
@@ -11,6 +11,9 @@ evaluation and prediction output (`classification/`, `glue/`, `multi_label/`, `s
 subclasses `Task` (`base.py`; `FineTuningTask` for one trained in epochs over a table of
 examples) and registers here (docs/design.md, "Adding a task").
 """
+
+import json
+import os
 
 from bert_flax.tasks.base import Batch, Task, model_config_from
 from bert_flax.tasks.classification import ClassificationTask
@@ -34,11 +37,24 @@ TASKS: dict[str, type[Task]] = {
 }
 
 
+# The task of a run's config.json from before `config.task` (fine-tuning was classification only).
+LEGACY_TASK = "classification"
+
+
 def task_class(name: str) -> type[Task]:
     """The registered task `name` (`config.task`)."""
     if name not in TASKS:
         raise ValueError(f"config.task={name!r} is not one of {sorted(TASKS)}.")
     return TASKS[name]
+
+
+def run_task(workdir: str) -> str:
+    """The task the run in `workdir` trained (its config.json's `task`)."""
+    path = os.path.join(workdir, "config.json")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path} not found: {workdir!r} is not a fine-tuning run.")
+    with open(path) as f:
+        return json.load(f).get("task", LEGACY_TASK)
 
 
 __all__ = [
@@ -53,5 +69,6 @@ __all__ = [
     "Task",
     "TokenClassificationTask",
     "model_config_from",
+    "run_task",
     "task_class",
 ]

@@ -51,6 +51,11 @@ class Task(abc.ABC):
     def packing_factor(self) -> float:
         """Mean sequences per training row (1 when padded)."""
 
+    def steps_per_epoch(self, global_rows: int) -> int | None:
+        """Steps of `global_rows` rows in one pass over the training data (`train.epochs`);
+        None: the data is not read in epochs (its run length is `train.steps`)."""
+        return None
+
     @abc.abstractmethod
     def synthetic_batch(self, rows: int, seed: int) -> Batch:
         """Random rows of this task's batch shape (initialisation, benchmarks, profiling)."""
@@ -99,9 +104,14 @@ class Task(abc.ABC):
         """PNG plots of a finished run's metrics; returns their paths."""
         return []
 
+    def predict_test(self, workdir: str) -> dict[str, Any]:
+        """After training (process 0): what the best parameters predict of the task's test
+        split(s), written to `workdir`, for the run's result ({}: nothing to predict)."""
+        return {}
+
     @staticmethod
     def predict_file(workdir: str, path: str, output: str | None, **options: Any) -> str:
-        """`finetune --predict`: the run's best parameters over the file `path`, written to
+        """`bert_flax.train --predict`: the run's best parameters over the file `path`, written to
         `output` (None: the task's default); returns a one-line summary."""
         raise NotImplementedError("This task has no prediction command.")
 
@@ -125,10 +135,10 @@ def model_config_from(
     `config.model` sets, the compute dtype, and (unless set, or the checkpoint's) the vocabulary
     size of the data (`data_source`); checked against the data and the row length."""
     init_from = None
-    if config.model.preset == INIT_FROM_PRESET and config.get("init_from"):
+    if config.model.preset == INIT_FROM_PRESET and config.init_from:
         init_from = pretrained.pretrained_config(config.init_from)
     fields = {"dtype": config.train.dtype}
-    if data_vocab_size is not None and config.model.get("vocab_size") is None and not init_from:
+    if data_vocab_size is not None and config.model.vocab_size is None and not init_from:
         fields["vocab_size"] = data_vocab_size
     model_config = from_config_section(config.model, init_from, **fields)
     if data_vocab_size is not None and model_config.vocab_size < data_vocab_size:

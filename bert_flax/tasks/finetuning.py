@@ -25,8 +25,11 @@ def task_vocab(config: ml_collections.ConfigDict) -> tokenization.Vocab:
     """`config.data.vocab_file`, else `config.init_from`'s vocabulary where it says, else
     bert-base-uncased's; lower-casing as `config.data.lowercase` says (None: as `init_from` was
     trained, where it says, else uncased unless the vocabulary is cased)."""
-    vocab_file, lowercase = config.data.vocab_file, config.data.get("lowercase")
-    init_from = config.get("init_from")
+    vocab_file, lowercase, init_from = (
+        config.data.vocab_file,
+        config.data.lowercase,
+        config.init_from,
+    )
     if not vocab_file and init_from:
         vocab_file = pretrained.pretrained_vocab_file(init_from)
         if vocab_file:
@@ -114,8 +117,7 @@ class FineTuningTask(Task):
             yield from itertools.islice(batches, skip if epoch == first_epoch else 0, None)
 
     def predict_test(self, workdir: str) -> dict[str, Any]:
-        """After training (process 0): what the best parameters predict of the test split(s),
-        written to `workdir`, for `finetune`'s result (`predict_split` of a "test" split)."""
+        """`predict_split` of the "test" split, if the task has one."""
         if "test" not in self.encoded:
             return {}
         return {"test": self.predict_split(workdir, "test")}

@@ -87,7 +87,7 @@ def of_run(config: ml_collections.ConfigDict, task: Task) -> dict[str, Any]:
         "code": code_version(),
         VALUES: values,
     }
-    init_from = config.get("init_from")
+    init_from = config.init_from
     if init_from and os.path.isfile(os.path.join(init_from, FINGERPRINT_FILE)):
         with open(os.path.join(init_from, FINGERPRINT_FILE)) as f:
             result["init_from"] = digest(f.read())

@@ -1,4 +1,4 @@
-"""`train_and_evaluate(config, workdir)`: the pre-training loop.
+"""`train_and_evaluate(config, workdir)`: the training loop of every task (`config.task`).
 
     from configs import tiny
     from bert_flax.train import loop
@@ -8,14 +8,16 @@
 
 Per step: this process's rows -> global sharded batch -> jitted `train_step` -> optimizer host
 work (`optim.after_step`). Every `log.every_steps`: metrics to the console, TensorBoard and
-`metrics.jsonl`; every `eval.every_steps`: masked-LM accuracy on held-out data (MLPerf's metric);
-every `checkpoint.every_steps` and at the end: an orbax checkpoint (and a restart resumes from
-it, at the data position it had reached, computed rather than replayed). A checkpoint of other
-prepared data starts a new phase (two-phase pre-training: same parameters, optimizer state and
-step; the new data from its beginning). Without a checkpoint, `config.init_from` gives the
+`metrics.jsonl`; at every evaluation interval: the task's metrics on held-out data (masked-LM
+accuracy, MLPerf's metric, for pre-training); at every checkpoint interval and at the end: an
+orbax checkpoint (the steps and intervals: `setup.RunLength`; a restart resumes from it, at the
+data position it had reached, computed rather than replayed). A checkpoint of other prepared data
+starts a new phase (two-phase pre-training: same parameters, optimizer state and step; the new
+data from its beginning). Without a checkpoint, `config.init_from` gives the
 starting parameters (a Hugging Face or Google BERT checkpoint, a bert_flax directory, or another
 run's workdir). SIGTERM, at any point, saves and stops within `checkpoint.preemption_grace_seconds`
-(or keeps the last complete checkpoint). At the end the workdir holds PNG plots.
+(or keeps the last complete checkpoint). At the end the workdir holds PNG plots, and a fine-tuning
+task's best parameters have predicted its test split.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from bert_flax.block_sparse import resolve_impl
 from bert_flax.model import bert as bert_model
 from bert_flax.model.config import BertConfig, resolved_config_section
 from bert_flax.runs import metrics, parameters, pretrained
-from bert_flax.tasks import PreTrainingTask, Task
+from bert_flax.tasks import Task, task_class
 from bert_flax.train import checkpointing, fingerprint
 from bert_flax.train.setup import TrainSetup, create_train_setup
 from bert_flax.train.step import TrainState
@@ -119,9 +121,10 @@ def evaluate(
 
 
 def describe(setup: TrainSetup) -> dict[str, Any]:
-    """What the setup resolved (config.json's "resolved"): mesh, packing adjustment, task, the
-    attention backend, and the block-sparse layers' implementation where the model has them."""
-    a = setup.adjustment
+    """What the setup resolved (config.json's "resolved"): mesh, packing adjustment, run length,
+    task, the attention backend, and the block-sparse layers' implementation where the model has
+    them."""
+    a, length = setup.adjustment, setup.run_length
     info = {
         "params": setup.num_params,
         "mesh": dict(setup.mesh.shape),
@@ -133,7 +136,11 @@ def describe(setup: TrainSetup) -> dict[str, Any]:
         "micro_batch_rows": a.batch_size // a.accumulation,
         "betas": [a.b1, a.b2],
         "examples_per_step": round(a.batch_size * a.packing_factor, 1),
-        "steps": setup.config.train.steps,
+        "steps": length.steps,
+        "warmup_steps": length.warmup_steps,
+        "eval_every_steps": length.eval_every_steps,
+        "checkpoint_every_steps": length.checkpoint_every_steps,
+        **({"steps_per_epoch": length.steps_per_epoch} if length.steps_per_epoch else {}),
         "peak_learning_rate": setup.config.schedule.learning_rate * a.learning_rate_scale,
         "attention_impl": setup.attention_impl,
         **setup.task.describe(),
@@ -204,26 +211,33 @@ def with_pretrained_params(setup: TrainSetup, path: str, step: int | None) -> Tr
 def train_and_evaluate(
     config: ml_collections.ConfigDict, workdir: str, *, task: Task | None = None
 ) -> dict[str, Any]:
-    """Trains `task` (default: pre-training), resuming from `workdir` if it holds checkpoints;
-    returns the final metrics."""
+    """Trains `task` (default: the config's, `config.task`), resuming from `workdir` if it holds
+    checkpoints; then (process 0, unless preempted) predicts the task's test split with the best
+    parameters (`Task.predict_test`). Returns the final metrics. `config` is not changed: what
+    the run derives from it is `setup.RunLength`."""
     quiet_library_logs()
     maybe_initialize_distributed(config)
+    task = task or task_class(config.task)(config)
     grace = config.checkpoint.preemption_grace_seconds
     with checkpointing.PreemptionGuard(grace_seconds=grace) as guard:
-        return _train(config, workdir, guard, task)
+        final = _train(config, workdir, guard, task)
+    if jax.process_index() == 0 and not final["preempted"]:
+        final.update(task.predict_test(workdir))
+        if "test" in final:
+            logging.info("Test %s", json.dumps(final["test"]))
+    return final
 
 
 def _train(
     config: ml_collections.ConfigDict,
     workdir: str,
     guard: checkpointing.PreemptionGuard,
-    task: Task | None,
+    task: Task,
 ) -> dict[str, Any]:
     setup = create_train_setup(config, task=task)
-    task = setup.task
     checkpointer = checkpointing.Checkpointer(
         workdir,
-        every_steps=config.checkpoint.every_steps,
+        every_steps=setup.run_length.checkpoint_every_steps,
         keep=config.checkpoint.keep,
         enabled=config.checkpoint.enabled,
     )
@@ -328,14 +342,14 @@ def reusable_run(
 ) -> dict[str, Any] | None:
     """The final metrics of the run in `workdir`, marked `"reused": True`, if it ended on its own
     (`ended_run`) and is the same run: its fingerprint (`bert_flax.train.fingerprint`: config, data,
-    code) is that of `config` and `task` (default: pre-training). Else None, for the caller to
+    code) is that of `config` and `task` (default: the config's). Else None, for the caller to
     train: no run there, or an interrupted one of the same fingerprint (training resumes it). A
     run of another fingerprint, finished or not, is moved aside (`set_aside`) with a warning
     naming what differs. For drivers that must not train a finished run further (a rerun would
     give it a new clock) nor reuse one that other config, data or code made."""
     if not os.path.isdir(workdir) or not os.listdir(workdir):
         return None
-    expected = fingerprint.of_run(config, task or PreTrainingTask(config))
+    expected = fingerprint.of_run(config, task or task_class(config.task)(config))
     differs = fingerprint.differences(fingerprint.load(workdir), expected)
     if differs:
         stale = set_aside(workdir)
@@ -410,11 +424,12 @@ class Loop:
         """Steps from `start_step` until the last step, the clock, the eval target, divergence
         or preemption; returns (last step, preempted, target reached)."""
         config, setup, task = self.config, self.setup, self.setup.task
+        length = setup.run_length
         preempted = target_reached = False
         max_seconds = 60.0 * config.train.max_minutes
         deadline = time.perf_counter() + max_seconds if max_seconds else None
         step = start_step
-        for step in range(start_step + 1, config.train.steps + 1):
+        for step in range(start_step + 1, length.steps + 1):
             local = next(train_iter)
             batch = sharding.global_batch(setup.mesh, local)
             if step == start_step + 1:
@@ -425,11 +440,9 @@ class Loop:
             )
             self.progress["data_position"] += 1
             self.pending.append(step_metrics)
-            last = step == config.train.steps or (
-                deadline is not None and time.perf_counter() > deadline
-            )
-            evaluate_now = step % config.eval.every_steps == 0 or last
-            save_now = step % config.checkpoint.every_steps == 0 or last
+            last = step == length.steps or (deadline is not None and time.perf_counter() > deadline)
+            evaluate_now = step % length.eval_every_steps == 0 or last
+            save_now = step % length.checkpoint_every_steps == 0 or last
             if (
                 step % config.log.every_steps == 0
                 or evaluate_now
@@ -481,7 +494,7 @@ class Loop:
         self.train_summary = summary
         self.writer.write("train", step, summary)
         shown = setup.task.train_metrics_shown
-        line = metrics.progress_line(step, self.config.train.steps, summary, host, shown)
+        line = metrics.progress_line(step, setup.run_length.steps, summary, host, shown)
         logging.info("%s", line)
         self.diverged = self.diverged or divergence(self.config, step, summary, self.checkpointer)
 

@@ -8,7 +8,8 @@ so what they measure is what trains:
     state, metrics = setup.train_step(setup.state, batch, setup.step_key(0))
 
 `create_train_setup` reads top to bottom as the recipe: the task's data -> mesh -> packing
-adjustment -> model -> optimizer -> state -> steps. The helpers below it are those steps.
+adjustment -> run length -> model -> optimizer -> state -> steps. The helpers below it are those
+steps.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from bert_flax.model import attention
 from bert_flax.model import bert as bert_model
 from bert_flax.model.config import BertConfig
 from bert_flax.model.losses import Objective
-from bert_flax.tasks import PreTrainingTask, Task
+from bert_flax.tasks import Task, task_class
 from bert_flax.train import step as train_step
 from bert_flax.train.step import TrainState
 
@@ -64,6 +65,19 @@ class PackingAdjustment:
         return self.hparams.get("b2")
 
 
+@dataclasses.dataclass(frozen=True)
+class RunLength:
+    """How long a run trains, warms up, and how often it evaluates and saves: the config's
+    fields, or derived from the data where the config asks (`run_length`). The config itself is
+    never changed; the run's config.json records these apart ("resolved")."""
+
+    steps: int
+    warmup_steps: int
+    eval_every_steps: int
+    checkpoint_every_steps: int
+    steps_per_epoch: int | None = None  # None: the task's data is not read in epochs
+
+
 @dataclasses.dataclass
 class TrainProgram:
     """Everything a run compiles, without any array: what `create_train_setup` materialises,
@@ -75,6 +89,7 @@ class TrainProgram:
     mesh: Mesh
     rules: list
     adjustment: PackingAdjustment
+    run_length: RunLength
     model_config: BertConfig
     attention_impl: str  # the backend the model's attention runs on the mesh ("auto" resolved)
     model: nn.Module
@@ -161,7 +176,7 @@ def create_train_setup(
     Args:
       config: a config as in `configs/default.py`.
       mesh: a mesh to use instead of the one `config.mesh` describes.
-      task: what to train (default: pre-training, `tasks.PreTrainingTask(config)`).
+      task: what to train (default: the config's, `tasks.task_class(config.task)(config)`).
       packing_factor_override: the packing factor to adapt hyper-parameters to, instead of the
         one of the task's data.
 
@@ -190,7 +205,7 @@ def create_train_program(
     only, so `mesh` may hold compile-only devices (`bert_flax.aot.targets`)."""
     validate_config(config)
     # The task's data: row shape, vocabulary and packing factor.
-    task = PreTrainingTask(config) if task is None else task
+    task = task_class(config.task)(config) if task is None else task
 
     # Mesh and the logical-axis rules it supports.
     mesh, rules = sharding.layout(config.mesh, mesh)
@@ -200,6 +215,9 @@ def create_train_program(
     adjustment = adjust_for_packing(config, factor, sharding.data_parallel_size(mesh))
     check_batch_fits(mesh, adjustment.batch_size, adjustment.accumulation, "train")
     check_batch_fits(mesh, config.eval.batch_size, 1, "eval")
+
+    # Run length: steps, warm-up and intervals (from epochs and fractions where asked).
+    length = run_length(config, task.steps_per_epoch(adjustment.batch_size))
 
     # An example of the task's batches, one row per data shard (kernels that run per shard in
     # `shard_map`, such as splash attention, need every shard to hold a row): the state is
@@ -219,7 +237,9 @@ def create_train_program(
     attention.check_backend(attention_impl, model_config.num_heads, length, dict(mesh.shape))
 
     # Optimizer (layer by layer over the stacked parameters of scanned layers).
-    tx, schedule = create_optimizer(config, adjustment, scanned_layers=model_config.scan_layers)
+    tx, schedule = create_optimizer(
+        config, adjustment, length, scanned_layers=model_config.scan_layers
+    )
 
     # State.
     init_state, state_shardings = sharded_state_init(
@@ -239,6 +259,7 @@ def create_train_program(
         mesh=mesh,
         rules=rules,
         adjustment=adjustment,
+        run_length=length,
         model_config=model_config,
         attention_impl=attention_impl,
         model=model,
@@ -302,8 +323,14 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         raise ValueError(
             f"config.train.prng_impl={train.prng_impl!r} is not one of {list(PRNG_IMPLS)}."
         )
-    if train.steps <= 0:
-        raise ValueError(f"config.train.steps={train.steps} must be positive.")
+    if train.steps <= 0 and train.epochs <= 0:
+        raise ValueError(
+            f"config.train.steps={train.steps} must be positive (or config.train.epochs set)."
+        )
+    if not 0.0 <= config.schedule.warmup_fraction <= 1.0:
+        raise ValueError(
+            f"config.schedule.warmup_fraction={config.schedule.warmup_fraction} is not in [0, 1]."
+        )
     if train.min_rows_per_step < 1:
         raise ValueError(f"config.train.min_rows_per_step={train.min_rows_per_step} must be >= 1.")
     if data.max_sequences_per_pack < 1:
@@ -312,11 +339,54 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         raise ValueError(
             f"config.data.algorithm={data.algorithm!r} is not one of {packing.ALGORITHMS}."
         )
-    for section in ("checkpoint", "eval", "log"):
+    for section in ("eval", "log"):
         if config[section].every_steps <= 0:
             raise ValueError(
                 f"config.{section}.every_steps={config[section].every_steps} must be positive."
             )
+    if config.checkpoint.every_steps < 0:
+        raise ValueError(
+            f"config.checkpoint.every_steps={config.checkpoint.every_steps} must be >= 0 (0: at "
+            "every evaluation)."
+        )
+
+
+def run_length(config: ml_collections.ConfigDict, steps_per_epoch: int | None) -> RunLength:
+    """The run's `RunLength` for the task's `steps_per_epoch` (after the packing adjustment;
+    None: data not read in epochs). Steps: `train.epochs` epochs, at least `train.min_steps`
+    (epochs > 0), else `train.steps`; warm-up: `schedule.warmup_fraction` of the steps (> 0),
+    else `schedule.warmup_steps`; evaluations: `eval.evaluations` evenly over the run (> 0),
+    else one an epoch (epochs > 0), else every `eval.every_steps`; checkpoints: every
+    `checkpoint.every_steps` (0: at every evaluation)."""
+    train, epochs = config.train, config.train.epochs
+    if epochs > 0:
+        if steps_per_epoch is None:
+            raise ValueError(
+                f"config.train.epochs={epochs}: config.task={config.task!r} does not read its "
+                "data in epochs; set config.train.steps and leave config.train.epochs at 0."
+            )
+        if steps_per_epoch == 0:
+            raise ValueError(
+                "The train split makes fewer rows than one step's batch; lower "
+                "config.train.batch_size."
+            )
+        steps = max(math.ceil(epochs * steps_per_epoch), train.min_steps)
+    else:
+        steps = train.steps
+    fraction = config.schedule.warmup_fraction
+    warmup = round(fraction * steps) if fraction else config.schedule.warmup_steps
+    evaluations = config.eval.evaluations
+    if evaluations > 0:
+        eval_every = math.ceil(steps / evaluations)
+    else:
+        eval_every = steps_per_epoch if epochs > 0 else config.eval.every_steps
+    return RunLength(
+        steps=steps,
+        warmup_steps=warmup,
+        eval_every_steps=eval_every,
+        checkpoint_every_steps=config.checkpoint.every_steps or eval_every,
+        steps_per_epoch=steps_per_epoch,
+    )
 
 
 def adjust_for_packing(
@@ -398,17 +468,17 @@ def check_batch_fits(mesh: Mesh, global_rows: int, accumulation: int, what: str 
 
 
 def learning_rate_schedule(
-    schedule: ml_collections.ConfigDict, train_steps: int, scale: float = 1.0
+    schedule: ml_collections.ConfigDict, train_steps: int, warmup_steps: int, scale: float = 1.0
 ) -> optax.Schedule:
-    """Linear warm-up from 0 to the peak, then polynomial decay to `end_learning_rate` (both
-    rates times `scale`).
+    """Linear warm-up from 0 to the peak over `warmup_steps` (the run's: `RunLength`), then
+    polynomial decay to `end_learning_rate` (both rates times `scale`).
 
     The schedule starts at step `schedule.step_offset` (0 before it) and decays over
     `schedule.total_steps` steps (0: until `train_steps`).
     """
-    offset = schedule.get("step_offset", 0)
-    total = schedule.get("total_steps", 0) or (train_steps - offset)
-    warmup = schedule.warmup_steps
+    offset = schedule.step_offset
+    total = schedule.total_steps or (train_steps - offset)
+    warmup = warmup_steps
     if total <= 0 or warmup < 0 or warmup > total:
         raise ValueError(
             f"Bad schedule: warmup_steps={warmup}, total_steps={total} (step_offset={offset}); "
@@ -427,17 +497,20 @@ def learning_rate_schedule(
 
 
 def create_optimizer(
-    config: ml_collections.ConfigDict, adjustment: PackingAdjustment, scanned_layers: bool = False
+    config: ml_collections.ConfigDict,
+    adjustment: PackingAdjustment,
+    length: RunLength,
+    scanned_layers: bool = False,
 ) -> tuple[optax.GradientTransformation, optax.Schedule]:
     """The optimizer of `adjustment` (config.optimizer with packing-adjusted betas) with the
-    schedule and clipping;
+    schedule over `length` and clipping;
     `scanned_layers`: the model's layers are stacked (`BertConfig.scan_layers`), and the
     optimizer updates them layer by layer (`optim.layerwise`).
 
     Keep the returned transformation itself for `optim.after_step` (host work, e.g. Shampoo).
     """
     schedule = learning_rate_schedule(
-        config.schedule, config.train.steps, adjustment.learning_rate_scale
+        config.schedule, length.steps, length.warmup_steps, adjustment.learning_rate_scale
     )
     overrides = {**adjustment.hparams, "learning_rate": schedule}
     if config.train.grad_clip_norm:

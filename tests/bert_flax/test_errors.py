@@ -30,7 +30,7 @@ def finetune_on(tmp_path, text: str) -> subprocess.CompletedProcess:
     path = tmp_path / "train.csv"
     path.write_text(text)
     return run(
-        "bert_flax.finetune",
+        "bert_flax.train",
         "--config=configs/finetune_sentiment.py",
         f"--workdir={tmp_path / 'run'}",
         f"--config.data.train_file={path}",
@@ -78,7 +78,7 @@ def test_only_the_projects_own_checks_are_user_errors():
     schedule = default.get_config().schedule
     schedule.warmup_steps = 20
     with pytest.raises(ValueError) as ours:
-        learning_rate_schedule(schedule, 10)
+        learning_rate_schedule(schedule, 10, schedule.warmup_steps)
     assert errors.is_user_error(ours.value)
     with pytest.raises(ValueError) as python:
         int("not a number")

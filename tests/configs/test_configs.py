@@ -36,7 +36,7 @@ def test_every_config_file_is_covered():
 def test_config_builds_model_and_optimizer(name, phase):
     module = importlib.import_module(f"configs.{name}")
     config = module.get_config(phase) if phase else module.get_config()
-    if "data_dir" in config.data:  # pre-training (fine-tuning reads labelled files instead)
+    if config.task == "pretraining":  # (fine-tuning reads labelled files instead)
         config.data.synthetic = not config.data.data_dir
     validate_config(config)
     model = from_config_section(config.model, dtype=config.train.dtype)

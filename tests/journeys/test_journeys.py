@@ -351,7 +351,7 @@ TINY_FINETUNE = [
 def test_finetune_from_hugging_face_then_predict_a_file(tmp_path):
     """Fine-tune the bundled sentiment set from a Hugging Face checkpoint (random weights) as
     its config.json describes it, keep the best parameters, predict the test split and then a
-    user's file, in input order."""
+    user's file, in input order (through `bert_flax.finetune`, the command's old name)."""
     import transformers
 
     from bert_flax.tasks.classification import data as classification
@@ -367,7 +367,7 @@ def test_finetune_from_hugging_face_then_predict_a_file(tmp_path):
     transformers.BertForPreTraining(hf_config).save_pretrained(str(hf_dir))
     workdir = tmp_path / "sentiment"
     done = run(
-        "bert_flax.finetune",
+        "bert_flax.train",
         *TINY_FINETUNE,
         f"--workdir={workdir}",
         f"--config.init_from={hf_dir}",
@@ -388,10 +388,11 @@ def test_finetune_from_hugging_face_then_predict_a_file(tmp_path):
     user_file = tmp_path / "reviews.csv"
     user_file.write_text('text\n"a joy from start to finish"\ndull\n"too long, too loud"\n')
     output = tmp_path / "out.jsonl"
-    done = run(
+    done = run(  # through the old name, an alias for one release
         "bert_flax.finetune", f"--workdir={workdir}", f"--predict={user_file}", f"--output={output}"
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "bert_flax.finetune is now bert_flax.train" in done.stderr
     records = [json.loads(line) for line in output.read_text().splitlines()]
     assert [r["id"] for r in records] == [0, 1, 2]
     assert all(r["label"] in ("rotten", "fresh") for r in records)

@@ -23,7 +23,6 @@ CALLED = [
     "bert_flax.demo.finetuning_config",
     "bert_flax.profile.report.format_table",
     "bert_flax.profile.configured.profile_config",
-    "bert_flax.finetune.finetune",
     "bert_flax.aot.program.compile_for",
     "bert_flax.aot.targets.target",
     "bert_flax.aot.program.format_report",

@@ -30,7 +30,7 @@ def sample_train(
 ) -> classification.LabelledData:
     """`labelled` with only a stratified sample of `config.data.train_examples` training
     examples when that is set."""
-    count = config.data.get("train_examples", 0)
+    count = config.data.train_examples
     if not count:
         return labelled
     train = classification.stratified_sample(
@@ -69,9 +69,9 @@ def metric_names(config: ml_collections.ConfigDict, num_labels: int) -> tuple[li
     (comma-separated; "": accuracy, or MSE, Pearson and Spearman for regression) and
     `config.eval.metric` ("": the first of them)."""
     default = "mse,pearson,spearman" if num_labels == 1 else "accuracy"
-    names = (config.eval.get("metrics") or default).split(",")
+    names = (config.eval.metrics or default).split(",")
     metrics.check_metrics(names, num_labels, "config.eval.metrics")
-    main = config.eval.get("metric") or names[0]
+    main = config.eval.metric or names[0]
     if main not in names:
         raise ValueError(f"config.eval.metric={main!r} is not one of config.eval.metrics {names}.")
     return names, main

@@ -46,16 +46,17 @@ def parse_files(files: str, spec: Spec) -> dict[str, str]:
 
 
 def read_source(spec: Spec, data: ml_collections.ConfigDict) -> LabelledData:
-    """`spec`'s splits from `config.data.glue_dir`, `files` or `tfds` (the first set)."""
+    """`spec`'s splits from `config.data.glue_dir`, `files` or TFDS (`dataset="tfds"`; the first
+    set)."""
     if data.glue_dir:
         return reading.read_glue_dir(spec, data.glue_dir)
     if data.files:
         return reading.read_files(spec, parse_files(data.files, spec))
-    if data.tfds:
+    if data.dataset == "tfds":
         return reading.read_tfds(spec, data.tfds_data_dir or None)
     raise ValueError(
         "Say where GLUE is: config.data.glue_dir (the GLUE download's folder), "
-        "config.data.files (split=path,... of the Hugging Face export) or config.data.tfds=True."
+        "config.data.files (split=path,... of the Hugging Face export) or config.data.dataset=tfds."
     )
 
 
@@ -65,7 +66,7 @@ def with_diagnostic(labelled: LabelledData, data: ml_collections.ConfigDict) -> 
     try:
         if data.glue_dir:
             split = reading.read_glue_dir(ax, data.glue_dir).splits["test"]
-        elif data.tfds:
+        elif data.dataset == "tfds":
             split = reading.read_tfds(ax, data.tfds_data_dir or None).splits["test"]
         else:
             return labelled  # files: an `ax=PATH` entry is read with the others
@@ -76,7 +77,7 @@ def with_diagnostic(labelled: LabelledData, data: ml_collections.ConfigDict) -> 
 
 
 def predict_file(workdir: str, path: str, output: str | None) -> str:
-    """`finetune --predict` of a GLUE run: the workdir's best parameters over `path` (the
+    """`bert_flax.train --predict` of a GLUE run: the workdir's best parameters over `path` (the
     task's TSV or Hugging Face export columns) as JSON lines at `output` (default beside
     `path`); a labelled file is also scored with the task's metrics. Returns a summary line."""
     split, encoded, logits, head = predict.file_logits(

@@ -52,7 +52,7 @@ def multi_label_data(config: ml_collections.ConfigDict) -> data.MultiLabelData:
     bundled `review_tags` set (`config.data.dataset = "review_tags"`); with
     `config.data.train_examples`, a random sample of that many training examples (`split_seed`)."""
     labelled = _all_multi_label_data(config)
-    count = config.data.get("train_examples", 0)
+    count = config.data.train_examples
     if not count:
         return labelled
     train = labelled.splits["train"]

@@ -65,7 +65,7 @@ class PreTrainingTask(Task):
                 f"config.init_from={self.config.init_from!r} holds no pre-training heads (an "
                 "encoder-only or task-headed model, e.g. a transformers BertModel or "
                 "BertForSequenceClassification): pre-training needs BertForPreTraining's MLM and "
-                "NSP heads. Fine-tune from it (bert_flax.finetune), or start pre-training from a "
+                "NSP heads. Fine-tune from it (a fine-tuning config), or start pre-training from a "
                 "BertForPreTraining checkpoint."
             )
         return pretraining_params
@@ -91,7 +91,7 @@ class PreTrainingTask(Task):
 
     def eval_batches(self, rows: int, vocab_size: int) -> list[Batch]:
         if self.data is not None:
-            check_eval_split(self.data, self.config.data.eval_split)
+            check_eval_split(self.data, self.config.eval.split)
         return eval_batches(self.config, rows, self.eval_row_shape, vocab_size)
 
     def baseline(self, eval_set: list[Batch]) -> tuple[str, float]:
@@ -241,11 +241,11 @@ def eval_batches(
     if config.data.synthetic:
         it = synthetic_iterator(config, rows, shape, vocab_size, salt=1)
         return list(itertools.islice(it, num or 1))
-    ds = dataset(config, config.data.eval_split, rows, train=False)
+    ds = dataset(config, config.eval.split, rows, train=False)
     batches = list(itertools.islice(ds.as_numpy_iterator(), num or None))
     if not batches:
         raise ValueError(
-            f"The {config.data.eval_split!r} split of {config.data.data_dir} has fewer than "
+            f"The {config.eval.split!r} split of {config.data.data_dir} has fewer than "
             f"{rows} rows for one eval batch; lower config.eval.batch_size."
         )
     return batches

@@ -6,7 +6,7 @@ scores, and `predictions.json`.
     found = predict_examples(qa, logits)            # question id -> Prediction
     scores(qa, found)                               # exact_match, f1 (and v2.0's threshold)
 
-`finetune --predict=dev-v1.1.json --workdir=W` runs all of it with the run's best parameters.
+`bert_flax.train --predict=dev-v1.1.json --workdir=W` runs all of it with the best parameters.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
     tags = word_tags(table, found, label_names, sentences)    # per sentence, per word
     write_conll("predicted.txt", sentences, tags)             # token gold predicted
 
-`finetune --predict=FILE --workdir=W` runs all of it with the run's best parameters.
+`bert_flax.train --predict=FILE --workdir=W` runs all of it with the run's best parameters.
 """
 
 from __future__ import annotations

@@ -61,7 +61,12 @@ def read_sentences(
                 "config.data.validation_file is empty: give the CoNLL file to evaluate on "
                 "beside config.data.train_file."
             )
-        files = {s: data.get(f"{s}_file") for s in SPLITS if data.get(f"{s}_file")}
+        named = {
+            "train": data.train_file,
+            "validation": data.validation_file,
+            "test": data.test_file,
+        }
+        files = {s: path for s, path in named.items() if path}
         sentences = {
             s: read_conll(path, data.label_column, data.label_scheme) for s, path in files.items()
         }
@@ -115,11 +120,14 @@ class TokenClassificationTask(FineTuningTask):
 
     def _read(self) -> tuple[dict[str, list[Sentence]], list[str], str]:
         """(sentences by split in the task's scheme, the label names, their source); the first
-        `train_sentences` / `validation_sentences` when set."""
+        `config.data.train_examples` / `validation_examples` when set."""
         sentences, names, source = read_sentences(self.config)
         sentences = {split: self._converted(v) for split, v in sentences.items()}
-        for split in ("train", "validation"):
-            count = self.config.data.get(f"{split}_sentences", 0)
+        data = self.config.data
+        for split, count in (
+            ("train", data.train_examples),
+            ("validation", data.validation_examples),
+        ):
             if count:
                 sentences[split] = sentences[split][:count]
         if not names or self.scheme != self.file_scheme:  # converted: the new scheme's tags

@@ -19,13 +19,13 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from bert_flax import finetune  # noqa: E402
 from bert_flax.convert import finetuned  # noqa: E402
 from bert_flax.data import tokenization  # noqa: E402
 from bert_flax.model.bert import BertModel  # noqa: E402
 from bert_flax.model.config import BertConfig  # noqa: E402
 from bert_flax.runs import parameters  # noqa: E402
 from bert_flax.tasks.squad import predict as squad_predict  # noqa: E402
+from bert_flax.train import loop  # noqa: E402
 from configs import finetune_sentiment  # noqa: E402
 
 SMALL = dict(num_layers=1, hidden_size=32, num_heads=2, intermediate_size=64)
@@ -55,7 +55,7 @@ def classifier_run(tmp_path_factory):
     )
     config.train.update(epochs=1.0, batch_size=8, min_rows_per_step=2)
     config.eval.batch_size = 8
-    finetune.finetune(config, str(directory / "run"))
+    loop.train_and_evaluate(config, str(directory / "run"))
     return directory / "run"
 
 

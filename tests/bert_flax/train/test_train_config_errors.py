@@ -116,12 +116,12 @@ def test_unknown_optimizer(make_config):
 def test_schedule_warmup_then_polynomial_decay(make_config):
     schedule = make_config().schedule
     schedule.learning_rate, schedule.warmup_steps, schedule.decay_power = 1.0, 10, 2.0
-    lr = learning_rate_schedule(schedule, train_steps=110)
+    lr = learning_rate_schedule(schedule, 110, schedule.warmup_steps)
     assert [float(lr(s)) for s in (0, 5, 10)] == pytest.approx([0.0, 0.5, 1.0])
     assert float(lr(60)) == pytest.approx(0.25)  # (1 - 50/100) ** 2
     assert float(lr(110)) == pytest.approx(0.0)
     schedule.step_offset, schedule.total_steps = 100, 110
-    shifted = learning_rate_schedule(schedule, train_steps=210)
+    shifted = learning_rate_schedule(schedule, 210, schedule.warmup_steps)
     assert float(shifted(105)) == pytest.approx(0.5) and float(shifted(50)) == 0.0
 
 
@@ -156,7 +156,7 @@ def test_min_rows_per_step_scales_betas_and_learning_rate_by_the_extra_sequences
     assert (a.batch_size, a.accumulation) == (8, 2)
     assert a.learning_rate_scale == pytest.approx(2**0.5)
     config.schedule.warmup_steps, config.schedule.end_learning_rate = 10, 1e-4
-    schedule = learning_rate_schedule(config.schedule, 100, scale=2.0)
+    schedule = learning_rate_schedule(config.schedule, 100, 10, scale=2.0)
     assert float(schedule(10)) == pytest.approx(2 * config.schedule.learning_rate)
     assert float(schedule(100)) == pytest.approx(2e-4)
 

@@ -13,7 +13,6 @@ import ml_collections
 import numpy as np
 import pytest
 
-from bert_flax import finetune
 from bert_flax.data import rows as data_rows
 from bert_flax.data import tokenization
 from bert_flax.data.contract import RowShape
@@ -31,6 +30,7 @@ from bert_flax.tasks.classification.model import (
     pretrained_encoder,
 )
 from bert_flax.tasks.classification.predict import predict, write_predictions
+from bert_flax.train.setup import adjust_for_packing, run_length
 
 MAX_LEN = 64
 CONFIG = BertConfig.preset(
@@ -349,11 +349,11 @@ def test_a_sample_of_labels_trains_at_least_min_steps_with_the_evaluations_asked
     task = ClassificationTask(config)
     assert len(task.labelled.splits["train"]) == 100
     assert len(task.labelled.splits["validation"]) == 1281  # evaluation keeps the whole split
-    finetune.resolve_epochs(config, task)
-    per_epoch = config.eval.every_steps
-    assert config.train.steps == per_epoch < 10  # one epoch of 100 examples: a few steps
+    per_epoch = task.steps_per_epoch(adjust_for_packing(config, task.packing_factor()).batch_size)
+    length = run_length(config, per_epoch)
+    assert length.steps == length.eval_every_steps == per_epoch < 10  # 100 examples: a few steps
     config.train.min_steps, config.eval.evaluations = 50, 4
-    finetune.resolve_epochs(config, task)
-    assert config.train.steps == 50
-    assert config.eval.every_steps == config.checkpoint.every_steps == 13  # ceil(50 / 4)
-    assert config.schedule.warmup_steps == 5  # 10% of the steps actually run
+    length = run_length(config, per_epoch)
+    assert length.steps == 50
+    assert length.eval_every_steps == length.checkpoint_every_steps == 13  # ceil(50 / 4)
+    assert length.warmup_steps == 5  # 10% of the steps actually run

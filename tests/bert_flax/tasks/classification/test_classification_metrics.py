@@ -10,8 +10,9 @@ import pytest
 from scipy import stats
 from sklearn import metrics as sk
 
-from bert_flax import finetune
+from bert_flax.tasks import task_class
 from bert_flax.tasks.classification import metrics
+from bert_flax.train import loop
 
 CLASS_REFERENCES = {
     "accuracy": sk.accuracy_score,
@@ -118,7 +119,7 @@ def test_a_fine_tune_reports_the_metrics_of_its_predictions(tmp_path):
     config.eval.batch_size = 2  # several eval batches, the last one padded
     config.log.plots = False
     workdir = str(tmp_path / "run")
-    final = finetune.finetune(config, workdir)
+    final = loop.train_and_evaluate(config, workdir)
     records = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
     evaluations = [r for r in records if r["split"] == "eval"]
     assert len(evaluations) == 3
@@ -127,7 +128,7 @@ def test_a_fine_tune_reports_the_metrics_of_its_predictions(tmp_path):
     assert best["value"] == max(e["f1"] for e in evaluations)
     assert list(final["test"]) == ["path"]  # an unlabelled test file: only predicted
     assert len(open(final["test"]["path"]).readlines()) == 7
-    task = finetune.task_class("classification")(config)
+    task = task_class("classification")(config)
     scored = task.predict_split(workdir, "validation")
     lines = [json.loads(line) for line in open(scored["path"])]
     predicted = np.array([task.labelled.label_names.index(r["label"]) for r in lines])

@@ -12,10 +12,11 @@ import pandas as pd
 import pytest
 from sklearn import metrics as sk
 
-from bert_flax import finetune
+from bert_flax.tasks import task_class
 from bert_flax.tasks.glue import reading
 from bert_flax.tasks.glue import task as glue_task
 from bert_flax.tasks.glue.table import GLUE
+from bert_flax.train import loop
 from configs import glue
 
 
@@ -40,12 +41,12 @@ def submission_frame(path) -> pd.DataFrame:
 def test_mnli_scores_both_dev_sets_and_writes_its_and_axs_submissions(glue_dir, tmp_path):
     config = tiny_config("mnli", glue_dir)
     workdir = str(tmp_path / "mnli")
-    final = finetune.finetune(config, workdir)
+    final = loop.train_and_evaluate(config, workdir)
     records = [json.loads(line) for line in open(tmp_path / "mnli" / "metrics.jsonl")]
     evaluations = [r for r in records if r["split"] == "eval"]
     assert len(evaluations) == 2
     assert all({"accuracy", "accuracy_validation_mismatched"} <= set(r) for r in evaluations)
-    task = finetune.task_class("glue")(config)
+    task = task_class("glue")(config)
     best = final["best"]["eval"]
     for split, name in (("validation_matched", "accuracy"),
                         ("validation_mismatched", "accuracy_validation_mismatched")):  # fmt: skip
@@ -53,7 +54,7 @@ def test_mnli_scores_both_dev_sets_and_writes_its_and_axs_submissions(glue_dir, 
         predicted = [GLUE["mnli"].label_names.index(r["label"]) for r in lines]
         labels = task.labelled.splits[split].labels
         assert best[name] == pytest.approx(sk.accuracy_score(labels, predicted), abs=1e-6)
-    # `finetune --predict`: a labelled file scored as the evaluation scored it, a test file not.
+    # `--predict`: a labelled file scored as the evaluation scored it, a test file not.
     path = reading.tsv_path(GLUE["mnli"], glue_dir, "validation_mismatched")
     line = glue_task.predict_file(workdir, path, str(tmp_path / "mm.jsonl"))
     assert line.endswith(f"; accuracy {best['accuracy_validation_mismatched']:.4f}")
@@ -77,7 +78,7 @@ def test_mnli_scores_both_dev_sets_and_writes_its_and_axs_submissions(glue_dir, 
 def test_submissions_write_labels_as_glue_does(glue_dir, tmp_path, key):
     """CoLA's predictions are 0/1, STS-B's float scores, one line per test example."""
     spec = GLUE[key]
-    final = finetune.finetune(tiny_config(key, glue_dir), str(tmp_path))
+    final = loop.train_and_evaluate(tiny_config(key, glue_dir), str(tmp_path))
     name = spec.splits["test"].submission
     assert final["submissions"] == {name: 24}
     lines = (tmp_path / name).read_text().splitlines()
@@ -93,14 +94,14 @@ def test_submissions_write_labels_as_glue_does(glue_dir, tmp_path, key):
 
 
 def test_mnli_from_tfds_has_its_splits_and_the_diagnostic_set():
-    """configs/glue.py:mnli with config.data.tfds: TFDS's glue/mnli (mocked) and glue/ax, whose
-    test split MNLI's model predicts into AX.tsv."""
+    """configs/glue.py:mnli with config.data.dataset="tfds": TFDS's glue/mnli (mocked) and
+    glue/ax, whose test split MNLI's model predicts into AX.tsv."""
     import tensorflow_datasets as tfds
 
     config = glue.get_config("mnli")
-    config.data.tfds = True
+    config.data.dataset = "tfds"
     with tfds.testing.mock_data(num_examples=5):
-        task = finetune.task_class("glue")(config)
+        task = task_class("glue")(config)
     assert set(task.encoded) == {*GLUE["mnli"].splits, "ax"}
     assert task.submissions() == {
         "test_matched": ("MNLI-m.tsv", GLUE["mnli"]),
@@ -112,7 +113,7 @@ def test_mnli_from_tfds_has_its_splits_and_the_diagnostic_set():
 def test_where_glue_is_must_be_said_and_files_must_name_the_splits(tmp_path):
     config = glue.get_config("mnli")
     with pytest.raises(ValueError, match=r"Say where GLUE is: config\.data\.glue_dir"):
-        finetune.task_class("glue")(config)
+        task_class("glue")(config)
     config.data.files = f"train={tmp_path}/t.csv,validation={tmp_path}/v.csv"
     with pytest.raises(ValueError, match=r"must name \['train', 'validation_matched'"):
-        finetune.task_class("glue")(config)
+        task_class("glue")(config)

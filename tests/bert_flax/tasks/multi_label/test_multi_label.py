@@ -13,7 +13,6 @@ import pytest
 from sklearn.metrics import f1_score
 from transformers import AutoConfig, pipeline
 
-from bert_flax import finetune
 from bert_flax.convert.finetuned import export_finetuned
 from bert_flax.data import rows as data_rows
 from bert_flax.data import tokenization
@@ -24,6 +23,7 @@ from bert_flax.tasks.classification.model import BertForSequenceClassification
 from bert_flax.tasks.multi_label import data, metrics
 from bert_flax.tasks.multi_label.model import multi_label_loss
 from bert_flax.tasks.multi_label.task import review_tags
+from bert_flax.train import loop
 from configs import multi_label as multi_label_config
 
 
@@ -128,7 +128,7 @@ def test_fine_tune_reports_scikit_learns_f1_of_what_it_writes_and_exports(tmp_pa
     config.schedule.learning_rate = 2e-3
     config.eval.evaluations = 1
     workdir = str(tmp_path / "run")
-    final = finetune.finetune(config, workdir)
+    final = loop.train_and_evaluate(config, workdir)
     assert final["best"]["value"] > final["baseline"] + 0.1  # past the frequent labels
     records = [json.loads(line) for line in open(final["test"]["path"])]
     with open(f"{workdir}/best/best.json") as f:

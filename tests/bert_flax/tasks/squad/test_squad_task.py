@@ -10,13 +10,13 @@ import jax
 import numpy as np
 import pytest
 
-from bert_flax import finetune
 from bert_flax.data import corpus, tokenization
 from bert_flax.runs import parameters
-from bert_flax.tasks import TASKS, SquadTask, task_class
+from bert_flax.tasks import TASKS, SquadTask, run_task, task_class
 from bert_flax.tasks.squad import cloze, predict
 from bert_flax.tasks.squad.model import BertForQuestionAnswering
 from bert_flax.tasks.squad.reading import read_squad
+from bert_flax.train import loop
 from configs import squad as squad_config
 
 SPEECHES = slice(0, 40, 10)  # four speeches, spread over the centuries
@@ -78,13 +78,13 @@ def files(tmp_path_factory):
 def test_fine_tune_then_predict_writes_the_answers_the_evaluation_scored(files, tmp_path, version):
     train_file, dev_file = files[version]
     workdir = str(tmp_path / "run")
-    final = finetune.finetune(tiny_config(train_file, dev_file), workdir)
+    final = loop.train_and_evaluate(tiny_config(train_file, dev_file), workdir)
     assert final["best"]["metric"] == "f1"
     evaluation = final["eval"]
     assert {"exact_match", "f1", "qa_loss"} <= set(evaluation)  # from the task's hook
     assert ("null_threshold" in evaluation) == (version == "v2")
 
-    assert finetune.run_task(workdir) == "squad"  # what --predict dispatches on
+    assert run_task(workdir) == "squad"  # what --predict dispatches on
     out = tmp_path / "predictions.json"
     predict_file = task_class("squad").predict_file
     summary = predict_file(workdir, dev_file, str(out))

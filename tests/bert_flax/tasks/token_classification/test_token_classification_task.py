@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from seqeval.metrics import f1_score
 
-from bert_flax import finetune
 from bert_flax.runs import parameters
-from bert_flax.tasks import TokenClassificationTask, task_class
+from bert_flax.tasks import TokenClassificationTask, run_task, task_class
 from bert_flax.tasks.token_classification import metrics, predict, rule_set
 from bert_flax.tasks.token_classification.reading import read_conll
+from bert_flax.train import loop
 from configs import conll
 
 
@@ -74,7 +74,7 @@ def tiny_config(files):
 @pytest.mark.slow(seconds=45)
 def test_fine_tune_beats_all_o_then_predicts_what_seqeval_scores(files, tmp_path):
     workdir = str(tmp_path / "run")
-    final = finetune.finetune(tiny_config(files), workdir)
+    final = loop.train_and_evaluate(tiny_config(files), workdir)
     best = final["best"]
     assert best["metric"] == "entity_f1"
     assert final["baseline"] == 0.0  # always O finds no entity
@@ -83,7 +83,7 @@ def test_fine_tune_beats_all_o_then_predicts_what_seqeval_scores(files, tmp_path
     # The test split, predicted after training, and written in CoNLL columns seqeval reads.
     assert final["test"]["entity_f1"] == pytest.approx(seqeval_f1(final["test"]["path"]))
 
-    assert finetune.run_task(workdir) == "token_classification"  # what --predict dispatches on
+    assert run_task(workdir) == "token_classification"  # what --predict dispatches on
     out = str(tmp_path / "dev.predicted")
     summary = task_class("token_classification").predict_file(workdir, files["validation"], out)
     f1 = seqeval_f1(out)
@@ -181,7 +181,7 @@ def test_a_bad_conll_file_ends_the_command_as_one_line_with_status_2(tmp_path):
     path = tmp_path / "train.txt"
     path.write_text("EU NNP B-ORG\nrejects O\n")
     done = subprocess.run(
-        [sys.executable, "-m", "bert_flax.finetune", "--config=configs/conll.py",
+        [sys.executable, "-m", "bert_flax.train", "--config=configs/conll.py",
          f"--workdir={tmp_path / 'run'}", f"--config.data.train_file={path}",
          f"--config.data.validation_file={path}"],
         capture_output=True, text=True, timeout=120, env={**os.environ, "JAX_PLATFORMS": "cpu"},
