@@ -227,14 +227,14 @@ def create_train_program(
     # Model, and whether its kernels can run the task's rows on this mesh.
     model_config = task.model_config()
     model = task.model(model_config)
-    length = example["input_ids"].shape[1]
+    row_length = example["input_ids"].shape[1]
     attention_impl = attention.backend_for(
         model_config.attention_impl,
         sharding.mesh_platform(mesh),
-        length,
+        row_length,
         model_config.attention_interpret,
     )
-    attention.check_backend(attention_impl, model_config.num_heads, length, dict(mesh.shape))
+    attention.check_backend(attention_impl, model_config.num_heads, row_length, dict(mesh.shape))
 
     # Optimizer (layer by layer over the stacked parameters of scanned layers).
     tx, schedule = create_optimizer(
