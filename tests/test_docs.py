@@ -1,10 +1,11 @@
 """The docs run: every command the README and docs/*.md show parses with its program's own parser
-(argparse's or absl's, config overrides included; `make` targets are Makefile rules) and its
-program is run by a named test (on small settings; the docs' figures come from full runs), unless
-its code block is marked as needing what a test cannot have, e.g. `<!-- needs: a TPU v5e-8 -->`
-on the line before the block (it still parses). A command or flag that does not exist, a command
-added without a test, or a test that no longer runs its program fails here (a name of nothing:
-tests/test_names.py). `python tests/test_docs.py COMMANDS_JSON` is the parse-only worker."""
+(argparse's or absl's, config overrides included; `make` targets are Makefile rules; the modules'
+docstrings' commands too) and its program is run by a named test (on small settings; the docs'
+figures come from full runs), unless its code block is marked as needing what a test cannot have,
+e.g. `<!-- needs: a TPU v5e-8 -->` on the line before the block (it still parses). A command or
+flag that does not exist, a command added without a test, or a test that no longer runs its program
+fails here (a name of nothing: tests/test_names.py). `python tests/test_docs.py COMMANDS_JSON` is
+the parse-only worker."""
 
 from __future__ import annotations
 
@@ -213,7 +214,10 @@ def commands_of(line: str) -> list[tuple[str, ...]]:
     """The `python` and `make` commands of a shell line (between `&&`, `;` and `|`), without
     environment assignments, `...` and the brackets of optional flags; `python -c` and
     `python -` (code, not a program) and template lines (`python -m benchmarks.<name>`) left out."""
-    words = [w.strip("[]") if w.startswith("[-") else w for w in shlex.split(line, comments=True)]
+    words = [
+        w.strip("[]") if w.startswith("[-") or (w.endswith("]") and "[" not in w) else w
+        for w in shlex.split(line, comments=True)
+    ]
     commands, argv = [], []
     for word in [*words, ";"]:
         if word in ("&&", "||", ";", "|"):
@@ -246,6 +250,31 @@ def doc_commands() -> list[Command]:
         for code in INLINE.finditer(prose):
             where = f"{path}:{line_of(prose, code.start())}"
             commands += [Command(where, argv, None) for argv in commands_of(code.group(1))]
+    return commands
+
+
+# A command line of a module's docstring, indented as an example (prose around it is skipped).
+DOCSTRING_COMMAND = re.compile(r"^\s*((?:python|make) .*)$")
+
+
+def docstring_commands() -> list[Command]:
+    """Every `python ...` and `make ...` command line (with its continuations) of the module
+    docstrings of the repository's packages: checked to parse, as the docs' commands are."""
+    commands = []
+    for package in PACKAGES:
+        for path in sorted(glob.glob(f"{ROOT}/{package}/**/*.py", recursive=True)):
+            with open(path) as f:
+                docstring = ast.get_docstring(ast.parse(f.read()), clean=False) or ""
+            lines = docstring.splitlines()
+            for number, line in enumerate(lines):
+                start = DOCSTRING_COMMAND.match(line)
+                if not start or (number and lines[number - 1].rstrip().endswith("\\")):
+                    continue
+                text, following = start.group(1), iter(lines[number + 1 :])
+                while text.endswith("\\"):
+                    text = text[:-1] + next(following, "")
+                where = f"{os.path.relpath(path, ROOT)}:{number + 1}"  # the docstring's line
+                commands += [Command(where, argv, None) for argv in commands_of(text)]
     return commands
 
 
@@ -294,10 +323,11 @@ def test_every_needs_marker_is_on_the_line_before_a_bash_block():
 
 
 def test_every_doc_command_line_parses():
-    """Each `make` target is a Makefile rule; each `python` command line, flags and config
-    overrides as written, parses with its program's parser (in one worker, see `parse_only`);
-    a marked command's program that needs a package not installed here is left out."""
-    commands = doc_commands()
+    """Each `make` target is a Makefile rule; each `python` command line of the docs and of the
+    modules' docstrings, flags and config overrides as written, parses with its program's parser
+    (in one worker, see `parse_only`); a marked command's program that needs a package not
+    installed here is left out."""
+    commands = doc_commands() + docstring_commands()
     with open(os.path.join(ROOT, "Makefile")) as f:
         rules = set(re.findall(r"^([\w-]+)\s*:", f.read(), re.M))
     unknown = [f"{c.where}: {shlex.join(c.argv)}" for c in commands
