@@ -7,6 +7,12 @@ max_len and with the number of sequences.
   python -m benchmarks.packing_bench --quick    # skips the paper's dense NNLS solve
   python -m benchmarks.packing_bench --paper-512  # also the paper's dense NNLS at 512 (slow)
   python -m benchmarks.packing_bench --json     # ends with the three tables as one JSON line
+  python -m benchmarks.packing_bench --long-context --json  # rows of 1,024-8,192 (minutes)
+
+``--long-context`` packs the bundled pre-training histograms at 1,024, 2,048, 4,096 and 8,192
+(`packing.histogram.long_context_histogram`: the speeches and a log-normal web-like corpus) with
+every algorithm at depths 3 to unlimited, each run in a child process stopped after
+``--time_limit`` seconds, and publishes `benchmarks/results/packing_bench_long.json`.
 
 Short runs are timed as the best of 5. Single-threaded BLAS is forced (before numpy is
 imported): the dense solves here are small, and on a shared machine threaded BLAS is many times
@@ -22,6 +28,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import dataclasses  # noqa: E402
+import multiprocessing  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 
@@ -226,6 +233,70 @@ def targets(wiki: dict, squad: dict | None, corpus: dict) -> None:
         )
 
 
+LONG_ALGORITHMS = ("spfhp", "lpfhp", "nnlshp", "lp")
+LONG_DEPTHS = (3, 8, 16, 32, 64, 0)
+LP_LONG_DEPTHS = (3, 0)  # the LP's deeper depths price like unlimited and cost as much
+
+
+def _pack_into(queue, hist: np.ndarray, max_len: int, algorithm: str, depth: int) -> None:
+    try:
+        queue.put(timed_pack(hist, max_len, algorithm, depth).metrics().as_dict())
+    except ValueError as e:  # the library's refusal (too many patterns, a finite depth needed)
+        queue.put({"refused": str(e)})
+
+
+def pack_within(hist: np.ndarray, max_len: int, algorithm: str, depth: int, limit: float) -> dict:
+    """`timed_pack`'s metrics, or {"refused": why} or {"timed_out": limit} (the run is stopped)."""
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_pack_into, args=(queue, hist, max_len, algorithm, depth))
+    child.start()
+    child.join(limit)
+    if child.is_alive():
+        child.kill()
+        child.join()
+        return {"timed_out": limit}
+    return queue.get()
+
+
+def long_context(limit: float) -> dict:
+    """Every algorithm and depth on the bundled long-context histograms, each run within
+    ``limit`` seconds: {corpus: {max_len: [runs]}}."""
+    results = {}
+    for corpus in packing.histogram.LONG_CONTEXT_CORPORA:
+        results[corpus] = {}
+        for max_len in packing.histogram.LONG_CONTEXT_LENGTHS:
+            hist = packing.histogram.long_context_histogram(corpus, max_len)
+            tokens = packing.histogram.total_tokens(hist)
+            print(
+                f"\n== {corpus} at {max_len}: {int(hist.sum()):,} sequences, {tokens:,} tokens, "
+                f"max packing factor {hist.sum() / -(-tokens // max_len):.3f}"
+            )
+            cases = [("none", 1)] + [
+                (algorithm, depth)
+                for algorithm in LONG_ALGORITHMS
+                for depth in (LP_LONG_DEPTHS if algorithm == "lp" else LONG_DEPTHS)
+            ]
+            runs = [
+                {"algorithm": a, "depth": d} | pack_within(hist, max_len, a, d, limit)
+                for a, d in cases
+            ]
+            for run in runs:
+                print(f"  {long_cell(run)}", flush=True)
+            results[corpus][str(max_len)] = runs
+    return results
+
+
+def long_cell(run: dict) -> str:
+    head = f"{run['algorithm']:<7} depth {run['depth'] or 'inf'!s:>4}: "
+    if "timed_out" in run:
+        return head + f"stopped after {run['timed_out']:.0f} s"
+    if "refused" in run:
+        return head + "refused: " + run["refused"].split(";")[0]
+    seconds = run["solve_seconds"]
+    return head + f"{run['efficiency']:.2f}%, factor {run['packing_factor']:.3f}, {seconds:.3f} s"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="skip the paper's dense NNLS solves")
@@ -235,8 +306,20 @@ def main() -> None:
         help="also time the paper's dense NNLS at max_len 512 (minutes on a loaded machine)",
     )
     parser.add_argument("--json", action="store_true", help="end with the tables as JSON")
+    parser.add_argument(
+        "--long-context", action="store_true", help="rows of 1,024-8,192 (bundled histograms)"
+    )
+    parser.add_argument(
+        "--time_limit", type=float, default=20.0, help="seconds per long-context run"
+    )
     args = parser.parse_args()
     start = time.perf_counter()
+    if args.long_context:
+        results = long_context(args.time_limit)
+        print(f"\ntotal {time.perf_counter() - start:.0f} s")
+        if args.json:
+            publish("packing_bench_long", {"time_limit": args.time_limit, "corpora": results})
+        return
     wiki_hist = packing.synthetic.wikipedia_like_histogram(16_000_000, 512, seed=0)
     squad = packing.histogram.squad_1_1_histogram()
     squad_results = table("SQuAD 1.1 (max_len 384)", squad, 384)

@@ -18,6 +18,9 @@ PathLike = str | os.PathLike
 
 DATA_DIR = pathlib.Path(__file__).resolve().parent / "data"  # shipped with the package
 SQUAD_1_1_384 = DATA_DIR / "squad_1_1_384.txt"  # provenance and licence: data/README.md
+# Pre-training example lengths at long rows (bert_flax/data/document_histograms.py; data/README.md).
+LONG_CONTEXT_CORPORA = ("sotu", "lognormal_web")
+LONG_CONTEXT_LENGTHS = (1024, 2048, 4096, 8192)
 
 
 def validate_histogram(hist, max_len: int | None = None) -> np.ndarray:
@@ -125,6 +128,17 @@ def load_histogram(path: PathLike, max_len: int | None = None) -> np.ndarray:
 def squad_1_1_histogram() -> np.ndarray:
     """SQuAD 1.1's sequence-length histogram at max_len 384 (88,641 sequences), from the paper."""
     return load_histogram(SQUAD_1_1_384, 384)
+
+
+def long_context_histogram(corpus: str, max_len: int) -> np.ndarray:
+    """The bundled pre-training length histogram of ``corpus`` (LONG_CONTEXT_CORPORA) at
+    ``max_len`` (LONG_CONTEXT_LENGTHS)."""
+    if corpus not in LONG_CONTEXT_CORPORA or max_len not in LONG_CONTEXT_LENGTHS:
+        raise ValueError(
+            f"no bundled histogram {corpus!r} at {max_len}: corpora {LONG_CONTEXT_CORPORA}, "
+            f"lengths {LONG_CONTEXT_LENGTHS}"
+        )
+    return load_histogram(DATA_DIR / f"{corpus}_{max_len}.txt", max_len)
 
 
 def save_histogram(hist, path: PathLike) -> None:
