@@ -10,7 +10,7 @@ Pure numpy/scipy. Typical use::
 """
 
 from packing import histogram, synthetic
-from packing.api import ALGORITHMS, pack_histogram
+from packing.api import ALGORITHMS, default_packing, pack_histogram
 from packing.assign import Assignment, assign_sequences, count_packs, plan_packs
 from packing.histogram import from_lengths, load_histogram, save_histogram, validate_histogram
 from packing.lp import lower_bound
@@ -25,6 +25,7 @@ __all__ = [
     "StrategySet",
     "assign_sequences",
     "count_packs",
+    "default_packing",
     "from_lengths",
     "histogram",
     "load_histogram",

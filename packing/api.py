@@ -37,6 +37,20 @@ ALGORITHMS: dict[str, PackFn] = {
 }
 # Algorithms that enumerate exact-fill patterns and so need a finite (small) depth.
 NEEDS_FINITE_DEPTH = ("nnlshp",)
+# The longest rows NNLSHP (at depth 3) is the default for. Past them LPFHP, about one sequence a
+# DEPTH_TOKENS tokens deep: at 1,024 NNLSHP's enumeration takes 9-18 s and packs no better than
+# LPFHP at depth 8, at 2,048-4,096 it runs past 20 s, at 8,192 it is refused; LPFHP takes under
+# 0.05 s at every length and depth (benchmarks/results/packing_bench_long.json, docs/packing.md).
+NNLSHP_MAX_LEN = 512
+DEPTH_TOKENS = 128
+
+
+def default_packing(max_len: int) -> tuple[str, int]:
+    """The packer and depth for rows of ``max_len`` tokens: ("nnlshp", 3) up to NNLSHP_MAX_LEN,
+    ("lpfhp", max_len // DEPTH_TOKENS) past it (8 at 1,024, 64 at 8,192)."""
+    if max_len <= NNLSHP_MAX_LEN:
+        return "nnlshp", 3
+    return "lpfhp", max_len // DEPTH_TOKENS
 
 
 def pack_histogram(

@@ -53,6 +53,9 @@ ROWS = [
       "--config.data.max_seq_length=64"], "{t}/foreign"),
     ("main: a workdir under a file", "bert_flax.train",
      [*TINY, "--workdir={x}/w", "--config.data.synthetic=True"], "{x}"),
+    ("main: a row longer than the position table", "bert_flax.train",
+     [*TINY, "--workdir={t}/w", "--config.data.synthetic=True",
+      "--config.data.max_seq_length=1024"], "set config.model.max_position_embeddings=1024"),
     ("main: a task that is not registered", "bert_flax.train",
      [FT, "--workdir={t}/w", "--config.task=nonsense"], "config.task='nonsense' is not one "
      "of ['classification', 'glue'"),

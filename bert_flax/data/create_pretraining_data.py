@@ -305,8 +305,8 @@ def create_pretraining_data(
     num_train_shards: int = 8,
     num_validation_shards: int = 1,
     documents_per_bucket: int = stages.DEFAULT_DOCUMENTS_PER_BUCKET,
-    algorithm: str = "nnlshp",
-    max_sequences_per_pack: int = 3,
+    algorithm: str | None = None,
+    max_sequences_per_pack: int | None = None,
     num_workers: int | None = None,
     runner: str = LOCAL_RUNNER,
     beam_options: Sequence[str] = (),
@@ -319,6 +319,8 @@ def create_pretraining_data(
     ``runner`` is ``"local"`` (this process and ``num_workers`` forked workers) or an Apache
     Beam runner (``DirectRunner``, ``DataflowRunner``, ``FlinkRunner``, ``SparkRunner``, ...)
     with ``beam_options`` (command-line style pipeline options); both write the same bytes.
+    ``algorithm`` and ``max_sequences_per_pack`` default to `packing.default_packing` of the
+    length (NNLSHP at depth 3 up to 512, LPFHP deeper past it).
     """
     # Long for its 25 documented keyword arguments (the CLI's flags) and the summary it writes;
     # the work is in the stages it runs in order (open_corpus ... write_strategies).
@@ -395,8 +397,13 @@ def create_pretraining_data(
     summary["splits"], histogram, total_examples = finish_splits(
         output_dir, results, paths, sources, max_seq_length, documents_per_bucket
     )
+    default_algorithm, default_depth = packing.default_packing(max_seq_length)
     summary["strategies"] = write_strategies(
-        output_dir, histogram, max_seq_length, algorithm, max_sequences_per_pack
+        output_dir,
+        histogram,
+        max_seq_length,
+        algorithm or default_algorithm,
+        max_sequences_per_pack or default_depth,
     )
     seconds = time.perf_counter() - start
     summary["seconds"] = round(seconds, 3)
@@ -545,8 +552,12 @@ def define_flags() -> None:
         stages.DEFAULT_DOCUMENTS_PER_BUCKET,
         "Consecutive documents that NSP draws random next sentences from (memory bound).",
     )
-    flags.DEFINE_string("algorithm", "nnlshp", "Packing algorithm for strategies.json.")
-    flags.DEFINE_integer("max_sequences_per_pack", 3, "Packing depth of the strategies.")
+    flags.DEFINE_string(
+        "algorithm", None, "Packing algorithm for strategies.json (default: by the length)."
+    )
+    flags.DEFINE_integer(
+        "max_sequences_per_pack", None, "Packing depth of the strategies (default: by the length)."
+    )
     flags.DEFINE_integer("num_workers", None, "Processes for example creation (default: cores).")
     flags.DEFINE_string(
         "runner", LOCAL_RUNNER, "'local', or an Apache Beam runner (DirectRunner, DataflowRunner)."

@@ -153,8 +153,15 @@ def model_config_from(
             f"would embed as NaN. {fix}."
         )
     if max_seq_length > model_config.max_position_embeddings:
+        fix = (
+            "config.init_from's table is fixed: lower config.data.max_seq_length"
+            if init_from
+            else f"set config.model.max_position_embeddings={max_seq_length} (or more), as "
+            "configs/bert_base_long.py does"
+        )
         raise ValueError(
-            f"config.data.max_seq_length={max_seq_length} exceeds the model's "
-            f"max_position_embeddings={model_config.max_position_embeddings}."
+            f"config.data.max_seq_length={max_seq_length} is longer than the position table "
+            f"(config.model.max_position_embeddings={model_config.max_position_embeddings}): "
+            f"{fix}."
         )
     return model_config

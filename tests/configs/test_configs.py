@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import math
 import pkgutil
 
 import jax.numpy as jnp
@@ -19,10 +20,11 @@ PHASED = {
     "bert_base", "bert_base_padded", "bert_base_lamb", "bert_base_shampoo", "bert_base_soap",
     "bert_large", "bert_large_padded",
 }  # fmt: skip
+LONG = {"bert_base_long": ("1024", "8192")}  # configs whose get_config takes a row length
 CASES = [
     (module.name, phase)
     for module in pkgutil.iter_modules(configs.__path__)
-    for phase in (("phase1", "phase2") if module.name in PHASED else (None,))
+    for phase in LONG.get(module.name, ("phase1", "phase2") if module.name in PHASED else (None,))
 ]
 
 
@@ -46,6 +48,20 @@ def test_config_builds_model_and_optimizer(name, phase):
     updates, _ = tx.update(params, tx.init(params), params)
     assert updates["kernel"].shape == (8, 8)
     adjust_for_packing(config, 1.5)
+
+
+@pytest.mark.parametrize("length", LONG["bert_base_long"])
+def test_the_long_configs_hold_their_rows_positions_and_documents(length):
+    from configs import bert_base_long
+
+    config = bert_base_long.get_config(length)
+    model = from_config_section(config.model)
+    assert config.data.max_seq_length == model.max_position_embeddings == int(length)
+    assert config.data.max_predictions_per_seq == math.ceil(0.15 * int(length))
+    assert (config.data.algorithm, config.data.max_sequences_per_pack) == (
+        "lpfhp",
+        int(length) // 128,
+    )
 
 
 @pytest.mark.parametrize("name", ["bert_base", "bert_large"])

@@ -66,6 +66,7 @@ def config_files() -> Iterator[tuple[str, ml_collections.ConfigDict]]:
         "glue": [*(k for k in GLUE if k != "ax"), "rte,base"],
         "squad": ["cpu", "base"],
         "conll": ["cpu", "base"],
+        "bert_base_long": ["1024", "8192"],
     }
     for module in pkgutil.iter_modules(configs.__path__):
         get_config = importlib.import_module(f"configs.{module.name}").get_config
