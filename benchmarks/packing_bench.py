@@ -38,6 +38,7 @@ import scipy.optimize  # noqa: E402
 import packing  # noqa: E402
 from benchmarks.lib.records import Read, publish  # noqa: E402
 from benchmarks.lib.render import Columns, items_table, source  # noqa: E402
+from benchmarks.lib.render import table as markdown_table  # noqa: E402
 from packing import nnlshp  # noqa: E402
 from packing import patterns as patterns_lib  # noqa: E402
 
@@ -383,7 +384,43 @@ def packing_block(read: Read) -> str:
     return "\n\n".join(parts)
 
 
-BLOCKS: dict[str, Callable[[Read], str]] = {"packing_bench": packing_block}
+def long_block_cell(run: dict) -> str:
+    if "timed_out" in run:
+        return f"stopped at {run['timed_out']:.0f} s"
+    if "refused" in run:
+        return "refused"
+    return f"{run['efficiency']:.2f}% · {run['packing_factor']:.3f} · {run['solve_seconds']:.3f} s"
+
+
+def packing_long_block(read: Read) -> str:
+    """Per corpus, one row per algorithm and depth, one column per row length."""
+    record = read("packing_bench_long")["result"]
+    parts = [source("packing_bench_long", read)]
+    for corpus, by_length in record["corpora"].items():
+        lengths = list(by_length)
+        cases = [(r["algorithm"], r["depth"]) for r in by_length[lengths[0]]]
+        rows = [
+            [a, d or "unlimited"]
+            + [
+                long_block_cell(
+                    next(r for r in by_length[n] if (r["algorithm"], r["depth"]) == (a, d))
+                )
+                for n in lengths
+            ]
+            for a, d in cases
+        ]
+        bounds = ", ".join(f"{by_length[n][0]['max_packing_factor']:.3f} at {n}" for n in lengths)
+        parts.append(
+            f"{corpus} (efficiency · packing factor · seconds; the factor at most {bounds}):\n\n"
+            + markdown_table(["algorithm", "depth", *lengths], rows)
+        )
+    return "\n\n".join(parts)
+
+
+BLOCKS: dict[str, Callable[[Read], str]] = {
+    "packing_bench": packing_block,
+    "packing_bench_long": packing_long_block,
+}
 README_ROW = (
     packing_row,
     "`python -m benchmarks.packing_bench` ([results](docs/results.md#packing))",

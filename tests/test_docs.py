@@ -42,6 +42,11 @@ TESTED_BY = {
         '"bert_flax.data.create_pretraining_data"',
     ),
     "-m bert_flax.train": (f"{JOURNEYS}::train", '"bert_flax.train"'),
+    "-m bert_flax.data.document_histograms": (
+        "tests/packing/test_packing_long_context.py::"
+        "test_the_command_rewrites_the_bundled_speeches_histogram_at_1024",
+        '"bert_flax.data.document_histograms"',
+    ),
     "-m bert_flax.finetune": (  # the old name of bert_flax.train, for one release
         f"{JOURNEYS}::test_finetune_from_hugging_face_then_predict_a_file",
         '"bert_flax.finetune"',

@@ -34,7 +34,7 @@ from absl import app, flags
 from bert_flax.data import corpus, examples, stages, tokenization
 from packing import histogram as packing_histogram
 
-LENGTHS = (1024, 2048, 4096, 8192)
+LENGTHS = packing_histogram.LONG_CONTEXT_LENGTHS
 # The synthetic corpus (see the module docstring for where the shape comes from).
 LOGNORMAL_MEDIAN_TOKENS = 300
 LOGNORMAL_SIGMA = 1.2
@@ -106,8 +106,9 @@ def corpus_documents(name: str, vocab: tokenization.Vocab) -> list[Document]:
 def main(argv: Sequence[str]) -> None:
     del argv
     vocab = tokenization.load_vocab()
-    for name in packing_histogram.LONG_CONTEXT_CORPORA:
-        for length, hist in histograms(corpus_documents(name, vocab), vocab).items():
+    lengths = [int(n) for n in FLAGS.lengths]
+    for name in FLAGS.corpora:
+        for length, hist in histograms(corpus_documents(name, vocab), vocab, lengths).items():
             path = os.path.join(FLAGS.output_dir, f"{name}_{length}.txt")
             packing_histogram.save_histogram(hist, path)
             print(f"{path}: {int(hist.sum()):,} examples, {int(hist[length]):,} of {length}")
@@ -117,4 +118,10 @@ FLAGS = flags.FLAGS
 
 if __name__ == "__main__":
     flags.DEFINE_string("output_dir", "packing/data", "Where the histogram files go.")
+    flags.DEFINE_list(
+        "corpora", list(packing_histogram.LONG_CONTEXT_CORPORA), "sotu and/or lognormal_web."
+    )
+    flags.DEFINE_list(
+        "lengths", [str(n) for n in LENGTHS], "Row lengths (max_seq_length) to make them at."
+    )
     app.run(main)
