@@ -21,7 +21,7 @@ The output directory holds
                                         (shard and order from a hash of each example's seed)
     validation-00000-of-00001.tfrecord
     histogram.txt      train lengths, packing text format (line i = count of length i)
-    strategies.json    packing strategies for the histogram (NNLSHP by default)
+    strategies.json    packing strategies for the histogram (by length: packing.default_packing)
     summary.json       documents, skipped, examples, tokens, length statistics, timings
     index/SPLIT.npz    where each record is and its length (record_index.py)
     vocab.txt          only with --train_vocab_size (a vocabulary learned from the train split)
