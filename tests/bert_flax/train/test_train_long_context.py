@@ -14,6 +14,7 @@ import numpy as np
 import packing
 from bert_flax.data.create_pretraining_data import create_pretraining_data
 from bert_flax.data.examples import default_max_predictions
+from bert_flax.tasks.pretraining import task as pretraining
 from bert_flax.train import loop
 
 LENGTH = 1024
@@ -64,6 +65,9 @@ def test_prepare_at_1024_packs_several_documents_a_row_and_trains(make_config, t
         },
     )
     config.model.max_position_embeddings = LENGTH
+    batch = next(pretraining.PreTrainingTask(config).train_batches(4, 30522))
+    documents = batch["segment_ids"].max(axis=1)  # segments 1..k of a row: its sequences
+    assert batch["input_ids"].shape[1] == LENGTH and documents.min() >= 2, documents
     final = loop.train_and_evaluate(config, str(tmp_path / "run"))
     assert final["step"] == 2
     with open(os.path.join(tmp_path / "run", "metrics.jsonl")) as f:
