@@ -107,7 +107,7 @@ def _store(ref, value: Array, head_dim: int) -> None:
 
 def _logits2(q: Array, k: Array, head_dim: int) -> Array:
     """[block_q, block_k] float32 logits in base-2 units."""
-    return pl.dot(q, k, trans_b=True) * (_scale(head_dim) * math.log2(math.e))
+    return plgpu.dot(q, k, trans_b=True) * (_scale(head_dim) * math.log2(math.e))
 
 
 def _visible(q_segments: Array, k_segments: Array) -> Array:
@@ -138,7 +138,7 @@ def _forward_kernel(lo_ref, hi_ref, seg_ref, q_ref, k_ref, v_ref, o_ref, lse_ref
         correction = jnp.exp2(m - m_next)
         p = jnp.exp2(logits - m_next[:, None])
         v = _load(v_ref.at[keys], head_dim)
-        o = correction[:, None] * o + pl.dot(p.astype(v.dtype), v)
+        o = correction[:, None] * o + plgpu.dot(p.astype(v.dtype), v)
         return o, m_next, correction * l + p.sum(-1)
 
     init = (
@@ -164,8 +164,8 @@ def _dq_kernel(lo_ref, hi_ref, seg_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, de
         keys = pl.ds(j * block_k, block_k)
         k, v = _load(k_ref.at[keys], head_dim), _load(v_ref.at[keys], head_dim)
         p = _probs(q, k, q_segments, seg_ref[keys], lse, head_dim)
-        ds = p * (pl.dot(do, v, trans_b=True) - delta[:, None])
-        return dq + pl.dot(ds.astype(k.dtype), k)
+        ds = p * (plgpu.dot(do, v, trans_b=True) - delta[:, None])
+        return dq + plgpu.dot(ds.astype(k.dtype), k)
 
     dq = jnp.zeros((block_q, q_ref.shape[-1]), jnp.float32)
     dq = jax.lax.fori_loop(lo_ref[...], hi_ref[...], visit, dq)
@@ -183,9 +183,9 @@ def _dkv_kernel(lo_ref, hi_ref, seg_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, d
         queries = pl.ds(i * block_q, block_q)
         q, do = _load(q_ref.at[queries], head_dim), _load(do_ref.at[queries], head_dim)
         p = _probs(q, k, seg_ref[queries], k_segments, lse_ref[queries], head_dim)
-        dv = dv + pl.dot(p.astype(do.dtype), do, trans_a=True)
-        ds = p * (pl.dot(do, v, trans_b=True) - delta_ref[queries][:, None])
-        return dk + pl.dot(ds.astype(q.dtype), q, trans_a=True), dv
+        dv = dv + plgpu.dot(p.astype(do.dtype), do, trans_a=True)
+        ds = p * (plgpu.dot(do, v, trans_b=True) - delta_ref[queries][:, None])
+        return dk + plgpu.dot(ds.astype(q.dtype), q, trans_a=True), dv
 
     zeros = jnp.zeros((block_k, k_ref.shape[-1]), jnp.float32)
     dk, dv = jax.lax.fori_loop(lo_ref[...], hi_ref[...], visit, (zeros, zeros))
@@ -241,7 +241,7 @@ def _forward(q, k, v, segment_ids, blocks: Blocks, interpret: bool) -> tuple[Arr
     whole = _whole_spec(length, head_dim)
     return _call(
         functools.partial(_forward_kernel, block_k=blocks.k, head_dim=head_dim),
-        "packed_mha_forward",
+        "packed_attention_fwd",
         (length // blocks.q, rows, heads),
         [_range_spec(), _range_spec(), _row_spec(length), _tile_spec(blocks.q, head_dim),
          whole, whole],  # fmt: skip
@@ -260,7 +260,7 @@ def _backward_dq(q, k, v, segment_ids, d_out, lse, delta, blocks, interpret) -> 
     stats = _stats_spec(blocks.q_bwd, length)
     return _call(
         functools.partial(_dq_kernel, block_k=blocks.k_bwd, head_dim=head_dim),
-        "packed_mha_backward_dq",
+        "packed_attention_dq",
         (length // blocks.q_bwd, rows, heads),
         [_range_spec(), _range_spec(), _row_spec(length), tile, whole, whole, tile, stats, stats],
         tile,
@@ -277,7 +277,7 @@ def _backward_dkv(q, k, v, segment_ids, d_out, lse, delta, blocks, interpret) ->
     stats = _stats_spec(None, length)
     return _call(
         functools.partial(_dkv_kernel, block_q=blocks.q_bwd, head_dim=head_dim),
-        "packed_mha_backward_dkv",
+        "packed_attention_dkv",
         (length // blocks.k_bwd, rows, heads),
         [_range_spec(), _range_spec(), _row_spec(length), whole, tile, tile, whole, stats, stats],
         [tile, tile],
