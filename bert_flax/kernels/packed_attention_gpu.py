@@ -130,7 +130,7 @@ def _forward_kernel(lo_ref, hi_ref, seg_ref, q_ref, k_ref, v_ref, o_ref, lse_ref
     q_segments = seg_ref[pl.ds(pl.program_id(0) * block_q, block_q)]
 
     def visit(j, carry):
-        o, m, l = carry
+        o, m, total = carry
         keys = pl.ds(j * block_k, block_k)
         logits = _logits2(q, _load(k_ref.at[keys], head_dim), head_dim)
         logits = jnp.where(_visible(q_segments, seg_ref[keys]), logits, _MASK_VALUE)
@@ -139,18 +139,18 @@ def _forward_kernel(lo_ref, hi_ref, seg_ref, q_ref, k_ref, v_ref, o_ref, lse_ref
         p = jnp.exp2(logits - m_next[:, None])
         v = _load(v_ref.at[keys], head_dim)
         o = correction[:, None] * o + plgpu.dot(p.astype(v.dtype), v)
-        return o, m_next, correction * l + p.sum(-1)
+        return o, m_next, correction * total + p.sum(-1)
 
     init = (
         jnp.zeros((block_q, q_ref.shape[-1]), jnp.float32),
         jnp.full((block_q,), -jnp.inf, jnp.float32),
         jnp.zeros((block_q,), jnp.float32),
     )
-    o, m, l = jax.lax.fori_loop(lo_ref[...], hi_ref[...], visit, init)
+    o, m, total = jax.lax.fori_loop(lo_ref[...], hi_ref[...], visit, init)
     real = q_segments != 0
-    l = jnp.where(real, l, 1.0)  # padding queries, possibly in an empty range: no 0 / 0
-    _store(o_ref, jnp.where(real[:, None], o / l[:, None], 0.0), head_dim)
-    lse_ref[...] = m + jnp.log2(l)
+    total = jnp.where(real, total, 1.0)  # padding queries, possibly in an empty range: no 0 / 0
+    _store(o_ref, jnp.where(real[:, None], o / total[:, None], 0.0), head_dim)
+    lse_ref[...] = m + jnp.log2(total)
 
 
 def _dq_kernel(lo_ref, hi_ref, seg_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref,
@@ -238,16 +238,15 @@ def _call(kernel, name: str, grid, in_specs, out_specs, out_shape, head_dim, int
 def _forward(q, k, v, segment_ids, blocks: Blocks, interpret: bool) -> tuple[Array, Array]:
     rows, length, heads, head_dim = q.shape
     lo, hi = kv_block_ranges(segment_ids, blocks.q, blocks.k)
-    whole = _whole_spec(length, head_dim)
+    tile, whole = _tile_spec(blocks.q, head_dim), _whole_spec(length, head_dim)
+    lse = jax.ShapeDtypeStruct((rows, heads, length), jnp.float32)
     return _call(
         functools.partial(_forward_kernel, block_k=blocks.k, head_dim=head_dim),
         "packed_attention_fwd",
         (length // blocks.q, rows, heads),
-        [_range_spec(), _range_spec(), _row_spec(length), _tile_spec(blocks.q, head_dim),
-         whole, whole],  # fmt: skip
-        [_tile_spec(blocks.q, head_dim), _stats_spec(blocks.q, length)],
-        [jax.ShapeDtypeStruct(q.shape, q.dtype),
-         jax.ShapeDtypeStruct((rows, heads, length), jnp.float32)],  # fmt: skip
+        [_range_spec(), _range_spec(), _row_spec(length), tile, whole, whole],
+        [tile, _stats_spec(blocks.q, length)],
+        [jax.ShapeDtypeStruct(q.shape, q.dtype), lse],
         head_dim,
         interpret,
     )(lo, hi, segment_ids, q, k, v)

@@ -108,10 +108,13 @@ def test_block_ranges_are_the_blocks_the_mask_keeps(block_q, block_k):
     transposed = block_ranges.q_block_ranges(jnp.asarray(segments), block_q, block_k)
     for row, lo, hi, t_lo, t_hi in zip(segments, *ranges, *transposed, strict=True):
         visible = visible_blocks(row, block_q, block_k)
-        blocks = np.arange(visible.shape[1])
-        np.testing.assert_array_equal(visible, (lo[:, None] <= blocks) & (blocks < hi[:, None]))
-        blocks = np.arange(visible.shape[0])
-        np.testing.assert_array_equal(visible.T, (t_lo[:, None] <= blocks) & (blocks < t_hi[:, None]))
+        np.testing.assert_array_equal(visible, in_range(lo, hi, visible.shape[1]))
+        np.testing.assert_array_equal(visible.T, in_range(t_lo, t_hi, visible.shape[0]))
+
+
+def in_range(lo: np.ndarray, hi: np.ndarray, blocks: int) -> np.ndarray:
+    """[len(lo), blocks]: True where lo <= block < hi."""
+    return (lo[:, None] <= np.arange(blocks)) & (np.arange(blocks) < hi[:, None])
 
 
 def test_the_backend_runs_interpreted_on_cpu_and_checks_the_length():
