@@ -263,7 +263,7 @@ def test_attention_dropout_head_groups_must_divide_the_heads():
 
 
 def test_fused_backends_reject_attention_dropout():
-    for impl in ("cudnn", "splash", "pallas_gpu", "auto"):
+    for impl in ("cudnn", "splash", "pallas_gpu", "packed_gpu", "auto"):
         with pytest.raises(ValueError, match="attention_dropout_rate"):
             BertConfig.preset("tiny", attention_impl=impl)
         BertConfig.preset("tiny", attention_impl=impl, attention_dropout_rate=0.0)
@@ -278,7 +278,9 @@ def test_auto_is_the_platforms_kernel_where_its_rows_fit(platform, length, expec
     assert attention.backend_for("auto", platform, length) == expected
 
 
-@pytest.mark.parametrize(("impl", "platform"), [("splash", "gpu"), ("pallas_gpu", "tpu")])
+@pytest.mark.parametrize(
+    ("impl", "platform"), [("splash", "gpu"), ("pallas_gpu", "tpu"), ("packed_gpu", "tpu")]
+)
 def test_a_kernel_for_the_other_accelerator_is_an_error_naming_the_fix(impl, platform):
     fix = "splash" if platform == "tpu" else "pallas_gpu"
     with pytest.raises(ValueError, match=rf"interpret mode.*'auto' \(here '{fix}'\)"):
@@ -313,7 +315,7 @@ def test_auto_runs_xla_attention_on_cpu(monkeypatch, qkv_segments):
 def test_attention_interpret_is_for_pallas_kernels():
     with pytest.raises(ValueError, match="attention_interpret=True interprets Pallas kernels"):
         BertConfig.preset("tiny", attention_interpret=True)
-    for impl in ("splash", "pallas_gpu", "auto"):
+    for impl in ("splash", "pallas_gpu", "packed_gpu", "auto"):
         BertConfig.preset(
             "tiny", attention_impl=impl, attention_interpret=True, attention_dropout_rate=0.0
         )
