@@ -70,13 +70,27 @@ def test_outputs_and_gradients_match_xla_attention(blocks):
             np.testing.assert_allclose(g[row], w[row], atol=2e-5, err_msg=f"{name}, {case}")
 
 
-def test_bfloat16_inputs_match_xla_attention():
+def test_bfloat16_inputs_stay_close_to_float32_attention():
+    """Within 0.03 of float32 attention of the same (rounded) inputs, values of scale 4
+    (measured 0.013, as far as XLA's bfloat16 attention is)."""
     q, k, v, segments, d_out = inputs(jnp.bfloat16, seed=1)
     got = value_and_grads(kernel(Blocks(64, 64, 64, 64)), q, k, v, segments, d_out)
-    want = value_and_grads(jax.jit(attention.xla_attention), q, k, v, segments, d_out)
+    as_float32 = [x.astype(jnp.float32) for x in (q, k, v, d_out)]
+    want = value_and_grads(jax.jit(attention.xla_attention), *as_float32[:3], segments,
+                           as_float32[3])  # fmt: skip
     for g, w in zip(got, want, strict=True):
         assert g.dtype == jnp.bfloat16
-        np.testing.assert_allclose(g.astype(np.float32), w.astype(np.float32), atol=0.06)
+        np.testing.assert_allclose(g.astype(np.float32), w, atol=0.03)
+
+
+def test_a_head_dim_not_a_power_of_two_is_padded():
+    """Triton tiles are powers of two: head_dim 48 loads and stores as 64, masked."""
+    q, k, v, segments, d_out = (x[:2, ..., :48] if x.ndim == 4 else x[:2] for x in inputs())
+    got = value_and_grads(kernel(Blocks()), q, k, v, segments, d_out)
+    want = value_and_grads(jax.jit(attention.xla_attention), q, k, v, segments, d_out)
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, atol=2e-5)
 
 
 def test_no_block_outside_the_range_is_read():
