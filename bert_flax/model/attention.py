@@ -24,6 +24,7 @@ from jax.experimental.pallas.ops.gpu import attention as pallas_gpu
 from jax.experimental.pallas.ops.tpu import splash_attention as splash
 
 from bert_flax import sharding
+from bert_flax.kernels import packed_attention_gpu
 
 Array = jax.Array
 
@@ -172,6 +173,18 @@ def pallas_gpu_attention(
         return _zero_padding(out.astype(v.dtype), segment_ids)
 
     return _per_shard(local, "pallas_gpu", q, k, v, segment_ids)
+
+
+def packed_gpu_attention(
+    q: Array, k: Array, v: Array, segment_ids: Array, *, interpret: bool = False
+) -> Array:
+    """`bert_flax.kernels.packed_attention_gpu`: Pallas flash attention for GPU (Triton) that
+    visits only the key/value blocks each query block's sequences reach, so a packed row costs
+    about the sum of its sequences' squared lengths; `interpret=True` runs it on any backend.
+    Same layout, length rule and sharding as `pallas_gpu_attention`."""
+    _check_kernel_length("packed_gpu", q.shape[1])
+    local = functools.partial(packed_attention_gpu.packed_attention, interpret=interpret)
+    return _per_shard(local, "packed_gpu", q, k, v, segment_ids)
 
 
 def _per_shard(local: Callable[..., Array], impl: str, q, k, v, segment_ids) -> Array:
@@ -346,6 +359,13 @@ BACKENDS: dict[str, Backend] = {
         _pallas_kernel(pallas_gpu_attention, "pallas_gpu", "gpu"),
         False,
         "Pallas flash attention over segments (Triton); GPU (interpret mode on CPU)",
+        platform="gpu",
+    ),
+    "packed_gpu": Backend(
+        _pallas_kernel(packed_gpu_attention, "packed_gpu", "gpu"),
+        False,
+        "Pallas flash attention visiting only the blocks a row's sequences share (Triton); GPU "
+        "(interpret mode on CPU)",
         platform="gpu",
     ),
     AUTO: Backend(

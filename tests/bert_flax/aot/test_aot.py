@@ -223,12 +223,9 @@ def pallas_kernels(executable, call_target: str, names: set[str]) -> set[str]:
     return {n for n in names for c in calls if re.search(rf"%{n}_|/{n}/pallas_call", c)}
 
 
-@pytest.mark.slow(seconds=60)
-@pytest.mark.parametrize("target", [V5E_4, H100], ids=lambda t: t.name)
-def test_the_512_presets_compile_their_platforms_flash_kernel(target):
-    """configs/bert_base.py at 512 ('auto' attention, narrowed to one layer of width 256 to
-    compile fast) gets splash on a v5e and the Triton kernel on an H100, compiled, never in
-    interpret mode (which would leave no kernel call: `interpret=True` lowers to plain HLO)."""
+def narrow_512_preset(target: targets.Target):
+    """configs/bert_base.py at 512, one layer of width 256 (to compile fast), one row a device of
+    `target`; and those devices."""
     config = bert_base.get_config("phase2")
     config.model.update(num_layers=1, hidden_size=256, num_heads=4, intermediate_size=1024)
     config.data.synthetic = True
@@ -236,6 +233,16 @@ def test_the_512_presets_compile_their_platforms_flash_kernel(target):
     devices = list(devices_of(target))
     config.train.batch_size = config.eval.batch_size = len(devices)
     config.mesh.shape = (len(devices), 1, 1)
+    return config, devices
+
+
+@pytest.mark.slow(seconds=60)
+@pytest.mark.parametrize("target", [V5E_4, H100], ids=lambda t: t.name)
+def test_the_512_presets_compile_their_platforms_flash_kernel(target):
+    """configs/bert_base.py at 512 ('auto' attention, narrowed to one layer of width 256 to
+    compile fast) gets splash on a v5e and the Triton kernel on an H100, compiled, never in
+    interpret mode (which would leave no kernel call: `interpret=True` lowers to plain HLO)."""
+    config, devices = narrow_512_preset(target)
     assert config.model.attention_impl == "auto"
     steps = program.compile_steps(config, devices)
     kernel, call_target, forward, backward = PLATFORM_KERNELS[target.platform]
@@ -244,6 +251,19 @@ def test_the_512_presets_compile_their_platforms_flash_kernel(target):
     names = forward | backward
     assert pallas_kernels(steps.train, call_target, names) == names
     assert pallas_kernels(steps.eval, call_target, names) == forward
+
+
+@pytest.mark.slow(seconds=30)
+def test_the_block_skipping_gpu_kernel_compiles_for_an_h100():
+    """attention_impl="packed_gpu" (`bert_flax.kernels.packed_attention_gpu`) on an H100: its
+    Triton kernels, the forward pass in both steps, dq and dk/dv in the train step's backward."""
+    config, devices = narrow_512_preset(H100)
+    config.model.attention_impl = "packed_gpu"
+    steps = program.compile_steps(config, devices)
+    forward, backward = {"packed_attention_fwd"}, {"packed_attention_dq", "packed_attention_dkv"}
+    call_target = PLATFORM_KERNELS["cuda"][1]
+    assert pallas_kernels(steps.train, call_target, forward | backward) == forward | backward
+    assert pallas_kernels(steps.eval, call_target, forward | backward) == forward
 
 
 @pytest.mark.parametrize(

@@ -263,7 +263,7 @@ def test_attention_dropout_head_groups_must_divide_the_heads():
 
 
 def test_fused_backends_reject_attention_dropout():
-    for impl in ("cudnn", "splash", "pallas_gpu", "auto"):
+    for impl in ("cudnn", "splash", "pallas_gpu", "packed_gpu", "auto"):
         with pytest.raises(ValueError, match="attention_dropout_rate"):
             BertConfig.preset("tiny", attention_impl=impl)
         BertConfig.preset("tiny", attention_impl=impl, attention_dropout_rate=0.0)
@@ -278,7 +278,9 @@ def test_auto_is_the_platforms_kernel_where_its_rows_fit(platform, length, expec
     assert attention.backend_for("auto", platform, length) == expected
 
 
-@pytest.mark.parametrize(("impl", "platform"), [("splash", "gpu"), ("pallas_gpu", "tpu")])
+@pytest.mark.parametrize(
+    ("impl", "platform"), [("splash", "gpu"), ("pallas_gpu", "tpu"), ("packed_gpu", "tpu")]
+)
 def test_a_kernel_for_the_other_accelerator_is_an_error_naming_the_fix(impl, platform):
     fix = "splash" if platform == "tpu" else "pallas_gpu"
     with pytest.raises(ValueError, match=rf"interpret mode.*'auto' \(here '{fix}'\)"):
@@ -313,7 +315,7 @@ def test_auto_runs_xla_attention_on_cpu(monkeypatch, qkv_segments):
 def test_attention_interpret_is_for_pallas_kernels():
     with pytest.raises(ValueError, match="attention_interpret=True interprets Pallas kernels"):
         BertConfig.preset("tiny", attention_interpret=True)
-    for impl in ("splash", "pallas_gpu", "auto"):
+    for impl in ("splash", "pallas_gpu", "packed_gpu", "auto"):
         BertConfig.preset(
             "tiny", attention_impl=impl, attention_interpret=True, attention_dropout_rate=0.0
         )
@@ -340,7 +342,7 @@ def test_a_backend_added_to_the_registry_is_accepted_and_used(monkeypatch, qkv_s
     assert len(calls) == 1 and calls[0]["deterministic"]
 
 
-_SHARDED_SPLASH = textwrap.dedent(
+_SHARDED_KERNEL = textwrap.dedent(
     """
     import jax, numpy as np, flax.linen as nn
     from bert_flax import sharding
@@ -351,11 +353,11 @@ _SHARDED_SPLASH = textwrap.dedent(
     seg = np.zeros((4, 128), np.int32)
     seg[:, :60], seg[:, 60:100] = 1, 2
     seg[1, 10:] = 0
-    splash = lambda q: attention.splash_attention(q, k, v, seg, interpret=True)
+    kernel = lambda q: attention.{kernel}(q, k, v, seg, interpret=True)
     with jax.set_mesh(sharding.create_mesh((2, 1, 2))):
         with nn.logical_axis_rules(sharding.LOGICAL_AXIS_RULES):
-            out = jax.jit(splash)(q)
-            grad = jax.jit(jax.grad(lambda q: (splash(q) ** 2).sum()))(q)
+            out = jax.jit(kernel)(q)
+            grad = jax.jit(jax.grad(lambda q: (kernel(q) ** 2).sum()))(q)
     assert out.sharding.spec == jax.sharding.PartitionSpec("data", None, "model"), out.sharding
     xla = lambda q: attention.xla_attention(q, k, v, seg)
     np.testing.assert_allclose(out, xla(q), atol=1e-5)
@@ -366,5 +368,6 @@ _SHARDED_SPLASH = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_splash_under_a_mesh_runs_per_shard(run_on_devices):
-    run_on_devices(_SHARDED_SPLASH, 4)
+@pytest.mark.parametrize("kernel", ["splash_attention", "packed_gpu_attention"])
+def test_a_kernel_under_a_mesh_runs_per_shard(run_on_devices, kernel):
+    run_on_devices(_SHARDED_KERNEL.format(kernel=kernel), 4)

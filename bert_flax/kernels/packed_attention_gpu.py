@@ -1,0 +1,286 @@
+"""Flash attention over packed rows for GPU (Pallas, Triton) that skips the masked blocks.
+
+One program per (query block, row, head) loops over the key/value blocks of its query block's
+range (`block_ranges.kv_block_ranges`) and no others: a row of sequences l1..lk costs about the
+sum of li^2, not L^2. Within the boundary blocks the segment mask applies as in
+`bert_flax.model.attention.xla_attention`; padding queries (segment 0) output zeros, and padding
+keys are seen by no real query. The backward pass is two kernels: dq over the same ranges, dk
+and dv one program per key block over the query blocks that see it (`q_block_ranges`).
+Softmax statistics and accumulators are float32; q, k, v float32 or bfloat16.
+
+    out = packed_attention(q, k, v, segment_ids)  # q, k, v [rows, L, heads, head_dim]
+    out = packed_attention(q, k, v, segment_ids, interpret=True)  # any backend (tests)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+
+from bert_flax.kernels.block_ranges import kv_block_ranges, q_block_ranges
+
+Array = jax.Array
+
+# Finite, so that a block all masked for some query gives exp2(mask - max) = 1, not NaN; the
+# next block with a visible key rescales it away (its correction exp2(mask - max) is 0).
+_MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)
+
+
+@dataclasses.dataclass(frozen=True)
+class Blocks:
+    """Tile sizes: `q` x `k` for the forward pass, `q_bwd` x `k_bwd` for both backward kernels.
+    Each must divide the row length; Triton needs powers of two of at least 16."""
+
+    q: int = 128
+    k: int = 64
+    q_bwd: int = 64
+    k_bwd: int = 64
+
+
+def packed_attention(
+    q: Array,
+    k: Array,
+    v: Array,
+    segment_ids: Array,
+    *,
+    blocks: Blocks = Blocks(),
+    interpret: bool = False,
+) -> Array:
+    """Softmax attention of q, k, v [rows, L, heads, head_dim] within the sequences of
+    `segment_ids` [rows, L] (1..k, 0 for padding), scaled by head_dim ** -0.5; zero at padding."""
+    length = q.shape[1]
+    for size in dataclasses.astuple(blocks):
+        if length % size:
+            raise ValueError(f"Row length {length} is not a multiple of the kernel block {size}.")
+    return _attention(q, k, v, segment_ids, blocks, interpret)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def _attention(q, k, v, segment_ids, blocks: Blocks, interpret: bool) -> Array:
+    return _forward(q, k, v, segment_ids, blocks, interpret)[0]
+
+
+def _attention_fwd(q, k, v, segment_ids, blocks, interpret):
+    out, lse = _forward(q, k, v, segment_ids, blocks, interpret)
+    return out, (q, k, v, segment_ids, out, lse)
+
+
+def _attention_bwd(blocks, interpret, residuals, d_out):
+    q, k, v, segment_ids, out, lse = residuals
+    # delta_i = sum_j p_ij dp_ij = <o_i, do_i>, the softmax backward's row term.
+    delta = jnp.einsum("blhd,blhd->bhl", out.astype(jnp.float32), d_out.astype(jnp.float32))
+    dq = _backward_dq(q, k, v, segment_ids, d_out, lse, delta, blocks, interpret)
+    dk, dv = _backward_dkv(q, k, v, segment_ids, d_out, lse, delta, blocks, interpret)
+    return dq, dk, dv, None
+
+
+_attention.defvjp(_attention_fwd, _attention_bwd)
+
+
+# The kernels work in base 2: logits times log2(e), so exp2 and log2 (cheaper on GPUs) give the
+# natural softmax; `lse` is the base-2 log-sum-exp.
+
+
+def _scale(head_dim: int) -> float:
+    return head_dim**-0.5
+
+
+def _padded(head_dim: int) -> int:
+    return pl.next_power_of_2(head_dim)
+
+
+def _load(ref, head_dim: int) -> Array:
+    """A [block, padded head_dim] tile, zero beyond `head_dim` (Triton tiles are powers of 2)."""
+    return plgpu.load(ref, mask=(jnp.arange(ref.shape[-1]) < head_dim)[None, :], other=0.0)
+
+
+def _store(ref, value: Array, head_dim: int) -> None:
+    plgpu.store(ref, value.astype(ref.dtype), mask=(jnp.arange(ref.shape[-1]) < head_dim)[None])
+
+
+def _logits2(q: Array, k: Array, head_dim: int) -> Array:
+    """[block_q, block_k] float32 logits in base-2 units."""
+    return plgpu.dot(q, k, trans_b=True) * (_scale(head_dim) * math.log2(math.e))
+
+
+def _visible(q_segments: Array, k_segments: Array) -> Array:
+    """[block_q, block_k]: True where a real query and a key share a segment."""
+    same = q_segments[:, None] == k_segments[None, :]
+    return same & (q_segments != 0)[:, None]
+
+
+def _probs(q, k, q_segments, k_segments, lse, head_dim: int) -> Array:
+    """The softmax probabilities of a tile, recomputed from the forward pass's log-sum-exp;
+    exactly zero where masked (padding queries' `lse` is meaningless)."""
+    p = jnp.exp2(_logits2(q, k, head_dim) - lse[:, None])
+    return jnp.where(_visible(q_segments, k_segments), p, 0.0)
+
+
+def _forward_kernel(lo_ref, hi_ref, seg_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, *, block_k,
+                    head_dim):  # fmt: skip
+    block_q = q_ref.shape[0]
+    q = _load(q_ref, head_dim)
+    q_segments = seg_ref[pl.ds(pl.program_id(0) * block_q, block_q)]
+
+    def visit(j, carry):
+        o, m, total = carry
+        keys = pl.ds(j * block_k, block_k)
+        logits = _logits2(q, _load(k_ref.at[keys], head_dim), head_dim)
+        logits = jnp.where(_visible(q_segments, seg_ref[keys]), logits, _MASK_VALUE)
+        m_next = jnp.maximum(m, logits.max(-1))
+        correction = jnp.exp2(m - m_next)
+        p = jnp.exp2(logits - m_next[:, None])
+        v = _load(v_ref.at[keys], head_dim)
+        o = correction[:, None] * o + plgpu.dot(p.astype(v.dtype), v)
+        return o, m_next, correction * total + p.sum(-1)
+
+    init = (
+        jnp.zeros((block_q, q_ref.shape[-1]), jnp.float32),
+        jnp.full((block_q,), -jnp.inf, jnp.float32),
+        jnp.zeros((block_q,), jnp.float32),
+    )
+    o, m, total = jax.lax.fori_loop(lo_ref[...], hi_ref[...], visit, init)
+    real = q_segments != 0
+    total = jnp.where(real, total, 1.0)  # padding queries, possibly in an empty range: no 0 / 0
+    _store(o_ref, jnp.where(real[:, None], o / total[:, None], 0.0), head_dim)
+    lse_ref[...] = m + jnp.log2(total)
+
+
+def _dq_kernel(lo_ref, hi_ref, seg_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref,
+               *, block_k, head_dim):  # fmt: skip
+    block_q = q_ref.shape[0]
+    q, do = _load(q_ref, head_dim), _load(do_ref, head_dim)
+    q_segments = seg_ref[pl.ds(pl.program_id(0) * block_q, block_q)]
+    lse, delta = lse_ref[...], delta_ref[...]
+
+    def visit(j, dq):
+        keys = pl.ds(j * block_k, block_k)
+        k, v = _load(k_ref.at[keys], head_dim), _load(v_ref.at[keys], head_dim)
+        p = _probs(q, k, q_segments, seg_ref[keys], lse, head_dim)
+        ds = p * (plgpu.dot(do, v, trans_b=True) - delta[:, None])
+        return dq + plgpu.dot(ds.astype(k.dtype), k)
+
+    dq = jnp.zeros((block_q, q_ref.shape[-1]), jnp.float32)
+    dq = jax.lax.fori_loop(lo_ref[...], hi_ref[...], visit, dq)
+    _store(dq_ref, dq * _scale(head_dim), head_dim)
+
+
+def _dkv_kernel(lo_ref, hi_ref, seg_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dk_ref,
+                dv_ref, *, block_q, head_dim):  # fmt: skip
+    block_k = k_ref.shape[0]
+    k, v = _load(k_ref, head_dim), _load(v_ref, head_dim)
+    k_segments = seg_ref[pl.ds(pl.program_id(0) * block_k, block_k)]
+
+    def visit(i, carry):
+        dk, dv = carry
+        queries = pl.ds(i * block_q, block_q)
+        q, do = _load(q_ref.at[queries], head_dim), _load(do_ref.at[queries], head_dim)
+        p = _probs(q, k, seg_ref[queries], k_segments, lse_ref[queries], head_dim)
+        dv = dv + plgpu.dot(p.astype(do.dtype), do, trans_a=True)
+        ds = p * (plgpu.dot(do, v, trans_b=True) - delta_ref[queries][:, None])
+        return dk + plgpu.dot(ds.astype(q.dtype), q, trans_a=True), dv
+
+    zeros = jnp.zeros((block_k, k_ref.shape[-1]), jnp.float32)
+    dk, dv = jax.lax.fori_loop(lo_ref[...], hi_ref[...], visit, (zeros, zeros))
+    _store(dk_ref, dk * _scale(head_dim), head_dim)
+    _store(dv_ref, dv, head_dim)
+
+
+# BlockSpecs over the grid (block index along the length, row, head).
+
+
+def _tile_spec(block: int, head_dim: int) -> pl.BlockSpec:
+    """A [block, head_dim] tile of one row and head of a [rows, L, heads, head_dim] array."""
+    return pl.BlockSpec((None, block, None, _padded(head_dim)), lambda i, b, h: (b, i, h, 0))
+
+
+def _whole_spec(length: int, head_dim: int) -> pl.BlockSpec:
+    """The whole length of one row and head, for the kernels' inner loops to slice."""
+    return pl.BlockSpec((None, length, None, _padded(head_dim)), lambda i, b, h: (b, 0, h, 0))
+
+
+def _range_spec() -> pl.BlockSpec:
+    """One int32 of a [rows, blocks] range bound: this program's."""
+    return pl.BlockSpec((None, None), lambda i, b, h: (b, i))
+
+
+def _row_spec(length: int) -> pl.BlockSpec:
+    return pl.BlockSpec((None, length), lambda i, b, h: (b, 0))
+
+
+def _stats_spec(block: int | None, length: int) -> pl.BlockSpec:
+    """lse or delta [rows, heads, L]: this program's `block`, or the whole length (None)."""
+    if block is None:
+        return pl.BlockSpec((None, None, length), lambda i, b, h: (b, h, 0))
+    return pl.BlockSpec((None, None, block), lambda i, b, h: (b, h, i))
+
+
+def _call(kernel, name: str, grid, in_specs, out_specs, out_shape, head_dim, interpret):
+    return pl.pallas_call(
+        kernel,
+        grid=grid,
+        in_specs=in_specs,
+        out_specs=out_specs,
+        out_shape=out_shape,
+        compiler_params=plgpu.CompilerParams(num_warps=4 if head_dim <= 64 else 8, num_stages=2),
+        interpret=interpret,
+        name=name,
+    )
+
+
+def _forward(q, k, v, segment_ids, blocks: Blocks, interpret: bool) -> tuple[Array, Array]:
+    rows, length, heads, head_dim = q.shape
+    lo, hi = kv_block_ranges(segment_ids, blocks.q, blocks.k)
+    tile, whole = _tile_spec(blocks.q, head_dim), _whole_spec(length, head_dim)
+    lse = jax.ShapeDtypeStruct((rows, heads, length), jnp.float32)
+    return _call(
+        functools.partial(_forward_kernel, block_k=blocks.k, head_dim=head_dim),
+        "packed_attention_fwd",
+        (length // blocks.q, rows, heads),
+        [_range_spec(), _range_spec(), _row_spec(length), tile, whole, whole],
+        [tile, _stats_spec(blocks.q, length)],
+        [jax.ShapeDtypeStruct(q.shape, q.dtype), lse],
+        head_dim,
+        interpret,
+    )(lo, hi, segment_ids, q, k, v)
+
+
+def _backward_dq(q, k, v, segment_ids, d_out, lse, delta, blocks, interpret) -> Array:
+    rows, length, heads, head_dim = q.shape
+    lo, hi = kv_block_ranges(segment_ids, blocks.q_bwd, blocks.k_bwd)
+    tile, whole = _tile_spec(blocks.q_bwd, head_dim), _whole_spec(length, head_dim)
+    stats = _stats_spec(blocks.q_bwd, length)
+    return _call(
+        functools.partial(_dq_kernel, block_k=blocks.k_bwd, head_dim=head_dim),
+        "packed_attention_dq",
+        (length // blocks.q_bwd, rows, heads),
+        [_range_spec(), _range_spec(), _row_spec(length), tile, whole, whole, tile, stats, stats],
+        tile,
+        jax.ShapeDtypeStruct(q.shape, q.dtype),
+        head_dim,
+        interpret,
+    )(lo, hi, segment_ids, q, k, v, d_out, lse, delta)
+
+
+def _backward_dkv(q, k, v, segment_ids, d_out, lse, delta, blocks, interpret) -> tuple:
+    rows, length, heads, head_dim = q.shape
+    lo, hi = q_block_ranges(segment_ids, blocks.q_bwd, blocks.k_bwd)
+    tile, whole = _tile_spec(blocks.k_bwd, head_dim), _whole_spec(length, head_dim)
+    stats = _stats_spec(None, length)
+    return _call(
+        functools.partial(_dkv_kernel, block_q=blocks.q_bwd, head_dim=head_dim),
+        "packed_attention_dkv",
+        (length // blocks.k_bwd, rows, heads),
+        [_range_spec(), _range_spec(), _row_spec(length), whole, tile, tile, whole, stats, stats],
+        [tile, tile],
+        [jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
+        head_dim,
+        interpret,
+    )(lo, hi, segment_ids, q, k, v, d_out, lse, delta)
