@@ -63,8 +63,9 @@ class BertConfig:
         sequences never share), "pallas_gpu" (Pallas flash attention over segments on GPU) or
         "auto" (the platform the program is built for picks: splash on TPU, pallas_gpu on GPU,
         xla on CPU and for rows that are not a multiple of 128; like the kernels, without
-        attention dropout, so the model is the same whatever it resolves to). A Pallas kernel on the other
-        accelerator is an error (it could only run in interpret mode); on CPU it is interpreted.
+        attention dropout, so the model is the same whatever it resolves to). A Pallas kernel on
+        the other accelerator is an error (it could only run in interpret mode); on CPU it is
+        interpreted.
       attention_interpret: run the Pallas kernels ("splash", "packed_tpu", "pallas_gpu", "auto"'s)
         in Pallas interpret mode on any platform: orders of magnitude slower, for debugging a
         kernel.

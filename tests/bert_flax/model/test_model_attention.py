@@ -263,7 +263,7 @@ def test_attention_dropout_head_groups_must_divide_the_heads():
 
 
 def test_fused_backends_reject_attention_dropout():
-    for impl in ("cudnn", "splash", "pallas_gpu", "auto"):
+    for impl in ("cudnn", "splash", "packed_tpu", "pallas_gpu", "auto"):
         with pytest.raises(ValueError, match="attention_dropout_rate"):
             BertConfig.preset("tiny", attention_impl=impl)
         BertConfig.preset("tiny", attention_impl=impl, attention_dropout_rate=0.0)

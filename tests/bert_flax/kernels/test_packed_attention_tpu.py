@@ -1,0 +1,109 @@
+"""The TPU packed attention kernel, in Pallas interpret mode, against `xla_attention`: outputs
+and gradients over random packings, an empty row, one sequence filling the row and many tiny
+sequences; the blocks it skips are never read."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bert_flax.kernels.packed_attention_tpu import packed_attention
+from bert_flax.model import attention
+from tests.bert_flax.kernels.test_block_ranges import packed_row, random_lengths
+
+H, D = 2, 64
+
+
+def segments(length: int) -> np.ndarray:
+    """Rows: two random packings, an empty row, one sequence filling the row, many tiny
+    sequences (lengths 1 to 4), one sequence and a row of padding after it."""
+    rng = np.random.default_rng(1)
+    tiny = []
+    while sum(tiny) < length - 4:
+        tiny.append(int(rng.integers(1, 5)))
+    lengths = [random_lengths(rng, length, length // 2) for _ in range(2)]
+    lengths += [[], [length], tiny, [100]]
+    return np.stack([packed_row(n, length) for n in lengths])
+
+
+def inputs(length: int, dtype=jnp.float32):
+    segment_ids = segments(length)
+    rng = np.random.default_rng(2)
+    shape = (len(segment_ids), length, H, D)
+    q, k, v = (jnp.asarray(rng.standard_normal(shape), dtype) for _ in range(3))
+    return q, k, v, jnp.asarray(segment_ids)
+
+
+def outputs_and_grads(fn, q, k, v, segment_ids):
+    """fn's output and the gradients of a scalar of it with respect to q, k, v."""
+
+    def loss(q, k, v):
+        return jnp.sum(jnp.sin(fn(q, k, v, segment_ids).astype(jnp.float32)))
+
+    out = jax.jit(fn)(q, k, v, segment_ids)
+    return out, jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(q, k, v)
+
+
+def kernel(block_q=128, block_k=128):
+    return lambda *a: packed_attention(*a, block_q=block_q, block_k=block_k, interpret=True)
+
+
+def assert_matches_xla(q, k, v, segment_ids, fn, atol):
+    out, grads = outputs_and_grads(fn, q, k, v, segment_ids)
+    ref, ref_grads = outputs_and_grads(attention.xla_attention, q, k, v, segment_ids)
+    assert out.dtype == ref.dtype
+    f32 = lambda x: np.asarray(x, np.float32)
+    np.testing.assert_allclose(f32(out), f32(ref), atol=atol, err_msg="out")
+    for name, grad, ref_grad in zip("qkv", grads, ref_grads):
+        np.testing.assert_allclose(f32(grad), f32(ref_grad), atol=atol, err_msg=f"d{name}")
+
+
+def test_matches_xla_forward_and_backward():
+    assert_matches_xla(*inputs(256), kernel(), atol=2e-5)
+
+
+@pytest.mark.parametrize(("block_q", "block_k"), [(256, 128), (128, 256)])
+def test_matches_xla_with_unequal_blocks(block_q, block_k):
+    assert_matches_xla(*inputs(512), kernel(block_q, block_k), atol=2e-5)
+
+
+def test_bfloat16_matches_xla_within_its_rounding():
+    assert_matches_xla(*inputs(256, jnp.bfloat16), kernel(), atol=3e-2)
+
+
+def test_blocks_outside_the_ranges_are_never_read():
+    """NaN in q, k, v wherever a whole block is padding: no range holds such a block, so the
+    kernel's outputs and gradients stay those of zeros there (a kernel reading every block, as
+    a dense one, turns them NaN: 0 * NaN)."""
+    q, k, v, segment_ids = inputs(512)
+    padding_blocks = np.asarray(segment_ids).reshape(len(segment_ids), -1, 128).max(-1) == 0
+    unread = jnp.asarray(np.repeat(padding_blocks, 128, axis=1))[:, :, None, None]
+    assert unread.any() and not unread.all()
+    poisoned = [jnp.where(unread, jnp.nan, x) for x in (q, k, v)]
+    zeroed = [jnp.where(unread, 0.0, x) for x in (q, k, v)]
+    out, grads = outputs_and_grads(kernel(), *poisoned, segment_ids)
+    ref, ref_grads = outputs_and_grads(attention.xla_attention, *zeroed, segment_ids)
+    np.testing.assert_allclose(out, ref, atol=2e-5)
+    for name, grad, ref_grad in zip("qkv", grads, ref_grads):
+        np.testing.assert_allclose(grad, ref_grad, atol=2e-5, err_msg=f"d{name}")
+
+
+@pytest.mark.parametrize(
+    ("length", "block_q", "block_k", "message"),
+    [
+        (256, 96, 128, "block_q=96 does not divide the row length 256"),
+        (384, 128, 256, "block_k=256 does not divide the row length 384"),
+        (512, 64, 128, "multiples of 128 .* got block_q=64"),
+    ],
+)
+def test_block_sizes_it_cannot_take_name_the_fix(length, block_q, block_k, message):
+    x = jnp.zeros((1, length, H, D))
+    with pytest.raises(ValueError, match=message):
+        packed_attention(x, x, x, jnp.ones((1, length), jnp.int32), block_q=block_q,
+                         block_k=block_k, interpret=True)  # fmt: skip
+
+
+def test_the_backend_runs_it_in_interpret_mode_on_cpu():
+    q, k, v, segment_ids = inputs(256)
+    out = attention.attention(q, k, v, segment_ids, impl="packed_tpu")
+    np.testing.assert_allclose(out, attention.xla_attention(q, k, v, segment_ids), atol=2e-5)
