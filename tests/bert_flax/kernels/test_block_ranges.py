@@ -56,9 +56,7 @@ def test_ranges_cover_exactly_the_visited_blocks(block_q, block_k):
     # The transpose: the query blocks each kv block is seen from.
     first, stop = block_ranges.q_ranges(segment_ids, block_q, block_k)
     assert first.shape == (len(segment_ids), L // block_k)
-    np.testing.assert_array_equal(
-        as_blocks(first, stop, L // block_q), expected.transpose(0, 2, 1)
-    )
+    np.testing.assert_array_equal(as_blocks(first, stop, L // block_q), expected.transpose(0, 2, 1))
     fraction = block_ranges.visited_fraction(segment_ids, block_q, block_k)
     assert float(fraction) == pytest.approx(expected.mean())
 
