@@ -7,8 +7,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from bert_flax.aot import program
 from bert_flax.kernels.packed_attention_tpu import packed_attention
 from bert_flax.model import attention
+from configs import bert_base
+from tests.bert_flax.aot.test_aot import V5E_4, devices_of, pallas_kernels
 from tests.bert_flax.kernels.test_block_ranges import packed_row, random_lengths
 
 H, D = 2, 64
@@ -107,3 +110,22 @@ def test_the_backend_runs_it_in_interpret_mode_on_cpu():
     q, k, v, segment_ids = inputs(256)
     out = attention.attention(q, k, v, segment_ids, impl="packed_tpu")
     np.testing.assert_allclose(out, attention.xla_attention(q, k, v, segment_ids), atol=2e-5)
+
+
+@pytest.mark.slow(seconds=30)
+def test_the_train_step_compiles_its_mosaic_kernels_for_v5e():
+    """configs/bert_base.py at 512 with attention_impl="packed_tpu" (one layer of width 256, to
+    compile fast) on compile-only v5e devices: the forward kernel in both steps, dQ and dK/dV in
+    the train step, each a Mosaic custom call (interpret mode would leave none)."""
+    config = bert_base.get_config("phase2")
+    config.model.update(num_layers=1, hidden_size=256, num_heads=4, intermediate_size=1024)
+    config.model.update(attention_impl="packed_tpu", attention_dropout_rate=0.0)
+    config.data.synthetic = True
+    config.train.packing_hparams, config.train.accumulation = "none", 1
+    devices = list(devices_of(V5E_4))
+    config.train.batch_size = config.eval.batch_size = len(devices)
+    config.mesh.shape = (len(devices), 1, 1)
+    steps = program.compile_steps(config, devices)
+    forward, backward = {"packed_attention_fwd"}, {"packed_attention_dq", "packed_attention_dkv"}
+    assert pallas_kernels(steps.train, "tpu_custom_call", forward | backward) == forward | backward
+    assert pallas_kernels(steps.eval, "tpu_custom_call", forward | backward) == forward
