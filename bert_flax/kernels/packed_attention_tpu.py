@@ -1,11 +1,12 @@
 """Flash attention for packed rows on TPU (Pallas, Mosaic) that visits only the blocks where
 queries and keys of one sequence meet.
 
-Each query block reads the range of key/value blocks its sequences span (`kv_ranges`, computed
-once a row and prefetched into SMEM as scalars); the grid still walks every kv block, but a step
-past the range re-reads the range's last block (the same block index, so no copy is issued) and
-computes nothing. The backward pass does the same twice: dQ over each query block's kv range,
-dK and dV over each kv block's query range (`q_ranges`). Within a visited block the segment mask
+A grid step takes one query block and loops over the key/value blocks its sequences span
+(`kv_ranges`, computed once a row and prefetched into SMEM as scalars): a skipped block costs
+nothing, not even a grid step. The row's keys and values stay in VMEM for all of a (row, head)'s
+query blocks, so each is read from HBM once. The backward pass does the same twice: dQ over each
+query block's kv range, dK and dV over each kv block's query range (`q_ranges`), with the row's
+queries, output gradients and softmax statistics in VMEM. Within a visited block the segment mask
 applies: query i sees key j iff both hold the same non-zero segment id; padding (id 0) sees
 nothing and its outputs (and the gradients through them) are zero, as `xla_attention`'s.
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -36,6 +38,9 @@ SUBLANES = 8
 _MASK_VALUE = -1e10
 _NT = (((1,), (1,)), ((), ()))  # a @ b.T
 _NN = (((1,), (0,)), ((), ()))  # a @ b
+# The most scoped VMEM a kernel asks for: within every TPU this project targets (v5e, v5p, v6e
+# hold 95 MiB or more a core).
+_VMEM_LIMIT = 64 * 2**20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,10 +80,31 @@ def packed_attention(
     be multiples of 128.
     """
     check_tpu_blocks(q.shape[1], block_q, block_k)
+    _check_vmem(q.shape[1], q.shape[3], q.dtype)
     heads_major = lambda x: x.transpose(0, 2, 1, 3)  # the kernels' [batch, heads, length, dim]
     blocks = Blocks(block_q, block_k, interpret)
     out = _attention(heads_major(q), heads_major(k), heads_major(v), segment_ids, blocks)
     return heads_major(out)
+
+
+def _vmem_bytes(length: int, head_dim: int, dtype) -> int:
+    """The VMEM a kernel needs, double-buffered: two operands of a whole row ([length, head_dim],
+    as K and V), three per-token values of the row (ids, logsumexp, D: [8, length], 4 bytes), and
+    8 MiB for a block's own operands, scratch and temporaries."""
+    whole_rows = 2 * length * head_dim * jnp.dtype(dtype).itemsize
+    per_token = 3 * SUBLANES * length * 4
+    return 2 * (whole_rows + per_token) + 8 * 2**20
+
+
+def _check_vmem(length: int, head_dim: int, dtype) -> None:
+    need = _vmem_bytes(length, head_dim, dtype)
+    if need > _VMEM_LIMIT:
+        raise ValueError(
+            f"The TPU packed attention kernel keeps a row's keys and values in VMEM: rows of "
+            f"{length} tokens with head_dim={head_dim} in {jnp.dtype(dtype).name} need "
+            f"{need / 2**20:.0f} MiB, more than {_VMEM_LIMIT // 2**20} MiB; use shorter rows, "
+            "bfloat16 activations (model.dtype), or attention_impl='splash'."
+        )
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
@@ -103,15 +129,22 @@ def _attention_bwd(blocks, residuals, d_out):
 _attention.defvjp(_attention_fwd, _attention_bwd)
 
 
-# Per-token values reach a kernel in two layouts, so that neither needs a transpose: along
-# sublanes (one token a row, repeated over 128 lanes) for the block whose tokens are the rows of
-# the logits, along lanes (one token a column, repeated over 8 sublanes) for the other.
+# Layouts. The block a grid step owns holds one token a row; per-token values for it (segment
+# ids, logsumexp, D) come repeated over 128 lanes. The blocks a step loops over come whole for the
+# row, with the block index leading (so the loop indexes it dynamically without slicing a tiled
+# dimension), per-token values one token a column, repeated over 8 sublanes.
 def _along_sublanes(x: Array) -> Array:  # [..., length] -> [..., length, 128]
     return jnp.broadcast_to(x[..., None], (*x.shape, LANES))
 
 
-def _along_lanes(x: Array) -> Array:  # [..., length] -> [..., 8, length]
-    return jnp.broadcast_to(x[..., None, :], (*x.shape[:-1], SUBLANES, x.shape[-1]))
+def _blocks_along_lanes(x: Array, block: int) -> Array:  # [..., L] -> [..., L/block, 8, block]
+    x = x.reshape(*x.shape[:-1], -1, 1, block)
+    return jnp.broadcast_to(x, (*x.shape[:-2], SUBLANES, block))
+
+
+def _blocks(x: Array, block: int) -> Array:  # [b, h, L, d] -> [b, h, L/block, block, d]
+    batch, heads, length, dim = x.shape
+    return x.reshape(batch, heads, length // block, block, dim)
 
 
 def _widen(x: Array, width: int) -> Array:
@@ -126,18 +159,12 @@ def _visible(row_ids: Array, col_ids: Array) -> Array:
     return (row_ids == col_ids) & (row_ids != 0)
 
 
-def _step_block(first_ref, stop_ref, row, step):
-    """The block that grid step `step` of range `row` reads: the range's blocks in order, then
-    its last one again (a step past the range computes nothing and fetches nothing new)."""
-    return jnp.minimum(first_ref[row] + step, jnp.maximum(stop_ref[row] - 1, 0))
-
-
-def _in_range(first_ref, stop_ref, row, step):
-    return first_ref[row] + step < stop_ref[row]
-
-
 def _call(kernel, name, grid, in_specs, out_specs, out_shape, scratch, blocks, *args):
-    """`kernel` over `grid` with two prefetched scalar arrays (the ranges) before `args`."""
+    """`kernel` over `grid` (batch, heads, blocks), with the ranges' two arrays prefetched
+    before `args`; the block loop runs in order within a (row, head), so the row's whole
+    operands are fetched once for all its blocks."""
+    q = args[2]  # after the ranges; [batch, heads, ..., head_dim] in every kernel
+    vmem = _vmem_bytes(math.prod(q.shape[2:-1]), q.shape[-1], q.dtype)
     return pl.pallas_call(
         kernel,
         grid_spec=pltpu.PrefetchScalarGridSpec(
@@ -149,31 +176,38 @@ def _call(kernel, name, grid, in_specs, out_specs, out_shape, scratch, blocks, *
         ),
         out_shape=out_shape,
         compiler_params=pltpu.CompilerParams(
-            dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")
+            dimension_semantics=("parallel", "parallel", "arbitrary"),
+            vmem_limit_bytes=max(vmem, 32 * 2**20),
         ),
         name=name,
         interpret=blocks.interpret,
     )(*args)
 
 
+def _for_each_block(first_ref, stop_ref, body) -> None:
+    """`body(block)` for the blocks of the range of grid step (row, ·, block)."""
+    step = pl.program_id(0) * pl.num_programs(2) + pl.program_id(2)
+
+    def loop_body(block, carry):
+        body(block)
+        return carry
+
+    lax.fori_loop(first_ref[step], stop_ref[step], loop_body, 0)
+
+
 def _forward_kernel(
     first_ref, stop_ref, q_ref, k_ref, v_ref, q_ids_ref, k_ids_ref,
-    o_ref, lse_ref, m_ref, l_ref, acc_ref, *, scale: float, num_q_blocks: int,
+    o_ref, lse_ref, m_ref, l_ref, acc_ref, *, scale: float,
 ):  # fmt: skip
-    b, i, j = pl.program_id(0), pl.program_id(2), pl.program_id(3)
-    row = b * num_q_blocks + i
+    m_ref[...] = jnp.full_like(m_ref, _MASK_VALUE)
+    l_ref[...] = jnp.zeros_like(l_ref)
+    acc_ref[...] = jnp.zeros_like(acc_ref)
+    q, q_ids = q_ref[...], q_ids_ref[...]
 
-    @pl.when(j == 0)
-    def _init():
-        m_ref[...] = jnp.full_like(m_ref, _MASK_VALUE)
-        l_ref[...] = jnp.zeros_like(l_ref)
-        acc_ref[...] = jnp.zeros_like(acc_ref)
-
-    @pl.when(_in_range(first_ref, stop_ref, row, j))
-    def _accumulate():
-        q, k, v = q_ref[...], k_ref[...], v_ref[...]
+    def accumulate(c):
+        k, v = k_ref[c], v_ref[c]
         s = lax.dot_general(q, k, _NT, preferred_element_type=jnp.float32) * scale
-        visible = _visible(q_ids_ref[...], k_ids_ref[:1, :])
+        visible = _visible(q_ids, k_ids_ref[c, :1, :])
         s = jnp.where(visible, s, _MASK_VALUE)
         m_prev = m_ref[...]
         m_next = jnp.maximum(m_prev, s.max(axis=1, keepdims=True))
@@ -186,47 +220,33 @@ def _forward_kernel(
         pv = lax.dot_general(p.astype(v.dtype), v, _NN, preferred_element_type=jnp.float32)
         acc_ref[...] = acc_ref[...] * _widen(alpha, acc_ref.shape[1]) + pv
 
-    @pl.when(j == pl.num_programs(3) - 1)
-    def _finish():
-        total = l_ref[...]
-        seen = total > 0  # False for padding queries: output 0
-        l_safe = jnp.where(seen, total, 1.0)
-        o_ref[...] = (acc_ref[...] / _widen(l_safe, acc_ref.shape[1])).astype(o_ref.dtype)
-        lse_ref[...] = jnp.where(seen, m_ref[...] + jnp.log(l_safe), 0.0)
+    _for_each_block(first_ref, stop_ref, accumulate)
+    total = l_ref[...]
+    seen = total > 0  # False for padding queries: output 0
+    total = jnp.where(seen, total, 1.0)
+    o_ref[...] = (acc_ref[...] / _widen(total, acc_ref.shape[1])).astype(o_ref.dtype)
+    lse_ref[...] = jnp.where(seen, m_ref[...] + jnp.log(total), 0.0)
 
 
 def _forward(q, k, v, segment_ids, blocks: Blocks) -> tuple[Array, Array]:
     """The output [batch, heads, length, head_dim] and the logsumexp [batch, heads, length]."""
     batch, heads, length, head_dim = q.shape
     bq, bk = blocks.q, blocks.k
-    num_q_blocks = length // bq
     first, stop = (r.reshape(-1) for r in kv_ranges(segment_ids, bq, bk))
-
-    def q_map(b, h, i, j, first_ref, stop_ref):
-        return b, h, i, 0
-
-    def kv_map(b, h, i, j, first_ref, stop_ref):
-        return b, h, _step_block(first_ref, stop_ref, b * num_q_blocks + i, j), 0
-
-    def k_ids_map(b, h, i, j, first_ref, stop_ref):
-        return b, 0, kv_map(b, h, i, j, first_ref, stop_ref)[2]
-
-    kernel = functools.partial(_forward_kernel, scale=head_dim**-0.5, num_q_blocks=num_q_blocks)
+    q_block = pl.BlockSpec((None, None, bq, head_dim), lambda b, h, i, *_: (b, h, i, 0))
+    row = pl.BlockSpec(
+        (None, None, length // bk, bk, head_dim), lambda b, h, i, *_: (b, h, 0, 0, 0)
+    )
     out, lse = _call(
-        kernel,
+        functools.partial(_forward_kernel, scale=head_dim**-0.5),
         "packed_attention_fwd",
-        (batch, heads, num_q_blocks, length // bk),
+        (batch, heads, length // bq),
         [
-            pl.BlockSpec((None, None, bq, head_dim), q_map),
-            pl.BlockSpec((None, None, bk, head_dim), kv_map),
-            pl.BlockSpec((None, None, bk, head_dim), kv_map),
-            pl.BlockSpec((None, bq, LANES), lambda b, h, i, j, *_: (b, i, 0)),
-            pl.BlockSpec((None, SUBLANES, bk), k_ids_map),
+            q_block, row, row,
+            pl.BlockSpec((None, bq, LANES), lambda b, h, i, *_: (b, i, 0)),
+            pl.BlockSpec((None, length // bk, SUBLANES, bk), lambda b, h, i, *_: (b, 0, 0, 0)),
         ],
-        [
-            pl.BlockSpec((None, None, bq, head_dim), q_map),
-            pl.BlockSpec((None, None, bq, LANES), q_map),
-        ],
+        [q_block, pl.BlockSpec((None, None, bq, LANES), lambda b, h, i, *_: (b, h, i, 0))],
         [
             jax.ShapeDtypeStruct(q.shape, v.dtype),
             jax.ShapeDtypeStruct((batch, heads, length, LANES), jnp.float32),
@@ -237,27 +257,24 @@ def _forward(q, k, v, segment_ids, blocks: Blocks) -> tuple[Array, Array]:
             pltpu.VMEM((bq, head_dim), jnp.float32),
         ],
         blocks,
-        first, stop, q, k, v, _along_sublanes(segment_ids), _along_lanes(segment_ids),
+        first, stop, q, _blocks(k, bk), _blocks(v, bk), _along_sublanes(segment_ids),
+        _blocks_along_lanes(segment_ids, bk),
     )  # fmt: skip
     return out, lse[..., 0]
 
 
 def _dq_kernel(
     first_ref, stop_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, di_ref, q_ids_ref, k_ids_ref,
-    dq_ref, acc_ref, *, scale: float, num_q_blocks: int,
+    dq_ref, acc_ref, *, scale: float,
 ):  # fmt: skip
-    b, i, j = pl.program_id(0), pl.program_id(2), pl.program_id(3)
+    acc_ref[...] = jnp.zeros_like(acc_ref)
+    q, do, q_ids = q_ref[...], do_ref[...], q_ids_ref[...]
 
-    @pl.when(j == 0)
-    def _init():
-        acc_ref[...] = jnp.zeros_like(acc_ref)
-
-    @pl.when(_in_range(first_ref, stop_ref, b * num_q_blocks + i, j))
-    def _accumulate():
-        q, k, v, do = q_ref[...], k_ref[...], v_ref[...], do_ref[...]
+    def accumulate(c):
+        k, v = k_ref[c], v_ref[c]
         width = k.shape[0]
         s = lax.dot_general(q, k, _NT, preferred_element_type=jnp.float32) * scale
-        visible = _visible(q_ids_ref[...], k_ids_ref[:1, :])
+        visible = _visible(q_ids, k_ids_ref[c, :1, :])
         p = jnp.where(visible, jnp.exp(s - _widen(lse_ref[...], width)), 0.0)
         dp = lax.dot_general(do, v, _NT, preferred_element_type=jnp.float32)
         ds = p * (dp - _widen(di_ref[...], width))
@@ -265,116 +282,90 @@ def _dq_kernel(
             ds.astype(k.dtype), k, _NN, preferred_element_type=jnp.float32
         )
 
-    @pl.when(j == pl.num_programs(3) - 1)
-    def _finish():
-        dq_ref[...] = (acc_ref[...] * scale).astype(dq_ref.dtype)
+    _for_each_block(first_ref, stop_ref, accumulate)
+    dq_ref[...] = (acc_ref[...] * scale).astype(dq_ref.dtype)
 
 
 def _backward_dq(q, k, v, segment_ids, d_out, lse, di, blocks: Blocks) -> Array:
     batch, heads, length, head_dim = q.shape
     bq, bk = blocks.q, blocks.k
-    num_q_blocks = length // bq
     first, stop = (r.reshape(-1) for r in kv_ranges(segment_ids, bq, bk))
-
-    def q_map(b, h, i, j, first_ref, stop_ref):
-        return b, h, i, 0
-
-    def kv_map(b, h, i, j, first_ref, stop_ref):
-        return b, h, _step_block(first_ref, stop_ref, b * num_q_blocks + i, j), 0
-
-    def k_ids_map(b, h, i, j, first_ref, stop_ref):
-        return b, 0, kv_map(b, h, i, j, first_ref, stop_ref)[2]
-
-    q_block = pl.BlockSpec((None, None, bq, head_dim), q_map)
-    kv_block = pl.BlockSpec((None, None, bk, head_dim), kv_map)
-    per_query = pl.BlockSpec((None, None, bq, LANES), q_map)
-    kernel = functools.partial(_dq_kernel, scale=head_dim**-0.5, num_q_blocks=num_q_blocks)
+    q_block = pl.BlockSpec((None, None, bq, head_dim), lambda b, h, i, *_: (b, h, i, 0))
+    per_query = pl.BlockSpec((None, None, bq, LANES), lambda b, h, i, *_: (b, h, i, 0))
+    row = pl.BlockSpec(
+        (None, None, length // bk, bk, head_dim), lambda b, h, i, *_: (b, h, 0, 0, 0)
+    )
     return _call(
-        kernel,
+        functools.partial(_dq_kernel, scale=head_dim**-0.5),
         "packed_attention_dq",
-        (batch, heads, num_q_blocks, length // bk),
+        (batch, heads, length // bq),
         [
-            q_block, kv_block, kv_block, q_block, per_query, per_query,
-            pl.BlockSpec((None, bq, LANES), lambda b, h, i, j, *_: (b, i, 0)),
-            pl.BlockSpec((None, SUBLANES, bk), k_ids_map),
+            q_block, row, row, q_block, per_query, per_query,
+            pl.BlockSpec((None, bq, LANES), lambda b, h, i, *_: (b, i, 0)),
+            pl.BlockSpec((None, length // bk, SUBLANES, bk), lambda b, h, i, *_: (b, 0, 0, 0)),
         ],
         q_block,
         jax.ShapeDtypeStruct(q.shape, q.dtype),
         [pltpu.VMEM((bq, head_dim), jnp.float32)],
         blocks,
-        first, stop, q, k, v, d_out, _along_sublanes(lse), _along_sublanes(di),
-        _along_sublanes(segment_ids), _along_lanes(segment_ids),
+        first, stop, q, _blocks(k, bk), _blocks(v, bk), d_out, _along_sublanes(lse),
+        _along_sublanes(di), _along_sublanes(segment_ids), _blocks_along_lanes(segment_ids, bk),
     )  # fmt: skip
 
 
 def _dkv_kernel(
     first_ref, stop_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, di_ref, k_ids_ref, q_ids_ref,
-    dk_ref, dv_ref, dk_acc_ref, dv_acc_ref, *, scale: float, num_kv_blocks: int,
+    dk_ref, dv_ref, dk_acc_ref, dv_acc_ref, *, scale: float,
 ):  # fmt: skip
     # The logits transposed, [keys, queries], so that dK and dV are plain products.
-    b, c, i = pl.program_id(0), pl.program_id(2), pl.program_id(3)
+    dk_acc_ref[...] = jnp.zeros_like(dk_acc_ref)
+    dv_acc_ref[...] = jnp.zeros_like(dv_acc_ref)
+    k, v, k_ids = k_ref[...], v_ref[...], k_ids_ref[...]
 
-    @pl.when(i == 0)
-    def _init():
-        dk_acc_ref[...] = jnp.zeros_like(dk_acc_ref)
-        dv_acc_ref[...] = jnp.zeros_like(dv_acc_ref)
-
-    @pl.when(_in_range(first_ref, stop_ref, b * num_kv_blocks + c, i))
-    def _accumulate():
-        q, k, v, do = q_ref[...], k_ref[...], v_ref[...], do_ref[...]
+    def accumulate(c):
+        q, do = q_ref[c], do_ref[c]
         s_t = lax.dot_general(k, q, _NT, preferred_element_type=jnp.float32) * scale
-        visible = _visible(k_ids_ref[...], q_ids_ref[:1, :])
-        p_t = jnp.where(visible, jnp.exp(s_t - lse_ref[:1, :]), 0.0)
+        visible = _visible(k_ids, q_ids_ref[c, :1, :])
+        p_t = jnp.where(visible, jnp.exp(s_t - lse_ref[c, :1, :]), 0.0)
         dv_acc_ref[...] += lax.dot_general(
             p_t.astype(do.dtype), do, _NN, preferred_element_type=jnp.float32
         )
         dp_t = lax.dot_general(v, do, _NT, preferred_element_type=jnp.float32)
-        ds_t = p_t * (dp_t - di_ref[:1, :])
+        ds_t = p_t * (dp_t - di_ref[c, :1, :])
         dk_acc_ref[...] += lax.dot_general(
             ds_t.astype(q.dtype), q, _NN, preferred_element_type=jnp.float32
         )
 
-    @pl.when(i == pl.num_programs(3) - 1)
-    def _finish():
-        dk_ref[...] = (dk_acc_ref[...] * scale).astype(dk_ref.dtype)
-        dv_ref[...] = dv_acc_ref[...].astype(dv_ref.dtype)
+    _for_each_block(first_ref, stop_ref, accumulate)
+    dk_ref[...] = (dk_acc_ref[...] * scale).astype(dk_ref.dtype)
+    dv_ref[...] = dv_acc_ref[...].astype(dv_ref.dtype)
 
 
 def _backward_dkv(q, k, v, segment_ids, d_out, lse, di, blocks: Blocks) -> tuple[Array, Array]:
     batch, heads, length, head_dim = q.shape
     bq, bk = blocks.q, blocks.k
-    num_kv_blocks = length // bk
     first, stop = (r.reshape(-1) for r in q_ranges(segment_ids, bq, bk))
-
-    def kv_map(b, h, c, i, first_ref, stop_ref):
-        return b, h, c, 0
-
-    def q_map(b, h, c, i, first_ref, stop_ref):
-        return b, h, _step_block(first_ref, stop_ref, b * num_kv_blocks + c, i), 0
-
-    def per_query_map(b, h, c, i, first_ref, stop_ref):
-        return b, h, 0, q_map(b, h, c, i, first_ref, stop_ref)[2]
-
-    def q_ids_map(b, h, c, i, first_ref, stop_ref):
-        return b, 0, q_map(b, h, c, i, first_ref, stop_ref)[2]
-
-    q_block = pl.BlockSpec((None, None, bq, head_dim), q_map)
-    kv_block = pl.BlockSpec((None, None, bk, head_dim), kv_map)
-    per_query = pl.BlockSpec((None, None, SUBLANES, bq), per_query_map)
-    kernel = functools.partial(_dkv_kernel, scale=head_dim**-0.5, num_kv_blocks=num_kv_blocks)
+    kv_block = pl.BlockSpec((None, None, bk, head_dim), lambda b, h, c, *_: (b, h, c, 0))
+    row = pl.BlockSpec(
+        (None, None, length // bq, bq, head_dim), lambda b, h, c, *_: (b, h, 0, 0, 0)
+    )
+    per_query = pl.BlockSpec(
+        (None, None, length // bq, SUBLANES, bq), lambda b, h, c, *_: (b, h, 0, 0, 0)
+    )
     return _call(
-        kernel,
+        functools.partial(_dkv_kernel, scale=head_dim**-0.5),
         "packed_attention_dkv",
-        (batch, heads, num_kv_blocks, length // bq),
+        (batch, heads, length // bk),
         [
-            q_block, kv_block, kv_block, q_block, per_query, per_query,
-            pl.BlockSpec((None, bk, LANES), lambda b, h, c, i, *_: (b, c, 0)),
-            pl.BlockSpec((None, SUBLANES, bq), q_ids_map),
+            row, kv_block, kv_block, row, per_query, per_query,
+            pl.BlockSpec((None, bk, LANES), lambda b, h, c, *_: (b, c, 0)),
+            pl.BlockSpec((None, length // bq, SUBLANES, bq), lambda b, h, c, *_: (b, 0, 0, 0)),
         ],
         [kv_block, kv_block],
         [jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
         [pltpu.VMEM((bk, head_dim), jnp.float32), pltpu.VMEM((bk, head_dim), jnp.float32)],
         blocks,
-        first, stop, q, k, v, d_out, _along_lanes(lse), _along_lanes(di),
-        _along_sublanes(segment_ids), _along_lanes(segment_ids),
+        first, stop, _blocks(q, bq), k, v, _blocks(d_out, bq), _blocks_along_lanes(lse, bq),
+        _blocks_along_lanes(di, bq), _along_sublanes(segment_ids),
+        _blocks_along_lanes(segment_ids, bq),
     )  # fmt: skip
