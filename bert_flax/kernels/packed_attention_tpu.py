@@ -121,6 +121,7 @@ def _attention_bwd(blocks, residuals, d_out):
     q, k, v, segment_ids, out, lse = residuals
     # D_i = sum_j P_ij dP_ij = dO_i . O_i: one product per query, before the kernels.
     di = jnp.sum(out.astype(jnp.float32) * d_out.astype(jnp.float32), axis=-1)
+    lse, di = (_blocks_along_lanes(x, blocks.q) for x in (lse, di))
     dq = _backward_dq(q, k, v, segment_ids, d_out, lse, di, blocks)
     dk, dv = _backward_dkv(q, k, v, segment_ids, d_out, lse, di, blocks)
     return dq, dk, dv, None
@@ -129,10 +130,12 @@ def _attention_bwd(blocks, residuals, d_out):
 _attention.defvjp(_attention_fwd, _attention_bwd)
 
 
-# Layouts. The block a grid step owns holds one token a row; per-token values for it (segment
-# ids, logsumexp, D) come repeated over 128 lanes. The blocks a step loops over come whole for the
-# row, with the block index leading (so the loop indexes it dynamically without slicing a tiled
-# dimension), per-token values one token a column, repeated over 8 sublanes.
+# Layouts. The block a grid step owns holds one token a row; its segment ids come repeated over
+# 128 lanes. The blocks a step loops over come whole for the row, with the block index leading
+# (so the loop indexes it dynamically without slicing a tiled dimension). Other per-token values
+# (segment ids of those blocks, logsumexp, D) lie one token a column, in blocks repeated over 8
+# sublanes: 16 times fewer bytes than 128 lanes, and a kernel that needs them as rows transposes
+# a block.
 def _along_sublanes(x: Array) -> Array:  # [..., length] -> [..., length, 128]
     return jnp.broadcast_to(x[..., None], (*x.shape, LANES))
 
@@ -145,6 +148,11 @@ def _blocks_along_lanes(x: Array, block: int) -> Array:  # [..., L] -> [..., L/b
 def _blocks(x: Array, block: int) -> Array:  # [b, h, L, d] -> [b, h, L/block, block, d]
     batch, heads, length, dim = x.shape
     return x.reshape(batch, heads, length // block, block, dim)
+
+
+def _per_query_block(bq: int) -> pl.BlockSpec:
+    """Query block i's [8, bq] of values laid out by `_blocks_along_lanes` [b, h, L/bq, 8, bq]."""
+    return pl.BlockSpec((None, None, None, SUBLANES, bq), lambda b, h, i, *_: (b, h, i, 0, 0))
 
 
 def _widen(x: Array, width: int) -> Array:
@@ -225,7 +233,8 @@ def _forward_kernel(
     seen = total > 0  # False for padding queries: output 0
     total = jnp.where(seen, total, 1.0)
     o_ref[...] = (acc_ref[...] / _widen(total, acc_ref.shape[1])).astype(o_ref.dtype)
-    lse_ref[...] = jnp.where(seen, m_ref[...] + jnp.log(total), 0.0)
+    lse = jnp.where(seen, m_ref[...] + jnp.log(total), 0.0)
+    lse_ref[...] = lse.T[:SUBLANES]
 
 
 def _forward(q, k, v, segment_ids, blocks: Blocks) -> tuple[Array, Array]:
@@ -246,10 +255,10 @@ def _forward(q, k, v, segment_ids, blocks: Blocks) -> tuple[Array, Array]:
             pl.BlockSpec((None, bq, LANES), lambda b, h, i, *_: (b, i, 0)),
             pl.BlockSpec((None, length // bk, SUBLANES, bk), lambda b, h, i, *_: (b, 0, 0, 0)),
         ],
-        [q_block, pl.BlockSpec((None, None, bq, LANES), lambda b, h, i, *_: (b, h, i, 0))],
+        [q_block, _per_query_block(bq)],
         [
             jax.ShapeDtypeStruct(q.shape, v.dtype),
-            jax.ShapeDtypeStruct((batch, heads, length, LANES), jnp.float32),
+            jax.ShapeDtypeStruct((batch, heads, length // bq, SUBLANES, bq), jnp.float32),
         ],
         [
             pltpu.VMEM((bq, LANES), jnp.float32),
@@ -260,7 +269,7 @@ def _forward(q, k, v, segment_ids, blocks: Blocks) -> tuple[Array, Array]:
         first, stop, q, _blocks(k, bk), _blocks(v, bk), _along_sublanes(segment_ids),
         _blocks_along_lanes(segment_ids, bk),
     )  # fmt: skip
-    return out, lse[..., 0]
+    return out, lse[..., 0, :].reshape(batch, heads, length)
 
 
 def _dq_kernel(
@@ -269,15 +278,15 @@ def _dq_kernel(
 ):  # fmt: skip
     acc_ref[...] = jnp.zeros_like(acc_ref)
     q, do, q_ids = q_ref[...], do_ref[...], q_ids_ref[...]
+    lse, di = (ref[...].T[:, :1] for ref in (lse_ref, di_ref))  # [bq, 1]
 
     def accumulate(c):
         k, v = k_ref[c], v_ref[c]
-        width = k.shape[0]
         s = lax.dot_general(q, k, _NT, preferred_element_type=jnp.float32) * scale
         visible = _visible(q_ids, k_ids_ref[c, :1, :])
-        p = jnp.where(visible, jnp.exp(s - _widen(lse_ref[...], width)), 0.0)
+        p = jnp.where(visible, jnp.exp(s - lse), 0.0)
         dp = lax.dot_general(do, v, _NT, preferred_element_type=jnp.float32)
-        ds = p * (dp - _widen(di_ref[...], width))
+        ds = p * (dp - di)
         acc_ref[...] += lax.dot_general(
             ds.astype(k.dtype), k, _NN, preferred_element_type=jnp.float32
         )
@@ -291,7 +300,7 @@ def _backward_dq(q, k, v, segment_ids, d_out, lse, di, blocks: Blocks) -> Array:
     bq, bk = blocks.q, blocks.k
     first, stop = (r.reshape(-1) for r in kv_ranges(segment_ids, bq, bk))
     q_block = pl.BlockSpec((None, None, bq, head_dim), lambda b, h, i, *_: (b, h, i, 0))
-    per_query = pl.BlockSpec((None, None, bq, LANES), lambda b, h, i, *_: (b, h, i, 0))
+    per_query = _per_query_block(bq)
     row = pl.BlockSpec(
         (None, None, length // bk, bk, head_dim), lambda b, h, i, *_: (b, h, 0, 0, 0)
     )
@@ -308,8 +317,8 @@ def _backward_dq(q, k, v, segment_ids, d_out, lse, di, blocks: Blocks) -> Array:
         jax.ShapeDtypeStruct(q.shape, q.dtype),
         [pltpu.VMEM((bq, head_dim), jnp.float32)],
         blocks,
-        first, stop, q, _blocks(k, bk), _blocks(v, bk), d_out, _along_sublanes(lse),
-        _along_sublanes(di), _along_sublanes(segment_ids), _blocks_along_lanes(segment_ids, bk),
+        first, stop, q, _blocks(k, bk), _blocks(v, bk), d_out, lse, di,
+        _along_sublanes(segment_ids), _blocks_along_lanes(segment_ids, bk),
     )  # fmt: skip
 
 
@@ -365,7 +374,7 @@ def _backward_dkv(q, k, v, segment_ids, d_out, lse, di, blocks: Blocks) -> tuple
         [jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
         [pltpu.VMEM((bk, head_dim), jnp.float32), pltpu.VMEM((bk, head_dim), jnp.float32)],
         blocks,
-        first, stop, _blocks(q, bq), k, v, _blocks(d_out, bq), _blocks_along_lanes(lse, bq),
-        _blocks_along_lanes(di, bq), _along_sublanes(segment_ids),
+        first, stop, _blocks(q, bq), k, v, _blocks(d_out, bq), lse, di,
+        _along_sublanes(segment_ids),
         _blocks_along_lanes(segment_ids, bq),
     )  # fmt: skip

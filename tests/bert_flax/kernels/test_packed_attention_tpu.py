@@ -106,6 +106,18 @@ def test_block_sizes_it_cannot_take_name_the_fix(length, block_q, block_k, messa
                          block_k=block_k, interpret=True)  # fmt: skip
 
 
+def test_rows_too_long_for_vmem_name_the_fix():
+    """A row's keys and values stay in VMEM (double-buffered): 65,536 float32 tokens of
+    head_dim 128 are refused when traced; half as many in bfloat16 fit."""
+    x = jax.ShapeDtypeStruct((1, 65536, 1, 128), jnp.float32)
+    segment_ids = jax.ShapeDtypeStruct((1, 65536), jnp.int32)
+    with pytest.raises(ValueError, match=r"need 148 MiB, more than 64 MiB; use shorter rows"):
+        jax.eval_shape(packed_attention, x, x, x, segment_ids)
+    x = jax.ShapeDtypeStruct((1, 32768, 1, 128), jnp.bfloat16)
+    segment_ids = jax.ShapeDtypeStruct((1, 32768), jnp.int32)
+    jax.eval_shape(packed_attention, x, x, x, segment_ids)
+
+
 def test_the_backend_runs_it_in_interpret_mode_on_cpu():
     q, k, v, segment_ids = inputs(256)
     out = attention.attention(q, k, v, segment_ids, impl="packed_tpu")
