@@ -134,8 +134,8 @@ _attention.defvjp(_attention_fwd, _attention_bwd)
 # 128 lanes. The blocks a step loops over come whole for the row, with the block index leading
 # (so the loop indexes it dynamically without slicing a tiled dimension). Other per-token values
 # (segment ids of those blocks, logsumexp, D) lie one token a column, in blocks repeated over 8
-# sublanes: 16 times fewer bytes than 128 lanes, and a kernel that needs them as rows transposes
-# a block.
+# sublanes (16 times fewer bytes than 128 lanes); the dQ kernel, which needs its logsumexp and D
+# one a row, transposes its block.
 def _along_sublanes(x: Array) -> Array:  # [..., length] -> [..., length, 128]
     return jnp.broadcast_to(x[..., None], (*x.shape, LANES))
 
