@@ -74,10 +74,10 @@ def test_bfloat16_matches_xla_within_its_rounding():
     assert_matches_xla(*inputs(256, jnp.bfloat16), kernel(), atol=3e-2)
 
 
-def test_blocks_outside_the_ranges_are_never_read():
+def test_blocks_outside_the_ranges_are_never_computed():
     """NaN in q, k, v wherever a whole block is padding: no range holds such a block, so the
-    kernel's outputs and gradients stay those of zeros there (a kernel reading every block, as
-    a dense one, turns them NaN: 0 * NaN)."""
+    kernel's outputs and gradients stay those of zeros there (a kernel computing every block,
+    as a dense one, turns them NaN: 0 * NaN)."""
     q, k, v, segment_ids = inputs(512)
     padding_blocks = np.asarray(segment_ids).reshape(len(segment_ids), -1, 128).max(-1) == 0
     unread = jnp.asarray(np.repeat(padding_blocks, 128, axis=1))[:, :, None, None]
