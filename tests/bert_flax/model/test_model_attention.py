@@ -340,7 +340,7 @@ def test_a_backend_added_to_the_registry_is_accepted_and_used(monkeypatch, qkv_s
     assert len(calls) == 1 and calls[0]["deterministic"]
 
 
-_SHARDED_SPLASH = textwrap.dedent(
+_SHARDED_KERNEL = textwrap.dedent(
     """
     import jax, numpy as np, flax.linen as nn
     from bert_flax import sharding
@@ -351,11 +351,11 @@ _SHARDED_SPLASH = textwrap.dedent(
     seg = np.zeros((4, 128), np.int32)
     seg[:, :60], seg[:, 60:100] = 1, 2
     seg[1, 10:] = 0
-    splash = lambda q: attention.splash_attention(q, k, v, seg, interpret=True)
+    kernel = lambda q: attention.KERNEL(q, k, v, seg, interpret=True)
     with jax.set_mesh(sharding.create_mesh((2, 1, 2))):
         with nn.logical_axis_rules(sharding.LOGICAL_AXIS_RULES):
-            out = jax.jit(splash)(q)
-            grad = jax.jit(jax.grad(lambda q: (splash(q) ** 2).sum()))(q)
+            out = jax.jit(kernel)(q)
+            grad = jax.jit(jax.grad(lambda q: (kernel(q) ** 2).sum()))(q)
     assert out.sharding.spec == jax.sharding.PartitionSpec("data", None, "model"), out.sharding
     xla = lambda q: attention.xla_attention(q, k, v, seg)
     np.testing.assert_allclose(out, xla(q), atol=1e-5)
@@ -366,5 +366,6 @@ _SHARDED_SPLASH = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_splash_under_a_mesh_runs_per_shard(run_on_devices):
-    run_on_devices(_SHARDED_SPLASH, 4)
+@pytest.mark.parametrize("kernel", ["splash_attention", "packed_tpu_attention"])
+def test_tpu_kernels_under_a_mesh_run_per_shard(run_on_devices, kernel):
+    run_on_devices(_SHARDED_KERNEL.replace("KERNEL", kernel), 4)
