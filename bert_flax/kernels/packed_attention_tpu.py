@@ -173,7 +173,7 @@ def _call(kernel, name, grid, in_specs, out_specs, out_shape, scratch, blocks, *
     operands are fetched once for all its blocks."""
     q = args[2]  # after the ranges; [batch, heads, ..., head_dim] in every kernel
     vmem = _vmem_bytes(math.prod(q.shape[2:-1]), q.shape[-1], q.dtype)
-    return pl.pallas_call(
+    call = pl.pallas_call(
         kernel,
         grid_spec=pltpu.PrefetchScalarGridSpec(
             num_scalar_prefetch=2,
@@ -189,7 +189,9 @@ def _call(kernel, name, grid, in_specs, out_specs, out_shape, scratch, blocks, *
         ),
         name=name,
         interpret=blocks.interpret,
-    )(*args)
+    )
+    with jax.named_scope(name):  # the op's name in the HLO: the profiler finds it by it
+        return call(*args)
 
 
 def _for_each_block(first_ref, stop_ref, body) -> None:

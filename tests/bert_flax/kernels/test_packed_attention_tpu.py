@@ -141,3 +141,21 @@ def test_the_train_step_compiles_its_mosaic_kernels_for_v5e():
     forward, backward = {"packed_attention_fwd"}, {"packed_attention_dq", "packed_attention_dkv"}
     assert pallas_kernels(steps.train, "tpu_custom_call", forward | backward) == forward | backward
     assert pallas_kernels(steps.eval, "tpu_custom_call", forward | backward) == forward
+
+
+@pytest.mark.parametrize(("head_dim", "dtype"), [(64, jnp.bfloat16), (128, jnp.float32)])
+def test_rows_of_8192_compile_for_v5e(head_dim, dtype):
+    """Forward and backward over rows of 8,192 tokens (4 rows, 12 heads) fit a v5e core's VMEM:
+    the row's keys and values (queries and output gradients for dK/dV) held whole."""
+    device = devices_of(V5E_4)[0]
+    sharding = jax.sharding.SingleDeviceSharding(device)
+    x = jax.ShapeDtypeStruct((4, 8192, 12, head_dim), dtype, sharding=sharding)
+    segment_ids = jax.ShapeDtypeStruct((4, 8192), jnp.int32, sharding=sharding)
+
+    def loss(q, k, v, segment_ids):
+        return jnp.sum(packed_attention(q, k, v, segment_ids).astype(jnp.float32))
+
+    grad = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
+    executable = grad.lower(x, x, x, segment_ids).compile()
+    names = {"packed_attention_fwd", "packed_attention_dq", "packed_attention_dkv"}
+    assert pallas_kernels(executable, "tpu_custom_call", names) == names
