@@ -1,1 +1,1 @@
-"""Attention kernels over packed rows that visit only the blocks a row's sequences share."""
+"""Attention kernels for packed rows that skip the blocks no two tokens of one sequence share."""

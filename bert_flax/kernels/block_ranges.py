@@ -1,14 +1,17 @@
-"""Which key/value blocks each query block of a packed row can see, and the transpose.
+"""Which blocks of a packed row's attention a kernel must visit, computed once a row.
 
-A query attends only to keys of its own segment (`bert_flax.model.attention.segment_mask`), and
-padding (segment 0) to nothing a kernel must compute. The keys a block of queries can see
-therefore lie between the first token of its first real segment and the last token of its last:
-with sequences packed as contiguous runs that is one range of key blocks, everything outside it
-masked. A segment split into several runs widens the range to cover them all (more work, never a
-wrong answer).
+In a packed row each sequence is one contiguous run of its segment id (1..k, in any order, each
+id one run: `bert_flax.data.rows` builds them so) and padding is id 0, which attends to nothing
+(its outputs are zero). The keys that the queries of a query block can see therefore form one
+range of tokens: from the start of the first sequence present in the block to the end of the
+last. Every key/value block outside it is fully masked and a kernel skips it; by symmetry, each
+key/value block needs only the query blocks that overlap its own sequences (the backward pass's
+dK, dV). A block of padding alone visits nothing: its range is empty, (0, 0).
 
-    lo, hi = kv_block_ranges(segment_ids, block_q=128, block_k=64)  # each [batch, L // 128]
-    # query block i of row b visits key blocks lo[b, i] <= j < hi[b, i]
+    >>> segment_ids = jnp.array([[1] * 100 + [2] * 200 + [0] * 212])  # a row of 512
+    >>> first, stop = kv_ranges(segment_ids, block_q=128, block_k=128)
+    >>> first.tolist(), stop.tolist()  # the kv blocks [first, stop) of each query block
+    ([[0, 0, 0, 0]], [[3, 3, 3, 0]])
 """
 
 from __future__ import annotations
@@ -19,34 +22,60 @@ import jax.numpy as jnp
 Array = jax.Array
 
 
-def _segment_bounds(segment_ids: Array) -> tuple[Array, Array]:
-    """Per token, the first position of its segment and one past the last ([batch, L] each)."""
+def check_block_sizes(length: int, block_q: int, block_k: int) -> None:
+    """ValueError, naming the fix, unless both block sizes divide the row `length`."""
+    for name, block in (("block_q", block_q), ("block_k", block_k)):
+        if block <= 0 or length % block:
+            raise ValueError(
+                f"The attention kernel's {name}={block} does not divide the row length "
+                f"{length}; choose a block size that divides it (or a row length that is a "
+                "multiple of it)."
+            )
+
+
+def _sequence_bounds(segment_ids: Array) -> tuple[Array, Array]:
+    """[batch, L] each: the first token of each token's sequence and one past its last."""
+    length = segment_ids.shape[1]
+    position = jnp.arange(length, dtype=jnp.int32)
+    change = segment_ids[:, 1:] != segment_ids[:, :-1]
+    edge = jnp.ones_like(change[:, :1])
+    starts_run = jnp.concatenate([edge, change], axis=1)
+    ends_run = jnp.concatenate([change, edge], axis=1)
+    start = jax.lax.cummax(jnp.where(starts_run, position, 0), axis=1)
+    end = jax.lax.cummin(jnp.where(ends_run, position + 1, length), axis=1, reverse=True)
+    return start, end
+
+
+def kv_ranges(segment_ids: Array, block_q: int, block_k: int) -> tuple[Array, Array]:
+    """The key/value blocks each query block must visit: `(first, stop)`, int32
+    [batch, L // block_q] each, the half-open range of kv block indices (of `block_k` tokens)
+    holding every key that a query of the block can see; (0, 0) for a block of padding alone.
+
+    `segment_ids`: int32 [batch, L], each sequence one contiguous run of its id, 0 padding.
+    """
     batch, length = segment_ids.shape
-    rows = jnp.arange(batch)[:, None]
-    positions = jnp.broadcast_to(jnp.arange(length), segment_ids.shape)
-    # Indexed by segment id (ids 0..L: a row holds at most L sequences).
-    first = jnp.full((batch, length + 1), length).at[rows, segment_ids].min(positions)
-    last = jnp.zeros((batch, length + 1), jnp.int32).at[rows, segment_ids].max(positions + 1)
-    take = jax.vmap(lambda table, ids: table[ids])
-    return take(first, segment_ids), take(last, segment_ids)
+    check_block_sizes(length, block_q, block_k)
+    start, end = _sequence_bounds(segment_ids)
+    real = segment_ids != 0
+    lo = jnp.where(real, start, length).reshape(batch, -1, block_q).min(axis=-1)
+    hi = jnp.where(real, end, 0).reshape(batch, -1, block_q).max(axis=-1)
+    empty = hi == 0
+    first = jnp.where(empty, 0, lo // block_k)
+    stop = jnp.where(empty, 0, -(-hi // block_k))
+    return first.astype(jnp.int32), stop.astype(jnp.int32)
 
 
-def kv_block_ranges(segment_ids: Array, block_q: int, block_k: int) -> tuple[Array, Array]:
-    """Per (row, query block of `block_q`), the first key block (of `block_k`) any of its real
-    queries can see and one past the last: two int32 [batch, L // block_q]. A block of padding
-    only gets the empty range (0, 0)."""
-    batch, length = segment_ids.shape
-    start, end = _segment_bounds(segment_ids)
-    real = (segment_ids != 0).reshape(batch, length // block_q, block_q)
-    start = jnp.where(real, start.reshape(real.shape), length).min(-1)
-    end = jnp.where(real, end.reshape(real.shape), 0).max(-1)
-    lo = jnp.where(end > 0, start // block_k, 0)
-    hi = -(-end // block_k)  # ceil
-    return lo.astype(jnp.int32), hi.astype(jnp.int32)
+def q_ranges(segment_ids: Array, block_q: int, block_k: int) -> tuple[Array, Array]:
+    """The transpose of `kv_ranges`, for the backward pass's dK and dV: the query blocks (of
+    `block_q` tokens) whose queries see a key of each kv block (of `block_k`), `(first, stop)`,
+    int32 [batch, L // block_k] each. The mask is symmetric, so it is `kv_ranges` with the
+    blocks' roles swapped."""
+    return kv_ranges(segment_ids, block_q=block_k, block_k=block_q)
 
 
-def q_block_ranges(segment_ids: Array, block_q: int, block_k: int) -> tuple[Array, Array]:
-    """Per (row, key block of `block_k`), the query blocks (of `block_q`) whose queries see any
-    of its keys: two int32 [batch, L // block_k]. The segment mask is symmetric, so these are
-    `kv_block_ranges` with the two roles swapped."""
-    return kv_block_ranges(segment_ids, block_q=block_k, block_k=block_q)
+def visited_fraction(segment_ids: Array, block_q: int, block_k: int) -> Array:
+    """The fraction of all (query block, kv block) pairs of the rows that a kernel skipping by
+    `kv_ranges` visits (float32 scalar): its share of dense attention's FLOPs and K/V bytes."""
+    first, stop = kv_ranges(segment_ids, block_q, block_k)
+    num_kv_blocks = segment_ids.shape[1] // block_k
+    return jnp.sum(stop - first) / (first.size * num_kv_blocks)

@@ -1,11 +1,11 @@
 """Flash attention over packed rows for GPU (Pallas, Triton) that skips the masked blocks.
 
 One program per (query block, row, head) loops over the key/value blocks of its query block's
-range (`block_ranges.kv_block_ranges`) and no others: a row of sequences l1..lk costs about the
+range (`block_ranges.kv_ranges`) and no others: a row of sequences l1..lk costs about the
 sum of li^2, not L^2. Within the boundary blocks the segment mask applies as in
 `bert_flax.model.attention.xla_attention`; padding queries (segment 0) output zeros, and padding
 keys are seen by no real query. The backward pass is two kernels: dq over the same ranges, dk
-and dv one program per key block over the query blocks that see it (`q_block_ranges`).
+and dv one program per key block over the query blocks that see it (`q_ranges`).
 Softmax statistics and accumulators are float32; q, k, v float32 or bfloat16.
 
     out = packed_attention(q, k, v, segment_ids)  # q, k, v [rows, L, heads, head_dim]
@@ -24,7 +24,7 @@ import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from bert_flax.kernels.block_ranges import kv_block_ranges, q_block_ranges
+from bert_flax.kernels.block_ranges import kv_ranges, q_ranges
 
 Array = jax.Array
 
@@ -237,7 +237,7 @@ def _call(kernel, name: str, grid, in_specs, out_specs, out_shape, head_dim, int
 
 def _forward(q, k, v, segment_ids, blocks: Blocks, interpret: bool) -> tuple[Array, Array]:
     rows, length, heads, head_dim = q.shape
-    lo, hi = kv_block_ranges(segment_ids, blocks.q, blocks.k)
+    lo, hi = kv_ranges(segment_ids, blocks.q, blocks.k)
     tile, whole = _tile_spec(blocks.q, head_dim), _whole_spec(length, head_dim)
     lse = jax.ShapeDtypeStruct((rows, heads, length), jnp.float32)
     return _call(
@@ -254,7 +254,7 @@ def _forward(q, k, v, segment_ids, blocks: Blocks, interpret: bool) -> tuple[Arr
 
 def _backward_dq(q, k, v, segment_ids, d_out, lse, delta, blocks, interpret) -> Array:
     rows, length, heads, head_dim = q.shape
-    lo, hi = kv_block_ranges(segment_ids, blocks.q_bwd, blocks.k_bwd)
+    lo, hi = kv_ranges(segment_ids, blocks.q_bwd, blocks.k_bwd)
     tile, whole = _tile_spec(blocks.q_bwd, head_dim), _whole_spec(length, head_dim)
     stats = _stats_spec(blocks.q_bwd, length)
     return _call(
@@ -271,7 +271,7 @@ def _backward_dq(q, k, v, segment_ids, d_out, lse, delta, blocks, interpret) -> 
 
 def _backward_dkv(q, k, v, segment_ids, d_out, lse, delta, blocks, interpret) -> tuple:
     rows, length, heads, head_dim = q.shape
-    lo, hi = q_block_ranges(segment_ids, blocks.q_bwd, blocks.k_bwd)
+    lo, hi = q_ranges(segment_ids, blocks.q_bwd, blocks.k_bwd)
     tile, whole = _tile_spec(blocks.k_bwd, head_dim), _whole_spec(length, head_dim)
     stats = _stats_spec(None, length)
     return _call(

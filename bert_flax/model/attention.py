@@ -24,7 +24,7 @@ from jax.experimental.pallas.ops.gpu import attention as pallas_gpu
 from jax.experimental.pallas.ops.tpu import splash_attention as splash
 
 from bert_flax import sharding
-from bert_flax.kernels import packed_attention_gpu
+from bert_flax.kernels import packed_attention_gpu, packed_attention_tpu
 
 Array = jax.Array
 
@@ -185,6 +185,18 @@ def packed_gpu_attention(
     _check_kernel_length("packed_gpu", q.shape[1])
     local = functools.partial(packed_attention_gpu.packed_attention, interpret=interpret)
     return _per_shard(local, "packed_gpu", q, k, v, segment_ids)
+
+
+def packed_tpu_attention(
+    q: Array, k: Array, v: Array, segment_ids: Array, *, interpret: bool = False
+) -> Array:
+    """Pallas flash attention for TPU that skips the key/value blocks no query of a block can
+    see (`bert_flax.kernels.packed_attention_tpu`), in 128-token blocks; it takes q, k, v as
+    the model holds them; `length` a multiple of 128. Under a mesh it runs per shard, as
+    `splash_attention` does."""
+    _check_kernel_length("packed_tpu", q.shape[1])
+    local = functools.partial(packed_attention_tpu.packed_attention, interpret=interpret)
+    return _per_shard(local, "packed_tpu", q, k, v, segment_ids)
 
 
 def _per_shard(local: Callable[..., Array], impl: str, q, k, v, segment_ids) -> Array:
@@ -367,6 +379,13 @@ BACKENDS: dict[str, Backend] = {
         "Pallas flash attention visiting only the blocks a row's sequences share (Triton); GPU "
         "(interpret mode on CPU)",
         platform="gpu",
+    ),
+    "packed_tpu": Backend(
+        _pallas_kernel(packed_tpu_attention, "packed_tpu", "tpu"),
+        False,
+        "Pallas flash attention skipping the blocks sequences never share; TPU (interpret mode "
+        "on CPU)",
+        platform="tpu",
     ),
     AUTO: Backend(
         _auto,

@@ -59,14 +59,16 @@ class BertConfig:
       param_dtype: parameter dtype (float32 unless you know why not).
       attention_impl: a key of `bert_flax.model.attention.BACKENDS`: "xla" (dense mask, any
         backend), "cudnn" (`jax.nn.dot_product_attention`, cuDNN on GPU), "splash" (Pallas splash
-        attention on TPU), "pallas_gpu" (Pallas flash attention over segments on GPU), "packed_gpu"
-        (the same, visiting only the blocks a row's sequences share) or "auto" (the platform
-        the program is built for picks: splash on TPU, pallas_gpu on GPU, xla on CPU and for
-        rows that are not a multiple of 128; like the kernels, without attention
+        attention on TPU), "packed_tpu" (Pallas flash attention on TPU skipping the blocks that
+        sequences never share), "pallas_gpu" (Pallas flash attention over segments on GPU),
+        "packed_gpu" (the same, visiting only the blocks a row's sequences share) or "auto" (the
+        platform the program is built for picks: splash on TPU, pallas_gpu on GPU, xla on CPU
+        and for rows that are not a multiple of 128; like the kernels, without attention
         dropout, so the model is the same whatever it resolves to). A Pallas kernel on the other
         accelerator is an error (it could only run in interpret mode); on CPU it is interpreted.
-      attention_interpret: run the Pallas kernels ("splash", "pallas_gpu", "packed_gpu",
-        "auto"'s) in interpret mode on any platform: orders of magnitude slower, for debugging.
+      attention_interpret: run the Pallas kernels ("splash", "packed_tpu", "pallas_gpu",
+        "packed_gpu", "auto"'s) in Pallas interpret mode on any platform: orders of magnitude
+        slower, for debugging a kernel.
       pre_layer_norm: False for the original post-LN BERT, True for pre-LN layers (with a final
         LayerNorm after the last layer).
       relative_attention_buckets: 0 for BERT's attention; otherwise a learned bias on the

@@ -7,7 +7,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_flax.kernels import block_ranges
 from bert_flax.kernels.packed_attention_gpu import Blocks, packed_attention
 from bert_flax.model import attention
 
@@ -105,30 +104,6 @@ def test_no_block_outside_the_range_is_read():
     got = value_and_grads(kernel(Blocks(64, 64, 64, 64)), *poisoned[:3], segments, poisoned[3])
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g[:, :128], w[:, :128], atol=2e-5)
-
-
-def visible_blocks(row: np.ndarray, block_q: int, block_k: int) -> np.ndarray:
-    """[q blocks, kv blocks]: True where a real query of the one sees a key of the other."""
-    visible = (row[:, None] == row[None, :]) & (row != 0)[:, None]
-    return visible.reshape(L // block_q, block_q, L // block_k, block_k).any((1, 3))
-
-
-@pytest.mark.parametrize(("block_q", "block_k"), [(64, 64), (128, 64), (64, 128)])
-def test_block_ranges_are_the_blocks_the_mask_keeps(block_q, block_k):
-    """Sequences are contiguous, so each query block's visible key blocks are one range, and
-    the ranges are exactly it (wider would compute masked blocks, narrower drop real ones)."""
-    segments = np.stack([packed_row(lengths) for lengths in ROWS.values()])
-    ranges = block_ranges.kv_block_ranges(jnp.asarray(segments), block_q, block_k)
-    transposed = block_ranges.q_block_ranges(jnp.asarray(segments), block_q, block_k)
-    for row, lo, hi, t_lo, t_hi in zip(segments, *ranges, *transposed, strict=True):
-        visible = visible_blocks(row, block_q, block_k)
-        np.testing.assert_array_equal(visible, in_range(lo, hi, visible.shape[1]))
-        np.testing.assert_array_equal(visible.T, in_range(t_lo, t_hi, visible.shape[0]))
-
-
-def in_range(lo: np.ndarray, hi: np.ndarray, blocks: int) -> np.ndarray:
-    """[len(lo), blocks]: True where lo <= block < hi."""
-    return (lo[:, None] <= np.arange(blocks)) & (np.arange(blocks) < hi[:, None])
 
 
 def test_the_backend_runs_interpreted_on_cpu_and_checks_the_length():

@@ -263,7 +263,7 @@ def test_attention_dropout_head_groups_must_divide_the_heads():
 
 
 def test_fused_backends_reject_attention_dropout():
-    for impl in ("cudnn", "splash", "pallas_gpu", "packed_gpu", "auto"):
+    for impl in ("cudnn", "splash", "packed_tpu", "pallas_gpu", "packed_gpu", "auto"):
         with pytest.raises(ValueError, match="attention_dropout_rate"):
             BertConfig.preset("tiny", attention_impl=impl)
         BertConfig.preset("tiny", attention_impl=impl, attention_dropout_rate=0.0)
@@ -353,7 +353,7 @@ _SHARDED_KERNEL = textwrap.dedent(
     seg = np.zeros((4, 128), np.int32)
     seg[:, :60], seg[:, 60:100] = 1, 2
     seg[1, 10:] = 0
-    kernel = lambda q: attention.{kernel}(q, k, v, seg, interpret=True)
+    kernel = lambda q: attention.KERNEL(q, k, v, seg, interpret=True)
     with jax.set_mesh(sharding.create_mesh((2, 1, 2))):
         with nn.logical_axis_rules(sharding.LOGICAL_AXIS_RULES):
             out = jax.jit(kernel)(q)
@@ -368,6 +368,8 @@ _SHARDED_KERNEL = textwrap.dedent(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kernel", ["splash_attention", "packed_gpu_attention"])
+@pytest.mark.parametrize(
+    "kernel", ["splash_attention", "packed_tpu_attention", "packed_gpu_attention"]
+)
 def test_a_kernel_under_a_mesh_runs_per_shard(run_on_devices, kernel):
-    run_on_devices(_SHARDED_KERNEL.format(kernel=kernel), 4)
+    run_on_devices(_SHARDED_KERNEL.replace("KERNEL", kernel), 4)

@@ -35,10 +35,10 @@ def reference(tiny_config, variables, packed):
     return _apply(tiny_config, variables, packed)
 
 
-@pytest.mark.parametrize("impl", ["cudnn", "splash", "packed_gpu"])
+@pytest.mark.parametrize("impl", ["cudnn", "splash", "packed_tpu", "packed_gpu"])
 def test_attention_backends_match_xla(impl, tiny_config, variables, sequences, make_batch):
-    # On CPU "cudnn" runs jax.nn.dot_product_attention's XLA version, the Pallas kernels interpret.
-    # They need rows of a multiple of 128 tokens.
+    # On CPU "cudnn" runs jax.nn.dot_product_attention's XLA version, the kernels Pallas interpret.
+    # The kernels need rows of a multiple of 128 tokens.
     batch = make_batch([sequences], 128, 4, 16)
     config = tiny_config.replace(attention_impl=impl, attention_dropout_rate=0.0)
     out, ref = _apply(config, variables, batch), _apply(tiny_config, variables, batch)

@@ -1,0 +1,71 @@
+"""Each block's range of blocks against the dense segment mask reduced per block."""
+
+import numpy as np
+import pytest
+
+from bert_flax.kernels import block_ranges
+
+L = 512
+
+
+def packed_row(lengths, length=L) -> np.ndarray:
+    """Segment ids of one row: sequence s (1-based) fills `lengths[s - 1]` tokens, then 0s."""
+    return np.concatenate(
+        [np.full(n, s, np.int32) for s, n in enumerate(lengths, 1)]
+        + [np.zeros(length - sum(lengths), np.int32)]
+    )
+
+
+def random_lengths(rng, length=L, longest=300) -> list[int]:
+    lengths = []
+    while (n := int(rng.integers(1, longest))) + sum(lengths) <= length:
+        lengths.append(n)
+    return lengths
+
+
+def rows() -> np.ndarray:
+    """Random packings, an empty row, one sequence filling the row, many tiny sequences, and
+    ids out of order."""
+    rng = np.random.default_rng(0)
+    lengths = [random_lengths(rng) for _ in range(6)] + [[], [L], [3] * 170, [1] * L, [127, 2]]
+    shuffled = np.array([0, 3, 1, 2])[packed_row([100, 50, 200])]
+    return np.stack([packed_row(n) for n in lengths] + [shuffled])
+
+
+def visited_blocks(segment_ids, rows_block, cols_block) -> np.ndarray:
+    """[batch, L // rows_block, L // cols_block]: whether any query of the row block sees a key
+    of the column block (same segment, not padding)."""
+    seen = (segment_ids[:, :, None] == segment_ids[:, None, :]) & (segment_ids[:, :, None] != 0)
+    batch = segment_ids.shape[0]
+    blocks = seen.reshape(batch, L // rows_block, rows_block, L // cols_block, cols_block)
+    return blocks.any(axis=(2, 4))
+
+
+def as_blocks(first, stop, num_blocks) -> np.ndarray:
+    index = np.arange(num_blocks)
+    return (np.asarray(first)[..., None] <= index) & (index < np.asarray(stop)[..., None])
+
+
+@pytest.mark.parametrize(("block_q", "block_k"), [(128, 128), (64, 256), (256, 32)])
+def test_ranges_cover_exactly_the_visited_blocks(block_q, block_k):
+    segment_ids = rows()
+    first, stop = block_ranges.kv_ranges(segment_ids, block_q, block_k)
+    assert first.shape == stop.shape == (len(segment_ids), L // block_q)
+    expected = visited_blocks(segment_ids, block_q, block_k)
+    np.testing.assert_array_equal(as_blocks(first, stop, L // block_k), expected)
+    # The transpose: the query blocks each kv block is seen from.
+    first, stop = block_ranges.q_ranges(segment_ids, block_q, block_k)
+    assert first.shape == (len(segment_ids), L // block_k)
+    np.testing.assert_array_equal(as_blocks(first, stop, L // block_q), expected.transpose(0, 2, 1))
+    fraction = block_ranges.visited_fraction(segment_ids, block_q, block_k)
+    assert float(fraction) == pytest.approx(expected.mean())
+
+
+def test_padding_visits_nothing_and_one_sequence_everything():
+    first, stop = block_ranges.kv_ranges(np.stack([packed_row([]), packed_row([L])]), 128, 128)
+    assert first.tolist() == [[0] * 4, [0] * 4] and stop.tolist() == [[0] * 4, [4] * 4]
+
+
+def test_a_block_size_that_does_not_divide_the_row_names_the_fix():
+    with pytest.raises(ValueError, match=r"block_k=96 does not divide the row length 512"):
+        block_ranges.kv_ranges(rows(), 128, 96)
