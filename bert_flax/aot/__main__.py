@@ -52,13 +52,16 @@ def main(argv: list[str]) -> None:
         config.data.synthetic = True
     target = targets.target(_TARGET.value)
     factor = program.packing_factor(config, _PACKING_FACTOR.value)
+    visited = program.attention_visited_fraction(config, _PACKING_FACTOR.value)
     largest = None
     if _LARGEST_BATCH.value:
-        largest, report = program.largest_batch(config, target, factor)
+        largest, report = program.largest_batch(
+            config, target, factor, attention_visited_fraction=visited
+        )
         if report is None:
             raise ValueError(f"Not one row per data shard fits on {target.name}.")
     else:
-        report = program.compile_for(config, target, factor)
+        report = program.compile_for(config, target, factor, attention_visited_fraction=visited)
     print(program.format_report(report, largest))
     if _JSON.value:
         out = report.as_dict() | {"largest_batch": largest}

@@ -31,6 +31,8 @@ from jax.experimental.compilation_cache import compilation_cache
 import packing
 from bert_flax import sharding
 from bert_flax.aot import targets
+from bert_flax.data import synthetic
+from bert_flax.kernels import block_ranges
 from bert_flax.profile import classify, hlo
 from bert_flax.train import setup as train_setup
 
@@ -132,6 +134,9 @@ class Report:
     peak_flops: float
     # Custom kernels the roofline charges no FLOPs (`hlo.kernel_flops` knows none of them).
     uncounted_kernels: list[str] = dataclasses.field(default_factory=list)
+    # The share of dense attention the block-skipping kernels (packed_tpu, packed_gpu) are
+    # charged: what they visit of the packing's rows (`attention_visited_fraction`).
+    attention_visited_fraction: float = 1.0
 
     @property
     def fits(self) -> bool:
@@ -209,15 +214,18 @@ def collectives(module: hlo.HloModule) -> list[Collective]:
     return [Collective(k, count[k], moved[k]) for k in sorted(count)]
 
 
-def roofline_by_class(module: hlo.HloModule, chip: targets.Chip, vocab_size: int):
-    """`OpClassCost` per op class: each executed op at max(FLOPs / peak, bytes / bandwidth)."""
+def roofline_by_class(
+    module: hlo.HloModule, chip: targets.Chip, vocab_size: int, visited: float = 1.0
+):
+    """`OpClassCost` per op class: each executed op at max(FLOPs / peak, bytes / bandwidth), the
+    block-skipping attention at the `visited` share of its block pairs (`hlo.kernel_flops`)."""
 
     def cost_of(inst: hlo.HloInstruction) -> tuple[float, float]:
         """(FLOPs on arrays, not scalars; roofline seconds). Collectives are timed at the
         interconnect's bandwidth (`Report.roofline_step_s`), not here."""
         if inst.opcode.removesuffix("-start").removesuffix("-done") in _COLLECTIVE_KINDS:
             return 0.0, 0.0
-        cost = hlo.op_cost(module, inst)
+        cost = hlo.op_cost(module, inst, visited)
         seconds = max(cost.flops / chip.peak_flops, cost.bytes / chip.hbm_bytes_per_s)
         on_arrays = any(a.size > 1 for a in inst.shape.arrays())
         return (cost.flops if on_arrays else 0.0), seconds
@@ -232,7 +240,7 @@ def roofline_by_class(module: hlo.HloModule, chip: targets.Chip, vocab_size: int
         seconds = cost_of(inst)[1]
         if not seconds:
             continue
-        cost = hlo.op_cost(module, inst)
+        cost = hlo.op_cost(module, inst, visited)
         times = op.count or 1
         name = classes[inst.name].op_class
         entry = totals[name]
@@ -336,6 +344,7 @@ class Compiled:
     train: Any
     eval: Any  # None when not asked for
     seconds: dict[str, float]
+    attention_visited_fraction: float = 1.0  # `Report.attention_visited_fraction`
 
 
 def compile_steps(
@@ -344,9 +353,11 @@ def compile_steps(
     packing_factor: float | None = None,
     *,
     evaluate: bool = True,
+    attention_visited_fraction: float = 1.0,
 ) -> Compiled:
     """Compiles the train step of `config` (and its eval step, if `evaluate`) for `devices`
-    (compile-only ones are enough)."""
+    (compile-only ones are enough); the roofline will charge the block-skipping attention
+    `attention_visited_fraction` of dense attention (see the function of that name)."""
     mesh = sharding.mesh_of(config.mesh, devices)
     started = time.perf_counter()
     program = train_setup.create_train_program(config, mesh, packing_factor_override=packing_factor)
@@ -364,14 +375,15 @@ def compile_steps(
         "train": compiled - traced,
         "eval": time.perf_counter() - compiled,
     }
-    return Compiled(program, train, eval_step, seconds)
+    return Compiled(program, train, eval_step, seconds, attention_visited_fraction)
 
 
 def report(compiled: Compiled, target: targets.Target) -> Report:
     """Reads the compiled steps against `target`'s chip (see `Report`)."""
     program, chip = compiled.program, target.chip
     module = hlo.parse_module(compiled.train.as_text())
-    classes = roofline_by_class(module, chip, program.model_config.vocab_size)
+    visited = compiled.attention_visited_fraction
+    classes = roofline_by_class(module, chip, program.model_config.vocab_size, visited)
     state = program.abstract_state
     num_params = parameter_count(state.params)
     rows, length = program.adjustment.batch_size, program.task.row_shape.max_seq_length
@@ -407,6 +419,7 @@ def report(compiled: Compiled, target: targets.Target) -> Report:
         link_bytes_per_s=chip.link_bytes_per_s,
         peak_flops=chip.peak_flops,
         uncounted_kernels=uncounted_kernels(module),
+        attention_visited_fraction=visited,
     )
 
 
@@ -415,10 +428,14 @@ def compile_for(
     target: targets.Target,
     packing_factor: float | None = None,
     devices: list[jax.Device] | None = None,
+    attention_visited_fraction: float = 1.0,
 ) -> Report:
     """`report(compile_steps(...))` on compile-only devices of `target`."""
     devices = targets.compile_only_devices(target) if devices is None else devices
-    return report(compile_steps(config, devices, packing_factor), target)
+    steps = compile_steps(
+        config, devices, packing_factor, attention_visited_fraction=attention_visited_fraction
+    )
+    return report(steps, target)
 
 
 def largest_batch(
@@ -427,6 +444,7 @@ def largest_batch(
     packing_factor: float | None = None,
     *,
     limit: int = 1 << 16,
+    attention_visited_fraction: float = 1.0,
 ) -> tuple[int, Report | None]:
     """The most rows per step (a multiple of the data shards, no accumulation) whose train and
     eval steps fit the chip's HBM, by bisection over compiles, and the report at it (0, None:
@@ -440,7 +458,9 @@ def largest_batch(
 
     def fits(units: int) -> bool:
         config.train.batch_size = config.eval.batch_size = units * shards
-        report = reports[units] = compile_for(config, target, packing_factor, devices)
+        report = reports[units] = compile_for(
+            config, target, packing_factor, devices, attention_visited_fraction
+        )
         peak = max(m.total for m in (report.train_memory, report.eval_memory) if m is not None)
         logging.info(
             "largest batch: %d rows %s (HBM %.2f of %.2f GiB a device; compiled in %.0f s)",
@@ -461,6 +481,17 @@ def largest_batch(
     return low * shards, reports.get(low)
 
 
+def _corpus_like_packing(config: ml_collections.ConfigDict) -> packing.StrategySet:
+    """The config's packer (`data.algorithm`, `data.max_sequences_per_pack`; padded: one sequence
+    a row) on `packing.synthetic.corpus_like_histogram` at the config's length."""
+    length = config.data.max_seq_length
+    hist = packing.synthetic.corpus_like_histogram(1_000_000, length)
+    if not config.data.packed:
+        return packing.pack_histogram(hist, length, "none")
+    depth = config.data.max_sequences_per_pack
+    return packing.pack_histogram(hist, length, config.data.algorithm, depth)
+
+
 def packing_factor(config: ml_collections.ConfigDict, spec: str) -> float | None:
     """The `--packing_factor` flag's value for `config` (None: the task's own)."""
     if not spec:
@@ -468,16 +499,36 @@ def packing_factor(config: ml_collections.ConfigDict, spec: str) -> float | None
     if not config.data.packed:
         return 1.0
     if spec == "corpus_like":
-        length = config.data.max_seq_length
-        hist = packing.synthetic.corpus_like_histogram(1_000_000, length)
-        depth = config.data.max_sequences_per_pack
-        return packing.pack_histogram(hist, length, "nnlshp", depth).metrics().packing_factor
+        return _corpus_like_packing(config).metrics().packing_factor
     try:
         return float(spec)
     except ValueError:
         raise ValueError(
             f"--packing_factor={spec!r}: give a number >= 1, 'corpus_like' or nothing."
         ) from None
+
+
+# The blocks the expected fraction is counted in: packed_tpu's (128 x 128). packed_gpu's smaller
+# ones (128 x 64 forward, 64 x 64 backward) skip a little more: it is charged a little too much.
+FRACTION_BLOCK = 128
+SKIPPING_ATTENTION = ("packed_tpu", "packed_gpu")  # the attention_impls charged by the fraction
+
+
+def attention_visited_fraction(config: ml_collections.ConfigDict, spec: str) -> float:
+    """The share of dense attention's block pairs a block-skipping kernel visits in the rows the
+    `--packing_factor` flag's `spec` stands for (`block_ranges.expected_visited_fraction`):
+    'corpus_like', the config's packing of that histogram (padded: a sequence a row); else the
+    task's synthetic packed rows (`synthetic.random_row_lengths`), and 1 for padded rows of
+    unknown lengths. Sequences lie in a row in the packing's order, shortest first."""
+    length = config.data.max_seq_length
+    if spec == "corpus_like":
+        rows = _corpus_like_packing(config).strategies
+    elif config.data.packed:
+        depth = config.data.max_sequences_per_pack
+        rows = [(r, 1) for r in synthetic.random_row_lengths(256, length, depth, config.seed)]
+    else:
+        return 1.0
+    return block_ranges.expected_visited_fraction(rows, length, FRACTION_BLOCK, FRACTION_BLOCK)
 
 
 def format_report(r: Report, largest: int | None = None, top_classes: int = 6) -> str:
@@ -511,9 +562,13 @@ def format_report(r: Report, largest: int | None = None, top_classes: int = 6) -
             ", ".join(f"{c.kind} x{c.count} ({c.bytes / 2**20:.1f} MiB)" for c in r.collectives)
             or "none"
         ),
-        "",
-        "predicted (roofline, per device):",
     ]
+    if m["attention"] in SKIPPING_ATTENTION:
+        lines.append(
+            f"attention ({m['attention']}) charged {r.attention_visited_fraction:.3f} of dense "
+            "attention: the block pairs it visits in the packing's rows"
+        )
+    lines += ["", "predicted (roofline, per device):"]
     ranked = sorted(r.classes.items(), key=lambda kv: -kv[1].seconds)
     for name, c in ranked:
         lines.append(

@@ -479,8 +479,10 @@ class OpCost:
     matmul_flops: float = 0.0  # the dot/convolution part of `flops`
 
 
-def _instruction_flops(module: HloModule, inst: HloInstruction) -> tuple[float, float]:
-    """(flops, transcendentals) of one non-fusion instruction."""
+def _instruction_flops(
+    module: HloModule, inst: HloInstruction, visited: float = 1.0
+) -> tuple[float, float]:
+    """(flops, transcendentals) of one non-fusion instruction (`visited`: see `kernel_flops`)."""
     op = inst.opcode
     out = inst.shape.size
     if op == "dot":
@@ -505,7 +507,7 @@ def _instruction_flops(module: HloModule, inst: HloInstruction) -> tuple[float, 
         updates = module.instructions[inst.operands[-1]].shape
         return float(updates.size), 0.0
     if op == "custom-call":
-        return kernel_flops(module, inst) or (0.0, 0.0)
+        return kernel_flops(module, inst, visited) or (0.0, 0.0)
     return 0.0, 0.0
 
 
@@ -521,6 +523,18 @@ _SPLASH_PRODUCTS = {"splash_mha_fwd": 2, "splash_mha_dkv": 4, "splash_mha_dq": 3
 # head_dim]: the backward kernel recomputes the scores for its dK/dV and its dQ loop (7
 # products); the preprocess kernel only sums out x dout (first: its name ends as the other's).
 _PALLAS_GPU_PRODUCTS = {"mha_preprocess_backward": 0, "mha_forward": 2, "mha_backward": 7}
+# `bert_flax.kernels`' block-skipping attention (packed_tpu and packed_gpu give their kernels the
+# same names): splash's products, in the blocks the kernel visits alone. The forward QK^T and PV;
+# dQ recomputes QK^T and takes dO V^T and dS K; dK/dV recomputes QK^T and takes P^T dO, dO V^T and
+# dS^T Q.
+_PACKED_PRODUCTS = {"packed_attention_fwd": 2, "packed_attention_dq": 3, "packed_attention_dkv": 4}
+# packed_gpu's programs (one a query block; dK/dV: one a key block) each read only the blocks of
+# their range of the operands they loop over (their positions among the call's operands).
+_PACKED_GPU_LOOPED = {
+    "packed_attention_fwd": (4, 5),  # lo, hi, segment ids, q, (k, v)
+    "packed_attention_dq": (4, 5),  # lo, hi, segment ids, q, (k, v), dO, lse, delta
+    "packed_attention_dkv": (3, 6, 7, 8),  # lo, hi, segment ids, (q), k, v, (dO, lse, delta)
+}
 _FLOAT_DTYPES = frozenset({"f32", "bf16", "f16", "f8e4m3fn", "f8e5m2"})
 # The names `bert_flax.block_sparse.pallas` and `pallas_tpu` give their kernels.
 _BLOCK_SPARSE_KERNELS = ("block_sparse_product", "block_sparse_weight_grad")
@@ -533,10 +547,30 @@ FREE_CUSTOM_CALLS = frozenset(
 )  # fmt: skip
 
 
-def kernel_flops(module: HloModule, inst: HloInstruction) -> tuple[float, float] | None:
+def _packed_attention_kernel(inst: HloInstruction) -> str | None:
+    """Which of the block-skipping attention kernels `inst` is (None: none)."""
+    return next((n for n in _PACKED_PRODUCTS if n in inst.op_name or inst.name.startswith(n)), None)
+
+
+def kernel_flops(
+    module: HloModule, inst: HloInstruction, visited: float = 1.0
+) -> tuple[float, float] | None:
     """(FLOPs, transcendentals) of a known custom kernel (splash attention, Pallas GPU attention,
-    the block-sparse matmul) from its operands' shapes; None for a custom call it does not know."""
+    the block-skipping attention, the block-sparse matmul) from its operands' shapes; None for a
+    custom call it does not know. The block-skipping kernels are charged `visited` of dense
+    attention's (the share of block pairs they visit for the rows they are given)."""
     operands = [module.instructions[o].shape for o in inst.operands]
+    packed = _packed_attention_kernel(inst)
+    if packed is not None:
+        # Operands [rows, heads, length, head_dim] on TPU, [rows, length, heads, head_dim] on GPU
+        # (some TPU ones split the length into blocks: 5 dimensions).
+        q = next(s for s in operands if len(s.dims) == 4 and s.dtype in _FLOAT_DTYPES)
+        if inst.custom_call_target == "tpu_custom_call":
+            rows, heads, length, head_dim = q.dims
+        else:
+            rows, length, heads, head_dim = q.dims
+        pairs = visited * rows * heads * length**2
+        return 2.0 * _PACKED_PRODUCTS[packed] * pairs * head_dim, pairs
     for name, products in _SPLASH_PRODUCTS.items():
         if name in inst.op_name or inst.name.startswith(name):
             # q, k: [rows, heads, length, head_dim] (rows absent outside a vmap).
@@ -687,11 +721,24 @@ def _async_move_bytes(module: HloModule, inst: HloInstruction) -> float:
     return moved * sum(space in OFF_CHIP_MEMORY_SPACES for space in ends)
 
 
-def op_cost(module: HloModule, inst: HloInstruction) -> OpCost:
-    """FLOPs, transcendentals and bytes of one executed op (a fusion counted as one op)."""
+def _packed_gpu_looped_bytes(module: HloModule, inst: HloInstruction, visited: float) -> float:
+    """The bytes packed_gpu's kernel `inst` reads beyond its operands once each: every program
+    reads its range's blocks of the operands it loops over, `visited` x programs a row times
+    each operand in all."""
+    packed = _packed_attention_kernel(inst)
+    if packed is None or inst.custom_call_target == "tpu_custom_call":
+        return 0.0  # TPU: a row's looped operands stay in VMEM for all its blocks, read once
+    programs = module.instructions[inst.operands[0]].shape.dims[-1]  # lo: [rows, blocks]
+    looped = [module.instructions[inst.operands[i]].shape for i in _PACKED_GPU_LOOPED[packed]]
+    return (visited * programs - 1.0) * sum(s.off_chip_bytes for s in looped)
+
+
+def op_cost(module: HloModule, inst: HloInstruction, visited: float = 1.0) -> OpCost:
+    """FLOPs, transcendentals and bytes of one executed op (a fusion counted as one op);
+    `visited`: the share of block pairs the block-skipping attention visits (`kernel_flops`)."""
     cost = OpCost()
     for inner in module.fused_instructions(inst):
-        flops, trans = _instruction_flops(module, inner)
+        flops, trans = _instruction_flops(module, inner, visited)
         cost.flops += flops
         cost.transcendentals += trans
         if inner.opcode in ("dot", "convolution") or (inner.opcode == "custom-call" and flops):
@@ -708,5 +755,5 @@ def op_cost(module: HloModule, inst: HloInstruction) -> OpCost:
             continue
         seen.add(name)
         cost.bytes += _operand_read_bytes(module, inst, index)
-    cost.bytes += _written_bytes(module, inst)
+    cost.bytes += _written_bytes(module, inst) + _packed_gpu_looped_bytes(module, inst, visited)
     return cost

@@ -18,7 +18,7 @@ import pytest
 
 from bert_flax import sharding
 from bert_flax.aot import program, targets
-from bert_flax.profile import classify
+from bert_flax.profile import classify, hlo
 from bert_flax.train.setup import create_train_program
 from configs import bert_base, tiny
 
@@ -264,6 +264,43 @@ def test_the_block_skipping_gpu_kernel_compiles_for_an_h100():
     call_target = PLATFORM_KERNELS["cuda"][1]
     assert pallas_kernels(steps.train, call_target, forward | backward) == forward | backward
     assert pallas_kernels(steps.eval, call_target, forward | backward) == forward
+
+
+# Matrix products per (query, key) pair and head dimension of each block-skipping kernel, by hand
+# (bert_flax/kernels/packed_attention_*.py): the forward QK^T, PV; dQ: QK^T, dO V^T, dS K; dK and
+# dV: QK^T, P^T dO, dO V^T, dS^T Q.
+SKIPPING_PRODUCTS = {"packed_attention_fwd": 2, "packed_attention_dq": 3, "packed_attention_dkv": 4}
+
+
+@pytest.mark.slow(seconds=40)
+@pytest.mark.parametrize(("impl", "target"), [("packed_tpu", V5E_4), ("packed_gpu", H100)],
+                         ids=["packed_tpu v5e", "packed_gpu H100"])  # fmt: skip
+def test_block_skipping_attention_is_charged_the_blocks_it_visits(impl, target):
+    """The roofline charges each skipping kernel its dense FLOPs times the share of block pairs
+    it visits in the packing's rows (the task's synthetic rows here: well under 1), not all."""
+    config, devices = narrow_512_preset(target)
+    config.model.update(attention_impl=impl, attention_dropout_rate=0.0)
+    visited = program.attention_visited_fraction(config, "")
+    assert 0 < visited < 0.9
+    steps = program.compile_steps(config, devices, attention_visited_fraction=visited)
+    report = program.report(steps, target)
+    assert report.uncounted_kernels == []
+    assert report.attention_visited_fraction == visited
+    module = hlo.parse_module(steps.train.as_text())
+    charged = {}
+    for op in module.executed_ops():
+        inst = op.instruction
+        for name in SKIPPING_PRODUCTS:
+            if inst.opcode == "custom-call" and re.search(
+                rf"^{name}_|/{name}/", inst.name + " " + inst.op_name
+            ):
+                charged[name] = hlo.op_cost(module, inst, visited).flops
+    assert set(charged) == set(SKIPPING_PRODUCTS)
+    # One row a device, 4 heads of 64, rows of 512 tokens.
+    dense_pairs = 1 * 4 * 512 * 512
+    for name, products in SKIPPING_PRODUCTS.items():
+        dense = 2 * products * dense_pairs * 64
+        assert charged[name] == pytest.approx(visited * dense, rel=1e-6), name
 
 
 @pytest.mark.parametrize(

@@ -69,3 +69,21 @@ def test_padding_visits_nothing_and_one_sequence_everything():
 def test_a_block_size_that_does_not_divide_the_row_names_the_fix():
     with pytest.raises(ValueError, match=r"block_k=96 does not divide the row length 512"):
         block_ranges.kv_ranges(rows(), 128, 96)
+
+
+@pytest.mark.parametrize(("block_q", "block_k"), [(128, 128), (64, 128)])
+def test_expected_fraction_of_a_packing_is_that_of_its_rows_one_by_one(
+    block_q, block_k, monkeypatch
+):
+    """A packing's (lengths, count) strategies against every row built and reduced by the
+    dense mask, each repeated `count` times; rows of one sequence (padded) among them. Built
+    three strategies at a time, to sum over several."""
+    monkeypatch.setattr(block_ranges, "_ROWS_AT_ONCE", 3)
+    rng = np.random.default_rng(1)
+    strategies = [(random_lengths(rng), int(rng.integers(1, 5))) for _ in range(7)]
+    strategies += [([L], 3), ([5], 2), ([int(n) for n in rng.integers(1, L, 1)], 1)]
+    rows_one_by_one = np.stack([packed_row(n) for n, count in strategies for _ in range(count)])
+    expected = visited_blocks(rows_one_by_one, block_q, block_k).mean()
+    fraction = block_ranges.expected_visited_fraction(strategies, L, block_q, block_k)
+    assert fraction == pytest.approx(expected)
+    assert 0 < fraction < 1
