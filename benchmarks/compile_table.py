@@ -11,7 +11,8 @@ Each cell compiles the real train step of the config (`bert_flax.aot.program.com
 its rules, optimizer, attention, remat policy, scanned layers) at the model's full depth, once, at
 the recipe's rows: BERT's 256 sequences a step (packed: 256 / p rows, p from
 `packing.synthetic.corpus_like_histogram`, the figures of a real Wikipedia histogram), one
-micro-batch. Two readings of that compile, both linear in the rows:
+micro-batch; a block-skipping attention kernel (packed_tpu, packed_gpu) is charged the share of
+block pairs it visits in that packing's rows (`program.attention_visited_fraction`). Two readings of that compile, both linear in the rows:
 - the largest batch: the train state's bytes are fixed, the temporaries grow with the rows, so
   the most rows a data shard takes is where fixed + temporaries per row x rows meets the chip's
   HBM; a cell whose recipe does not fit is compiled again at that batch;
@@ -131,18 +132,23 @@ class Compiled:
         return fixed + (self.step_s - fixed) * rows / self.rows
 
 
-def compile_cell(config, target: targets.Target, devices, factor: float) -> Compiled:
-    """One compile of `config`; where XLA refuses it for the chip's HBM, again at half the rows
-    (down to one a device), since the figures are read linearly in the rows anyway."""
+def compile_cell(
+    config, target: targets.Target, devices, factor: float, visited: float = 1.0
+) -> Compiled:
+    """One compile of `config`, the block-skipping attention charged the `visited` share of its
+    block pairs; where XLA refuses it for the chip's HBM, again at half the rows (down to one a
+    device), since the figures are read linearly in the rows anyway."""
     shards = len(devices)
     try:
-        steps = program.compile_steps(config, devices, factor, evaluate=False)
+        steps = program.compile_steps(
+            config, devices, factor, evaluate=False, attention_visited_fraction=visited
+        )
     except jax.errors.JaxRuntimeError as e:
         rows = config.train.batch_size
         if "RESOURCE_EXHAUSTED" not in str(e) or rows <= shards:
             raise
         config.train.batch_size = config.eval.batch_size = shards * (rows // shards // 2)
-        return compile_cell(config, target, devices, factor)
+        return compile_cell(config, target, devices, factor, visited)
     report = program.report(steps, target)
     memory = report.train_memory
     return Compiled(
@@ -208,20 +214,21 @@ def measure_cell(model: str, length: int, target_name: str, packed: bool) -> Cel
     shards = len(devices)
     config = cell_config(model, length, packed, shards, target)
     factor = program.packing_factor(config, "corpus_like")
+    visited = program.attention_visited_fraction(config, "corpus_like")
     recipe = shards * math.ceil(RECIPE_SEQUENCES / factor / shards)
     compiled = compile_cell(cell_config(model, length, packed, recipe, target), target, devices,
-                            factor)  # fmt: skip
+                            factor, visited)  # fmt: skip
     largest = compiled.largest_rows(target.chip.hbm_bytes, shards)
     if 0 < largest < recipe and largest != compiled.rows:  # the figures at the largest batch
         config = cell_config(model, length, packed, largest, target)
-        compiled = compile_cell(config, target, devices, factor)
+        compiled = compile_cell(config, target, devices, factor, visited)
     remat = cell_config(model, length, packed, recipe, target).model.remat_policy
     policies = {}
     if (model, length, target_name, packed) in REMAT_CELLS:
         for policy in config_lib.REMAT_POLICIES:
             config = cell_config(model, length, packed, recipe, target, policy)
             reuse = policy == remat and compiled.rows == recipe
-            at = compiled if reuse else compile_cell(config, target, devices, factor)
+            at = compiled if reuse else compile_cell(config, target, devices, factor, visited)
             rows = at.largest_rows(target.chip.hbm_bytes, shards)
             policies[policy] = {
                 "largest_rows": rows,

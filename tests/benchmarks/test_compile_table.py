@@ -83,7 +83,7 @@ def test_a_program_too_big_for_the_hbm_is_compiled_at_half_its_rows(load_benchma
     bench = load_benchmark("compile_table")
     tried = []
 
-    def compile_steps(config, devices, factor, evaluate):
+    def compile_steps(config, devices, factor, evaluate, attention_visited_fraction):
         tried.append(config.train.batch_size)
         if config.train.batch_size > 32:
             raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Ran out of memory on HBM")

@@ -318,7 +318,7 @@ def test_a_kernel_of_the_other_accelerator_fails_when_the_program_is_built(impl,
 def test_largest_batch_bisects_to_the_last_fitting_size(monkeypatch, caplog):
     compiled_rows = []
 
-    def fake_compile_for(config, target, packing_factor, devices):
+    def fake_compile_for(config, target, packing_factor, devices, attention_visited_fraction):
         rows = config.train.batch_size
         compiled_rows.append(rows)
         memory = program.Memory(0, 0, 0, rows * targets.GIB / 4, 0)
