@@ -12,7 +12,8 @@ its rules, optimizer, attention, remat policy, scanned layers) at the model's fu
 the recipe's rows: BERT's 256 sequences a step (packed: 256 / p rows, p from
 `packing.synthetic.corpus_like_histogram`, the figures of a real Wikipedia histogram), one
 micro-batch; a block-skipping attention kernel (packed_tpu, packed_gpu) is charged the share of
-block pairs it visits in that packing's rows (`program.attention_visited_fraction`). Two readings of that compile, both linear in the rows:
+block pairs it visits in that packing's rows (`program.attention_visited_fraction`).
+Two readings of that compile, both linear in the rows:
 - the largest batch: the train state's bytes are fixed, the temporaries grow with the rows, so
   the most rows a data shard takes is where fixed + temporaries per row x rows meets the chip's
   HBM; a cell whose recipe does not fit is compiled again at that batch;
@@ -117,6 +118,7 @@ class Compiled:
     model_flops: float  # per step, all devices (`program.model_flops_per_step`)
     model: dict  # layers, parameters, attention, ... (`program.Report.model`)
     compile_s: float
+    attention_visited_fraction: float = 1.0  # `program.Report`'s: the skipping kernels' charge
 
     @property
     def step_s(self) -> float:
@@ -162,6 +164,7 @@ def compile_cell(
         model_flops=report.model_flops_per_step,
         model=report.model,
         compile_s=steps.seconds["train"],
+        attention_visited_fraction=report.attention_visited_fraction,
     )
 
 
