@@ -53,6 +53,7 @@ def main(argv: list[str]) -> None:
     if not config.data.data_dir:
         config.data.synthetic = True
     target = targets.target(_TARGET.value)
+    devices = targets.compile_only_devices(target)  # before jax runs anything (the fraction)
     factor = program.packing_factor(config, _PACKING_FACTOR.value)
     visited = program.attention_visited_fraction(config, _PACKING_FACTOR.value)
     largest = None
@@ -63,7 +64,7 @@ def main(argv: list[str]) -> None:
         if report is None:
             raise ValueError(f"Not one row per data shard fits on {target.name}.")
     else:
-        report = program.compile_for(config, target, factor, attention_visited_fraction=visited)
+        report = program.compile_for(config, target, factor, devices, visited)
     print(program.format_report(report, largest))
     if _JSON.value:
         out = report.as_dict() | {"largest_batch": largest}

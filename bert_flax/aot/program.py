@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import functools
 import math
 import time
 from typing import Any
@@ -484,12 +485,16 @@ def largest_batch(
 def _corpus_like_packing(config: ml_collections.ConfigDict) -> packing.StrategySet:
     """The config's packer (`data.algorithm`, `data.max_sequences_per_pack`; padded: one sequence
     a row) on `packing.synthetic.corpus_like_histogram` at the config's length."""
-    length = config.data.max_seq_length
+    data = config.data
+    if not data.packed:
+        return _pack_corpus_like(data.max_seq_length, "none", 1)
+    return _pack_corpus_like(data.max_seq_length, data.algorithm, data.max_sequences_per_pack)
+
+
+@functools.cache  # the packing factor and the visited fraction both read it
+def _pack_corpus_like(length: int, algorithm: str, depth: int) -> packing.StrategySet:
     hist = packing.synthetic.corpus_like_histogram(1_000_000, length)
-    if not config.data.packed:
-        return packing.pack_histogram(hist, length, "none")
-    depth = config.data.max_sequences_per_pack
-    return packing.pack_histogram(hist, length, config.data.algorithm, depth)
+    return packing.pack_histogram(hist, length, algorithm, depth)
 
 
 def packing_factor(config: ml_collections.ConfigDict, spec: str) -> float | None:
@@ -519,8 +524,11 @@ def attention_visited_fraction(config: ml_collections.ConfigDict, spec: str) -> 
     `--packing_factor` flag's `spec` stands for (`block_ranges.expected_visited_fraction`):
     'corpus_like', the config's packing of that histogram (padded: a sequence a row); else the
     task's synthetic packed rows (`synthetic.random_row_lengths`), and 1 for padded rows of
-    unknown lengths. Sequences lie in a row in the packing's order, shortest first."""
+    unknown lengths or rows no skipping kernel takes (not a multiple of its block). Sequences lie
+    in a row in the packing's order, shortest first."""
     length = config.data.max_seq_length
+    if length % FRACTION_BLOCK:
+        return 1.0
     if spec == "corpus_like":
         rows = _corpus_like_packing(config).strategies
     elif config.data.packed:

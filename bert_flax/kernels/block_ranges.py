@@ -106,4 +106,4 @@ def expected_visited_fraction(
         counts = np.array([count for _, count in chunk], np.float64)
         visited += float(counts @ np.asarray(stop - first).sum(axis=1))
         total += counts.sum() * (length // block_q) * (length // block_k)
-    return visited / total if total else 1.0
+    return float(visited / total) if total else 1.0

@@ -36,6 +36,7 @@ def test_compile_command_reports_fit_flops_collectives_and_a_roofline(tmp_path):
     assert report["target"] == "v5e-4" and report["devices"] == 4
     assert report["mesh"] == {"data": 4, "fsdp": 1, "model": 1}
     assert 1.9 < report["packing_factor"] < 2.1  # the corpus-like histogram at 128, depth 3
+    assert report["attention_visited_fraction"] == 1.0  # a row of 128 is one block: no skipping
     memory = report["train_memory"]
     assert memory["total"] == (
         memory["arguments"] + memory["outputs"] - memory["aliased"] + memory["temporaries"]
