@@ -725,9 +725,11 @@ def _packed_gpu_looped_bytes(module: HloModule, inst: HloInstruction, visited: f
     """The bytes packed_gpu's kernel `inst` reads beyond its operands once each: every program
     reads its range's blocks of the operands it loops over, `visited` x programs a row times
     each operand in all."""
-    packed = _packed_attention_kernel(inst)
-    if packed is None or inst.custom_call_target == "tpu_custom_call":
+    if inst.opcode != "custom-call" or inst.custom_call_target == "tpu_custom_call":
         return 0.0  # TPU: a row's looped operands stay in VMEM for all its blocks, read once
+    packed = _packed_attention_kernel(inst)
+    if packed is None:
+        return 0.0
     programs = module.instructions[inst.operands[0]].shape.dims[-1]  # lo: [rows, blocks]
     looped = [module.instructions[inst.operands[i]].shape for i in _PACKED_GPU_LOOPED[packed]]
     return (visited * programs - 1.0) * sum(s.off_chip_bytes for s in looped)
