@@ -1,4 +1,4 @@
-r"""BERT-base packed at long rows: 1,024 or 8,192 tokens a row, from scratch.
+r"""BERT-base packed at long rows: 1,024, 2,048, 4,096 or 8,192 tokens a row, from scratch.
 
   python -m bert_flax.data.create_pretraining_data --input=sotu --output_dir=$DATA_1024 \
       --max_seq_length=1024
@@ -18,7 +18,7 @@ import packing
 from bert_flax.data.examples import default_max_predictions
 from configs import bert_base
 
-LENGTHS = ("1024", "8192")
+LENGTHS = ("1024", "2048", "4096", "8192")  # the bundled long-context histograms
 STEPS = 100_000
 
 

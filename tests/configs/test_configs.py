@@ -14,13 +14,14 @@ import configs
 import optim
 from bert_flax.model.config import from_config_section
 from bert_flax.train.setup import adjust_for_packing, validate_config
+from configs import bert_base_long
 
 # Configs whose get_config takes a phase.
 PHASED = {
     "bert_base", "bert_base_padded", "bert_base_lamb", "bert_base_shampoo", "bert_base_soap",
     "bert_large", "bert_large_padded",
 }  # fmt: skip
-LONG = {"bert_base_long": ("1024", "8192")}  # configs whose get_config takes a row length
+LONG = {"bert_base_long": bert_base_long.LENGTHS}  # configs whose get_config takes a row length
 CASES = [
     (module.name, phase)
     for module in pkgutil.iter_modules(configs.__path__)
@@ -52,8 +53,6 @@ def test_config_builds_model_and_optimizer(name, phase):
 
 @pytest.mark.parametrize("length", LONG["bert_base_long"])
 def test_the_long_configs_hold_their_rows_positions_and_documents(length):
-    from configs import bert_base_long
-
     config = bert_base_long.get_config(length)
     model = from_config_section(config.model)
     assert config.data.max_seq_length == model.max_position_embeddings == int(length)

@@ -24,7 +24,7 @@ import pytest
 
 import configs
 from bert_flax.tasks.glue.table import GLUE
-from configs import default
+from configs import bert_base_long, default
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CODE = ("bert_flax", "benchmarks", "optim")
@@ -66,7 +66,7 @@ def config_files() -> Iterator[tuple[str, ml_collections.ConfigDict]]:
         "glue": [*(k for k in GLUE if k != "ax"), "rte,base"],
         "squad": ["cpu", "base"],
         "conll": ["cpu", "base"],
-        "bert_base_long": ["1024", "8192"],
+        "bert_base_long": list(bert_base_long.LENGTHS),
     }
     for module in pkgutil.iter_modules(configs.__path__):
         get_config = importlib.import_module(f"configs.{module.name}").get_config
