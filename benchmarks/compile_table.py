@@ -6,6 +6,7 @@ roofline prediction.
     python -m benchmarks.compile_table --markdown  # the table docs/compile.md shows
     python -m benchmarks.compile_table --targets h100 h200   # the GPU rows alone
     python -m benchmarks.compile_table --optimizers    # only the optimizer rows (below)
+    python -m benchmarks.compile_table --long_context  # only the long-context rows (below)
 
 Each cell compiles the real train step of the config (`bert_flax.aot.program.compile_steps`:
 its rules, optimizer, attention, remat policy, scanned layers) at the model's full depth, once, at
@@ -35,6 +36,16 @@ Shampoo's roots and SOAP's eigenbases are not in the step (asynchronous: a host 
 them every N steps); their cost is *measured* on this host (`host_refresh`), a sample of the
 statistics' blocks solved as the host thread solves them and scaled to all of them, and given
 per refresh and amortised per step: a CPU figure of this machine, not a TPU host's.
+
+The long-context rows (`LONG_CELLS`) are cells as above of BERT-base at 1,024-8,192 tokens a row
+(configs/bert_base_long.py), packed and padded, each with today's attention ("auto": splash on
+TPU, pallas_gpu on GPU) and with the platform's block-skipping kernel (`SKIPPING_KERNELS`). Their
+rows come from the web-like long-context histogram (`program.PACKINGS["web_like"]`,
+`packing/data/lognormal_web_*.txt`) packed by the config's packer, which gives the packing factor,
+the share of block pairs the skipping kernel visits and the share of scores the sequences need (the
+sum of li^2 over L^2, `program.attention_needed_fraction`). `long_table` reads packed over padded
+sequences a second against the factor, attention's share of the step, and the skipping kernel's
+attention time against what that need costs at today's kernel's rate.
 """
 
 from __future__ import annotations
@@ -54,12 +65,20 @@ import numpy as np
 from benchmarks.lib.records import Read, commit, now
 from bert_flax.aot import program, targets
 from bert_flax.model import config as config_lib
-from configs import bert_base, bert_base_lamb, bert_base_shampoo, bert_base_soap, bert_large
+from configs import (
+    bert_base,
+    bert_base_lamb,
+    bert_base_long,
+    bert_base_shampoo,
+    bert_base_soap,
+    bert_large,
+)
 from optim.shampoo_core import compute_roots, factor_lists
 from optim.shampoo_host import find_shampoo_state
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "compile_table.json")
 MODELS = {"base": bert_base, "large": bert_large}
+LONG_MODELS = {"base": bert_base_long}  # past 512 tokens a row
 RECIPE_SEQUENCES = 256  # BERT's sequences a step (Devlin et al., 2019)
 # (model, length, target) cells; every one packed and padded.
 CELLS = [
@@ -86,21 +105,40 @@ OPTIMIZER_CELLS = ("base", 128, "v5e-8", (REFERENCE_OPTIMIZER, "lamb", "adamw", 
 OPTIMIZER_CONFIGS = {"lamb": bert_base_lamb, "shampoo": bert_base_shampoo, "soap": bert_base_soap}
 # Statistics' blocks solved per (size, exponent) group to time the host's refresh.
 HOST_SAMPLE = 64
+# Long-context rows: (model, length, target, packed, attention_impl), every one packed and padded,
+# today's attention and the platform's block-skipping kernel.
+LONG_PACKING = "web_like"  # `program.PACKINGS`: the long-context histogram the rows are packed from
+SKIPPING_KERNELS = {"tpu": "packed_tpu", "cuda": "packed_gpu"}  # per `targets.Target.platform`
+LONG_CELLS = [
+    ("base", length, target, packed, attention)
+    for length in (1024, 2048, 8192)
+    for target in ("v5e-8", "v6e-8", "h100")
+    for packed in (True, False)
+    for attention in ("auto", SKIPPING_KERNELS[targets.target(target).platform])
+]
+# The classes of attention's own work (`profile.classify`): scores, context, a fused kernel.
+ATTENTION_CLASSES = ("attention_scores", "attention_context", "attention_fused")
 # Stored with the results; a rerun keeps only cells of this method. Change it when what a cell
 # compiles or how it is read changes (the docstring).
 METHOD = "whole model, one compile at the recipe's rows, linear in the rows: version 2"
 
 
 def cell_config(model: str, length: int, packed: bool, rows: int, target: targets.Target,
-                remat: str | None = None):  # fmt: skip
-    """The config's own step at `rows` a step, one micro-batch, on synthetic data."""
-    config = MODELS[model].get_config("phase1" if length == 128 else "phase2")
+                remat: str | None = None, attention: str | None = None):  # fmt: skip
+    """The config's own step at `rows` a step, one micro-batch, on synthetic data (past 512
+    tokens: configs/bert_base_long.py's); `attention` replaces its attention_impl."""
+    if length > 512:
+        config = LONG_MODELS[model].get_config(str(length))
+    else:
+        config = MODELS[model].get_config("phase1" if length == 128 else "phase2")
     config.data.synthetic = True
     config.data.packed = packed
     config.train.packing_hparams, config.train.accumulation = "none", 1
     config.train.batch_size = config.eval.batch_size = rows
     if remat is not None:
         config.model.remat_policy = remat
+    if attention is not None:
+        config.model.attention_impl = attention
     return config
 
 
@@ -211,25 +249,33 @@ class Cell:
         return dataclasses.asdict(self) | derived
 
 
-def measure_cell(model: str, length: int, target_name: str, packed: bool) -> Cell:
+def packing_spec(length: int) -> str:
+    """The `program.PACKINGS` name a cell's rows are packed from."""
+    return LONG_PACKING if length > 512 else "corpus_like"
+
+
+def measure_cell(
+    model: str, length: int, target_name: str, packed: bool, attention: str | None = None
+) -> Cell:
     target = targets.target(target_name)
     devices = targets.compile_only_devices(target)
     shards = len(devices)
-    config = cell_config(model, length, packed, shards, target)
-    factor = program.packing_factor(config, "corpus_like")
-    visited = program.attention_visited_fraction(config, "corpus_like")
+    build = lambda rows, remat=None: cell_config(
+        model, length, packed, rows, target, remat, attention
+    )
+    spec = packing_spec(length)
+    factor = program.packing_factor(build(shards), spec)
+    visited = program.attention_visited_fraction(build(shards), spec)
     recipe = shards * math.ceil(RECIPE_SEQUENCES / factor / shards)
-    compiled = compile_cell(cell_config(model, length, packed, recipe, target), target, devices,
-                            factor, visited)  # fmt: skip
+    compiled = compile_cell(build(recipe), target, devices, factor, visited)
     largest = compiled.largest_rows(target.chip.hbm_bytes, shards)
     if 0 < largest < recipe and largest != compiled.rows:  # the figures at the largest batch
-        config = cell_config(model, length, packed, largest, target)
-        compiled = compile_cell(config, target, devices, factor, visited)
-    remat = cell_config(model, length, packed, recipe, target).model.remat_policy
+        compiled = compile_cell(build(largest), target, devices, factor, visited)
+    remat = build(recipe).model.remat_policy
     policies = {}
     if (model, length, target_name, packed) in REMAT_CELLS:
         for policy in config_lib.REMAT_POLICIES:
-            config = cell_config(model, length, packed, recipe, target, policy)
+            config = build(recipe, policy)
             reuse = policy == remat and compiled.rows == recipe
             at = compiled if reuse else compile_cell(config, target, devices, factor, visited)
             rows = at.largest_rows(target.chip.hbm_bytes, shards)
@@ -239,10 +285,20 @@ def measure_cell(model: str, length: int, target_name: str, packed: bool) -> Cel
                 "step_s": at.step_s,
                 "best_sequences_per_s": rows * factor / at.step_s_at(rows) if rows else 0.0,
             }
-    print(f"  {model} {length} {target_name} packed={packed}: {compiled.compile_s:.0f} s",
-          file=sys.stderr, flush=True)  # fmt: skip
+    print(f"  {model} {length} {target_name} packed={packed} {attention or ''}: "
+          f"{compiled.compile_s:.0f} s", file=sys.stderr, flush=True)  # fmt: skip
     return Cell(model, length, target_name, packed, factor, remat, recipe, largest, compiled,
                 policies)  # fmt: skip
+
+
+def measure_long_cell(model: str, length: int, target_name: str, packed: bool,
+                      attention: str) -> dict:  # fmt: skip
+    """A `LONG_CELLS` row: the cell with `attention`, and the share of dense attention's scores
+    its rows' sequences need."""
+    config = cell_config(model, length, packed, 1, targets.target(target_name), None, attention)
+    needed = program.attention_needed_fraction(config, LONG_PACKING)
+    cell = measure_cell(model, length, target_name, packed, attention).as_dict()
+    return cell | {"attention_impl": attention, "attention_needed_fraction": needed}
 
 
 def optimizer_config(optimizer: str, length: int):
@@ -391,6 +447,47 @@ def _key(c: dict) -> tuple:
     return c["model"], c["length"], c["target"], c["packed"]
 
 
+def _long_key(c: dict) -> tuple:
+    return *_key(c), c["attention_impl"]
+
+
+def attention_s_per_row(cell: dict) -> float:
+    """The predicted seconds of attention's own work (`ATTENTION_CLASSES`) a row."""
+    classes = cell["compiled"]["classes"]
+    return sum(classes.get(name, 0.0) for name in ATTENTION_CLASSES) / cell["rows"]
+
+
+def long_table(cells: list[dict]) -> str:
+    """The long-context rows, packed against padded with the same attention: the gain against
+    the packing factor, attention's share of the packed step, and its time a row against what the
+    sequences need (today's kernel's time a row times the sum of li^2 over L^2)."""
+    by_key = {_long_key(c): c for c in cells}
+    lines = [
+        "| length | slice | attention | packing factor | packed / padded sequences a second | "
+        "of the factor | attention's share of the packed step | attention a packed row (ms) | "
+        "over the sum of li^2's need |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in cells:
+        model, length, target, packed, attention = _long_key(c)
+        padded = by_key.get((model, length, target, False, attention))
+        if not packed or padded is None:
+            continue
+        gain = c["sequences_per_s"] / padded["sequences_per_s"]
+        share = attention_s_per_row(c) * c["rows"] / c["step_s"]
+        today = by_key.get((model, length, target, True, "auto"))
+        over = "-"
+        if today is not None:
+            need = attention_s_per_row(today) * c["attention_needed_fraction"]
+            over = f"{attention_s_per_row(c) / need:.2f}"
+        lines.append(
+            f"| {length:,} | {target} | {c['compiled']['model']['attention']} ({attention}) | "
+            f"{c['packing_factor']:.2f} | {gain:.2f} | {gain / c['packing_factor']:.2f} | "
+            f"{share:.0%} | {attention_s_per_row(c) * 1e3:.3f} | {over} |"
+        )
+    return "\n".join(lines)
+
+
 def markdown(cells: list[dict], previous: list[dict]) -> str:
     """The table as docs/compile.md shows it (from the JSON, so the docs cannot drift)."""
     before = {_key(c): c for c in previous}
@@ -529,6 +626,9 @@ def main() -> None:
     parser.add_argument("--out", default=RESULTS)
     parser.add_argument("--targets", nargs="+", help="Compile only the cells on these slices.")
     parser.add_argument("--optimizers", action="store_true", help="Only the optimizer rows.")
+    parser.add_argument(
+        "--long_context", action="store_true", help="Only the long-context rows (LONG_CELLS)."
+    )
     args = parser.parse_args()
     results = load(args.out)
     if args.markdown:
@@ -544,6 +644,15 @@ def main() -> None:
                 results["optimizer_cells"] = with_predictions(cells)
                 save(results, args.out)
         print(optimizer_table(results["optimizer_cells"]))
+        return
+    if args.long_context:
+        done = {_long_key(c) for c in results.setdefault("long_cells", [])}
+        for key in LONG_CELLS:
+            if key not in done and (args.targets is None or key[2] in args.targets):
+                cell = measure_long_cell(*key) | {"commit": commit(), "date": now()}
+                results["long_cells"].append(cell)
+                save(results, args.out)
+        print(long_table(results["long_cells"]))
         return
     for model, length, target, packed in missing_cells(results["cells"], args.targets):
         cell = measure_cell(model, length, target, packed).as_dict()

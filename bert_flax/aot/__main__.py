@@ -33,10 +33,11 @@ _PACKING_FACTOR = flags.DEFINE_string(
     "packing_factor",
     "",
     "Sequences per row to adapt the batch to and report sequences/s by: empty for the task's "
-    "data, a number, or 'corpus_like' (the config's packer, data.algorithm, on "
-    "packing.synthetic.corpus_like_histogram, the figures of a real Wikipedia histogram, at the "
-    "config's length and depth). The block-skipping attention is charged the block pairs it "
-    "visits in those rows.",
+    f"data, a number, or one of {sorted(program.PACKINGS)}: the config's packer (data.algorithm, "
+    "data.max_sequences_per_pack) on that length histogram at the config's length "
+    "(bert_flax.aot.program.PACKINGS: corpus_like, the figures of a real Wikipedia histogram at "
+    "128 and 512; web_like, the bundled lognormal_web long-context histogram, 1,024-8,192). The "
+    "block-skipping attention is charged the block pairs it visits in those rows.",
 )
 _LARGEST_BATCH = flags.DEFINE_bool(
     "largest_batch", False, "Bisect over compiles for the most rows per step that fit."

@@ -21,6 +21,7 @@ import dataclasses
 import functools
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -482,19 +483,29 @@ def largest_batch(
     return low * shards, reports.get(low)
 
 
-def _corpus_like_packing(config: ml_collections.ConfigDict) -> packing.StrategySet:
+# The named packings `--packing_factor` takes: the length histogram (at the config's length) the
+# config's packer packs. corpus_like: `packing.synthetic.corpus_like_histogram`, the figures of a
+# real Wikipedia histogram at 128 and 512 (stretched past them); web_like: the bundled long-context
+# `lognormal_web` histogram (1,024-8,192; a web-like corpus of log-normal document lengths,
+# documents longer than the row split, packing/data/README.md), the long-context rows' packing.
+PACKINGS: dict[str, Callable[[int], np.ndarray]] = {
+    "corpus_like": lambda length: packing.synthetic.corpus_like_histogram(1_000_000, length),
+    "web_like": lambda length: packing.histogram.long_context_histogram("lognormal_web", length),
+}
+
+
+def _named_packing(config: ml_collections.ConfigDict, spec: str) -> packing.StrategySet:
     """The config's packer (`data.algorithm`, `data.max_sequences_per_pack`; padded: one sequence
-    a row) on `packing.synthetic.corpus_like_histogram` at the config's length."""
+    a row) on the `PACKINGS[spec]` histogram at the config's length."""
     data = config.data
     if not data.packed:
-        return _pack_corpus_like(data.max_seq_length, "none", 1)
-    return _pack_corpus_like(data.max_seq_length, data.algorithm, data.max_sequences_per_pack)
+        return _pack(spec, data.max_seq_length, "none", 1)
+    return _pack(spec, data.max_seq_length, data.algorithm, data.max_sequences_per_pack)
 
 
-@functools.cache  # the packing factor and the visited fraction both read it
-def _pack_corpus_like(length: int, algorithm: str, depth: int) -> packing.StrategySet:
-    hist = packing.synthetic.corpus_like_histogram(1_000_000, length)
-    return packing.pack_histogram(hist, length, algorithm, depth)
+@functools.cache  # the packing factor and the attention fractions all read it
+def _pack(spec: str, length: int, algorithm: str, depth: int) -> packing.StrategySet:
+    return packing.pack_histogram(PACKINGS[spec](length), length, algorithm, depth)
 
 
 def packing_factor(config: ml_collections.ConfigDict, spec: str) -> float | None:
@@ -503,14 +514,22 @@ def packing_factor(config: ml_collections.ConfigDict, spec: str) -> float | None
         return None
     if not config.data.packed:
         return 1.0
-    if spec == "corpus_like":
-        return _corpus_like_packing(config).metrics().packing_factor
+    if spec in PACKINGS:
+        return _named_packing(config, spec).metrics().packing_factor
     try:
         return float(spec)
     except ValueError:
         raise ValueError(
-            f"--packing_factor={spec!r}: give a number >= 1, 'corpus_like' or nothing."
+            f"--packing_factor={spec!r}: give a number >= 1, one of {sorted(PACKINGS)} or nothing."
         ) from None
+
+
+def attention_needed_fraction(config: ml_collections.ConfigDict, spec: str) -> float:
+    """The share of dense attention's scores the sequences of a `PACKINGS[spec]` row need: the
+    sum of li^2 over L^2, averaged over the config's rows of that packing (the rest are masked)."""
+    rows = _named_packing(config, spec).strategies
+    need = sum(count * sum(n * n for n in lengths) for lengths, count in rows)
+    return need / (sum(count for _, count in rows) * config.data.max_seq_length**2)
 
 
 # The blocks the expected fraction is counted in: packed_tpu's (128 x 128). packed_gpu's smaller
@@ -522,15 +541,15 @@ SKIPPING_ATTENTION = ("packed_tpu", "packed_gpu")  # the attention_impls charged
 def attention_visited_fraction(config: ml_collections.ConfigDict, spec: str) -> float:
     """The share of dense attention's block pairs a block-skipping kernel visits in the rows the
     `--packing_factor` flag's `spec` stands for (`block_ranges.expected_visited_fraction`):
-    'corpus_like', the config's packing of that histogram (padded: a sequence a row); else the
+    a `PACKINGS` name, the config's packing of that histogram (padded: a sequence a row); else the
     task's synthetic packed rows (`synthetic.random_row_lengths`), and 1 for padded rows of
     unknown lengths or rows no skipping kernel takes (not a multiple of its block). Sequences lie
     in a row in the packing's order, shortest first."""
     length = config.data.max_seq_length
     if length % FRACTION_BLOCK:
         return 1.0
-    if spec == "corpus_like":
-        rows = _corpus_like_packing(config).strategies
+    if spec in PACKINGS:
+        rows = _named_packing(config, spec).strategies
     elif config.data.packed:
         depth = config.data.max_sequences_per_pack
         rows = [(r, 1) for r in synthetic.random_row_lengths(256, length, depth, config.seed)]

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import jax
 import ml_collections
+import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -143,3 +144,117 @@ def test_the_host_refresh_is_timed_for_every_block_of_the_statistics(load_benchm
     config.optimizer.name = "lamb"
     lamb = create_train_program(config, sharding.mesh_of(config.mesh, jax.devices()))
     assert bench.host_refresh(lamb) is None
+
+
+def test_the_long_cells_are_bert_base_at_long_rows_with_todays_and_the_skipping_kernel(
+    load_benchmark,
+):
+    bench = load_benchmark("compile_table")
+    kernels = {"v5e-8": "packed_tpu", "v6e-8": "packed_tpu", "h100": "packed_gpu"}
+    expected = {
+        ("base", length, target, packed, attention)
+        for length in (1024, 2048, 8192)
+        for target, skipping in kernels.items()
+        for packed in (True, False)
+        for attention in ("auto", skipping)
+    }
+    assert len(bench.LONG_CELLS) == len(expected) == 36
+    assert set(bench.LONG_CELLS) == expected
+
+
+@pytest.mark.parametrize("length", [1024, 2048, 8192])
+def test_a_long_cell_builds_its_length_position_table_and_kernel(load_benchmark, length):
+    from bert_flax.aot import targets
+    from bert_flax.model.config import from_config_section
+
+    bench = load_benchmark("compile_table")
+    for _, _, target, packed, attention in [c for c in bench.LONG_CELLS if c[1] == length]:
+        config = bench.cell_config("base", length, packed, 8, targets.target(target), None,
+                                   attention)  # fmt: skip
+        model = from_config_section(config.model)
+        assert config.data.max_seq_length == model.max_position_embeddings == length
+        assert (model.attention_impl, model.num_layers) == (attention, 12)
+        assert (config.data.packed, config.train.batch_size) == (packed, 8)
+    short = bench.cell_config("base", 512, True, 8, targets.target("v5e-8"))
+    assert short.data.max_seq_length == from_config_section(short.model).max_position_embeddings
+    assert (short.data.max_seq_length, short.model.attention_impl) == (512, "auto")
+
+
+def test_the_web_like_packing_at_8192_packs_and_skips_most_blocks(load_benchmark):
+    import packing
+    from bert_flax.aot import program, targets
+
+    bench = load_benchmark("compile_table")
+    spec = bench.packing_spec(8192)
+    config = bench.cell_config("base", 8192, True, 8, targets.target("v5e-8"), None, "packed_tpu")
+    factor = program.packing_factor(config, spec)
+    visited = program.attention_visited_fraction(config, spec)
+    needed = program.attention_needed_fraction(config, spec)
+    assert factor > 4 and 0 < needed <= visited < 0.5  # the blocks visited hold every score needed
+    # Padded: a document a row, so the need is the histogram's mean l^2 over L^2.
+    config.data.packed = False
+    hist = packing.histogram.long_context_histogram("lognormal_web", 8192)
+    lengths = np.arange(hist.size)
+    assert program.packing_factor(config, spec) == 1.0
+    assert program.attention_needed_fraction(config, spec) == pytest.approx(
+        (hist * lengths**2).sum() / hist.sum() / 8192**2
+    )
+    assert bench.packing_spec(512) == "corpus_like"
+
+
+def long_cell(attention, packed, sequences_per_s, rows, step_s, classes, needed=0.2):
+    kernel = "splash" if attention == "auto" else attention
+    return {
+        "model": "base", "length": 8192, "target": "v5e-8", "packed": packed,
+        "attention_impl": attention, "packing_factor": 10.0 if packed else 1.0,
+        "sequences_per_s": sequences_per_s, "rows": rows, "step_s": step_s,
+        "attention_needed_fraction": needed,
+        "compiled": {"classes": classes, "model": {"attention": kernel}},
+    }  # fmt: skip
+
+
+def test_the_long_table_reads_the_gain_the_share_and_the_need(load_benchmark):
+    bench = load_benchmark("compile_table")
+    cells = [
+        # Skipping: 0.4 s of attention over 4 rows, a 2 s step; today's: 2 s over 8 rows.
+        long_cell("packed_tpu", True, 95.0, 4, 2.0,
+                  {"attention_scores": 0.2, "attention_context": 0.2, "feed_forward": 1.0}),
+        long_cell("packed_tpu", False, 10.0, 4, 2.0, {}),
+        long_cell("auto", True, 50.0, 8, 4.0, {"attention_fused": 2.0, "attention_output": 1.0}),
+        long_cell("auto", False, 10.0, 8, 4.0, {}),
+    ]  # fmt: skip
+    skipping, today = bench.long_table(cells).splitlines()[2:]
+    # Gain 9.5 of a factor 10; 0.4 of 2 s; 0.1 s a row against 0.25 s x 0.2 needed.
+    assert skipping == (
+        "| 8,192 | v5e-8 | packed_tpu (packed_tpu) | 10.00 | 9.50 | 0.95 | 20% | 100.000 | 2.00 |"
+    )
+    assert today == "| 8,192 | v5e-8 | splash (auto) | 10.00 | 5.00 | 0.50 | 50% | 250.000 | 5.00 |"
+    assert "| - |" in bench.long_table(cells[:2])  # no today's cell: no need to read against
+
+
+def test_long_context_compiles_only_the_long_cells_under_their_own_key(
+    load_benchmark, monkeypatch, tmp_path
+):
+    bench = load_benchmark("compile_table")
+    out = tmp_path / "compile_table.json"
+    bench.save({"method": bench.METHOD, "cells": [{"cell": 1}], "previous": {}}, str(out))
+    made = []
+
+    def measure_long_cell(model, length, target, packed, attention):
+        made.append((model, length, target, packed, attention))
+        classes = {"attention_fused": 1.0}
+        return long_cell(attention, packed, 1.0, 8, 1.0, classes) | {
+            "length": length,
+            "target": target,
+        }
+
+    monkeypatch.setattr(bench, "measure_long_cell", measure_long_cell)
+    argv = ["compile_table", "--long_context", f"--out={out}", "--targets", "h100"]
+    monkeypatch.setattr(sys, "argv", argv)
+    bench.main()
+    assert made == [key for key in bench.LONG_CELLS if key[2] == "h100"]
+    results = bench.load(str(out))
+    assert results["cells"] == [{"cell": 1}]
+    assert [bench._long_key(c) for c in results["long_cells"]] == made
+    bench.main()  # a rerun resumes: nothing compiled again
+    assert len(made) == 12
