@@ -69,11 +69,13 @@ def test_compile_command_compiles_for_a_gpu_with_its_kernel(tmp_path):
     "flags, phrase",
     [
         (["--target=v5e-7"], "v5e-8"),
-        (["--packing_factor=many"], "corpus_like"),
+        (["--packing_factor=many"], "web_like"),
+        (["--packing_factor=web_like"], "lengths (1024, 2048, 4096, 8192)"),
         (["--target=h100", "--config.model.attention_impl=splash",
           "--config.model.attention_dropout_rate=0"], "attention_impl='auto'"),
     ],
-    ids=["unknown target", "bad packing factor", "a TPU kernel for a GPU"],
+    ids=["unknown target", "bad packing factor", "no long-context histogram at 128",
+         "a TPU kernel for a GPU"],
 )  # fmt: skip
 def test_compile_user_errors(flags, phrase):
     done = compile_command(*flags)
