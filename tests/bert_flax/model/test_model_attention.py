@@ -375,6 +375,36 @@ _SHARDED_KERNEL = textwrap.dedent(
 )
 
 
+_SHARDED_DROPOUT = textwrap.dedent(
+    """
+    import jax, numpy as np, flax.linen as nn
+    from bert_flax import sharding
+    from bert_flax.model import attention
+
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((4, 128, 4, 16)).astype(np.float32) for _ in range(3))
+    seg = np.ones((4, 128), np.int32)
+    kernel = lambda q: attention.packed_tpu_attention(
+        q, k, v, seg, dropout_rate=0.5, dropout_rng=jax.random.key(0), deterministic=False,
+        interpret=True,
+    )
+    with jax.set_mesh(sharding.create_mesh((2, 1, 2))):
+        with nn.logical_axis_rules(sharding.LOGICAL_AXIS_RULES):
+            sharded = jax.jit(kernel)(q)
+    np.testing.assert_allclose(sharded, jax.jit(kernel)(q), atol=1e-5)
+    print("OK")
+    """
+)
+
+
+@pytest.mark.slow
+def test_packed_tpu_dropout_under_a_mesh_draws_the_unsharded_masks(run_on_devices):
+    """Each shard's rows and heads get their own seeds: sharded over rows and heads, the dropped
+    output is the one-device output (a kernel hashing local row and head indices would repeat
+    shard 0's masks on every shard)."""
+    run_on_devices(_SHARDED_DROPOUT, 4)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "kernel", ["splash_attention", "packed_tpu_attention", "packed_gpu_attention"]
