@@ -62,3 +62,10 @@ def keep_mask(seed: Array, q_index: Array, k_index: Array, rate: float) -> Array
     x = _fmix(seed + q_index * _GOLDEN)
     x = _fmix(x ^ k_index)
     return lax.shift_right_logical(x, 32 - _BITS) < keep_threshold(rate)
+
+
+def dropped(x: Array, seed: Array, q_index: Array, k_index: Array, rate: float) -> Array:
+    """Scores `x` at (q_index, k_index) with the dropped zeroed and the kept scaled by 1/keep
+    rate (the indices broadcast to x's shape)."""
+    keep = keep_mask(seed, q_index, k_index, rate)
+    return jnp.where(keep, x * (1.0 / keep_rate(rate)), 0.0)

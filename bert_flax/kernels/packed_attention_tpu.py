@@ -234,8 +234,7 @@ def _dropped(x: Array, seed: Array, rate: float, q_start, k_start, q_axis: int =
     along the other, with the dropped entries zeroed and the kept scaled by 1/keep rate."""
     q_index = q_start + lax.broadcasted_iota(jnp.int32, x.shape, q_axis)
     k_index = k_start + lax.broadcasted_iota(jnp.int32, x.shape, 1 - q_axis)
-    keep = dropout_bits.keep_mask(seed, q_index, k_index, rate)
-    return jnp.where(keep, x * (1.0 / dropout_bits.keep_rate(rate)), 0.0)
+    return dropout_bits.dropped(x, seed, q_index, k_index, rate)
 
 
 def _forward_kernel(first_ref, stop_ref, *refs, scale: float, rate: float):
