@@ -176,15 +176,24 @@ def pallas_gpu_attention(
 
 
 def packed_gpu_attention(
-    q: Array, k: Array, v: Array, segment_ids: Array, *, interpret: bool = False
+    q: Array,
+    k: Array,
+    v: Array,
+    segment_ids: Array,
+    *,
+    dropout_rate: float = 0.0,
+    dropout_rng: Array | None = None,
+    deterministic: bool = True,
+    interpret: bool = False,
 ) -> Array:
     """`bert_flax.kernels.packed_attention_gpu`: Pallas flash attention for GPU (Triton) that
     visits only the key/value blocks each query block's sequences reach, so a packed row costs
     about the sum of its sequences' squared lengths; `interpret=True` runs it on any backend.
-    Same layout, length rule and sharding as `pallas_gpu_attention`."""
+    Same layout, length rule and sharding as `pallas_gpu_attention`; dropout as
+    `packed_tpu_attention`'s."""
     _check_kernel_length("packed_gpu", q.shape[1])
-    local = functools.partial(packed_attention_gpu.packed_attention, interpret=interpret)
-    return _per_shard(local, "packed_gpu", q, k, v, segment_ids)
+    return _packed(packed_attention_gpu.packed_attention, "packed_gpu", q, k, v, segment_ids,
+                   dropout_rate, dropout_rng, deterministic, interpret)  # fmt: skip
 
 
 def packed_tpu_attention(
@@ -205,17 +214,22 @@ def packed_tpu_attention(
     `dropout_rng` and the kernels a counter-based mask from it (`kernels.dropout_bits`): a
     Bernoulli mask of the same rate (to 2^-24), not the one `xla_attention` draws from the key."""
     _check_kernel_length("packed_tpu", q.shape[1])
+    return _packed(packed_attention_tpu.packed_attention, "packed_tpu", q, k, v, segment_ids,
+                   dropout_rate, dropout_rng, deterministic, interpret)  # fmt: skip
+
+
+def _packed(kernel, impl, q, k, v, segment_ids, dropout_rate, dropout_rng, deterministic,
+            interpret) -> Array:  # fmt: skip
+    """A block-skipping `kernel` per shard, with dropout seeds per row and head drawn from
+    `dropout_rng` unless deterministic or at rate 0 (then the kernel has no dropout code)."""
     seeds = None
     if not deterministic and dropout_rate > 0.0:
         if dropout_rng is None:
             raise ValueError("Attention dropout needs a dropout_rng when deterministic=False.")
         seeds = dropout_bits.row_head_seeds(dropout_rng, q.shape[0], q.shape[2])
-    local = functools.partial(
-        packed_attention_tpu.packed_attention,
-        dropout_rate=dropout_rate if seeds is not None else 0.0,
-        interpret=interpret,
-    )
-    return _per_shard(local, "packed_tpu", q, k, v, segment_ids, seeds)
+    rate = dropout_rate if seeds is not None else 0.0
+    local = functools.partial(kernel, dropout_rate=rate, interpret=interpret)
+    return _per_shard(local, impl, q, k, v, segment_ids, seeds)
 
 
 def _per_shard(
@@ -428,10 +442,10 @@ BACKENDS: dict[str, Backend] = {
         platform="gpu",
     ),
     "packed_gpu": Backend(
-        _pallas_kernel(packed_gpu_attention, "packed_gpu", "gpu"),
-        False,
-        "Pallas flash attention visiting only the blocks a row's sequences share (Triton); GPU "
-        "(interpret mode on CPU)",
+        _pallas_kernel(packed_gpu_attention, "packed_gpu", "gpu", dropout=True),
+        True,
+        "Pallas flash attention visiting only the blocks a row's sequences share, counter-based "
+        "attention dropout (Triton); GPU (interpret mode on CPU)",
         platform="gpu",
     ),
     "packed_tpu": Backend(

@@ -263,18 +263,19 @@ def test_attention_dropout_head_groups_must_divide_the_heads():
 
 
 def test_fused_backends_reject_attention_dropout():
-    for impl in ("cudnn", "splash", "pallas_gpu", "packed_gpu", "auto"):
+    for impl in ("cudnn", "splash", "pallas_gpu", "auto"):
         with pytest.raises(ValueError, match="attention_dropout_rate"):
             BertConfig.preset("tiny", attention_impl=impl)
         BertConfig.preset("tiny", attention_impl=impl, attention_dropout_rate=0.0)
 
 
-def test_packed_tpu_takes_attention_dropout_but_not_its_variants():
-    BertConfig.preset("tiny", attention_impl="packed_tpu")
+@pytest.mark.parametrize("impl", ["packed_tpu", "packed_gpu"])
+def test_block_skipping_kernels_take_attention_dropout_but_not_its_variants(impl):
+    BertConfig.preset("tiny", attention_impl=impl)
     for variant in ({"attention_dropout_head_groups": 1}, {"attention_dropout_bits": 8}):
         with pytest.raises(ValueError, match="draws its own attention-dropout mask"):
-            BertConfig.preset("tiny", attention_impl="packed_tpu", **variant)
-        BertConfig.preset("tiny", attention_impl="packed_tpu", attention_dropout_rate=0, **variant)
+            BertConfig.preset("tiny", attention_impl=impl, **variant)
+        BertConfig.preset("tiny", attention_impl=impl, attention_dropout_rate=0, **variant)
 
 
 @pytest.mark.parametrize(
@@ -342,7 +343,9 @@ def test_a_backend_added_to_the_registry_is_accepted_and_used(monkeypatch, qkv_s
         BertConfig.preset("tiny", attention_impl="reference")
     backend = attention.Backend(traced_xla, supports_dropout=False, description="test")
     monkeypatch.setitem(attention.BACKENDS, "reference", backend)
-    with pytest.raises(ValueError, match=r"use attention_impl in \['xla', 'packed_tpu'\]"):
+    with pytest.raises(
+        ValueError, match=r"use attention_impl in \['xla', 'packed_gpu', 'packed_tpu'\]"
+    ):
         BertConfig.preset("tiny", attention_impl="reference")
     BertConfig.preset("tiny", attention_impl="reference", attention_dropout_rate=0.0)
     out = attention.attention(*qkv_segments, impl="reference")
