@@ -197,14 +197,15 @@ def test_dropout_matches_the_dense_reference_with_its_mask(block_q, block_k):
         np.testing.assert_allclose(grad, ref_grad, atol=2e-5, err_msg=f"d{name}")
 
 
-def test_the_backend_draws_its_dropout_from_the_rng_and_none_when_deterministic():
-    """attention(impl="packed_tpu") with dropout matches the dense reference under the seeds
+@pytest.mark.parametrize("impl", ["packed_tpu", "packed_gpu"])
+def test_the_backends_draw_their_dropout_from_the_rng_and_none_when_deterministic(impl):
+    """attention(impl=...) with dropout matches the dense reference under the seeds
     `row_head_seeds` draws from dropout_rng; deterministic=True or rate 0 lowers to the program
-    without dropout (no seeds prefetched, no mask computed)."""
+    without dropout (no seeds passed, no mask computed)."""
     q, k, v, segment_ids = inputs(256)
     rng = jax.random.key(4)
     call = lambda rate, deterministic: lambda q: attention.attention(
-        q, k, v, segment_ids, impl="packed_tpu", dropout_rate=rate, dropout_rng=rng,
+        q, k, v, segment_ids, impl=impl, dropout_rate=rate, dropout_rng=rng,
         deterministic=deterministic,
     )  # fmt: skip
     seeds = dropout_bits.row_head_seeds(rng, q.shape[0], H)
@@ -214,22 +215,3 @@ def test_the_backend_draws_its_dropout_from_the_rng_and_none_when_deterministic(
     plain = lowered(call(0.0, True))
     assert lowered(call(0.2, True)) == lowered(call(0.0, False)) == plain
     assert lowered(call(0.2, False)) != plain
-
-
-def test_dropout_compiles_for_v5e():
-    """The counter-based mask (int32 multiplies, logical shifts) lowers in Mosaic: forward and
-    backward kernels with dropout compile for a v5e core."""
-    device = devices_of(V5E_4)[0]
-    sharding = jax.sharding.SingleDeviceSharding(device)
-    x = jax.ShapeDtypeStruct((2, 1024, 4, 64), jnp.bfloat16, sharding=sharding)
-    segment_ids = jax.ShapeDtypeStruct((2, 1024), jnp.int32, sharding=sharding)
-    seeds = jax.ShapeDtypeStruct((2, 4), jnp.int32, sharding=sharding)
-
-    def loss(q, k, v, segment_ids, seeds):
-        out = packed_attention(q, k, v, segment_ids, dropout_rate=0.1, seeds=seeds)
-        return jnp.sum(out.astype(jnp.float32))
-
-    grad = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
-    executable = grad.lower(x, x, x, segment_ids, seeds).compile()
-    names = {"packed_attention_fwd", "packed_attention_dq", "packed_attention_dkv"}
-    assert pallas_kernels(executable, "tpu_custom_call", names) == names

@@ -387,7 +387,7 @@ _SHARDED_DROPOUT = textwrap.dedent(
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((4, 128, 4, 16)).astype(np.float32) for _ in range(3))
     seg = np.ones((4, 128), np.int32)
-    kernel = lambda q: attention.packed_tpu_attention(
+    kernel = lambda q: attention.KERNEL(
         q, k, v, seg, dropout_rate=0.5, dropout_rng=jax.random.key(0), deterministic=False,
         interpret=True,
     )
@@ -401,11 +401,12 @@ _SHARDED_DROPOUT = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_packed_tpu_dropout_under_a_mesh_draws_the_unsharded_masks(run_on_devices):
+@pytest.mark.parametrize("kernel", ["packed_tpu_attention", "packed_gpu_attention"])
+def test_skipping_kernels_dropout_under_a_mesh_draws_the_unsharded_masks(run_on_devices, kernel):
     """Each shard's rows and heads get their own seeds: sharded over rows and heads, the dropped
     output is the one-device output (a kernel hashing local row and head indices would repeat
     shard 0's masks on every shard)."""
-    run_on_devices(_SHARDED_DROPOUT, 4)
+    run_on_devices(_SHARDED_DROPOUT.replace("KERNEL", kernel), 4)
 
 
 @pytest.mark.slow
