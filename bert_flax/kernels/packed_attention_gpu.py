@@ -10,6 +10,10 @@ Softmax statistics and accumulators are float32; q, k, v float32 or bfloat16.
 
     out = packed_attention(q, k, v, segment_ids)  # q, k, v [rows, L, heads, head_dim]
     out = packed_attention(q, k, v, segment_ids, interpret=True)  # any backend (tests)
+
+Attention dropout (`dropout_rate` > 0, one int32 seed per row and head) drops probabilities by
+`bert_flax.kernels.dropout_bits.keep_mask`, recomputed by the backward kernels (nothing stored);
+at rate 0 the kernels hold no dropout code.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
+from bert_flax.kernels import dropout_bits
 from bert_flax.kernels.block_ranges import kv_ranges, q_ranges
 
 Array = jax.Array
@@ -51,34 +56,51 @@ def packed_attention(
     segment_ids: Array,
     *,
     blocks: Blocks = Blocks(),
+    dropout_rate: float = 0.0,
+    seeds: Array | None = None,
     interpret: bool = False,
 ) -> Array:
     """Softmax attention of q, k, v [rows, L, heads, head_dim] within the sequences of
-    `segment_ids` [rows, L] (1..k, 0 for padding), scaled by head_dim ** -0.5; zero at padding."""
+    `segment_ids` [rows, L] (1..k, 0 for padding), scaled by head_dim ** -0.5; zero at padding.
+    `dropout_rate` > 0 drops probabilities by `dropout_bits.keep_mask` of `seeds` (int32
+    [rows, heads], `dropout_bits.row_head_seeds`)."""
     length = q.shape[1]
     for size in dataclasses.astuple(blocks):
         if length % size:
             raise ValueError(f"Row length {length} is not a multiple of the kernel block {size}.")
-    return _attention(q, k, v, segment_ids, blocks, interpret)
+    if dropout_rate and seeds is None:
+        raise ValueError("Attention dropout needs seeds (dropout_bits.row_head_seeds).")
+    settings = _Settings(dropout_rate, interpret)
+    return _attention(q, k, v, segment_ids, seeds, blocks, settings)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
-def _attention(q, k, v, segment_ids, blocks: Blocks, interpret: bool) -> Array:
-    return _forward(q, k, v, segment_ids, blocks, interpret)[0]
+@dataclasses.dataclass(frozen=True)
+class _Settings:
+    """The kernels' static settings besides the blocks: the dropout rate (0: no dropout code)
+    and interpret mode."""
+
+    rate: float
+    interpret: bool
 
 
-def _attention_fwd(q, k, v, segment_ids, blocks, interpret):
-    out, lse = _forward(q, k, v, segment_ids, blocks, interpret)
-    return out, (q, k, v, segment_ids, out, lse)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+def _attention(q, k, v, segment_ids, seeds, blocks: Blocks, settings: _Settings) -> Array:
+    return _forward(q, k, v, segment_ids, seeds, blocks, settings)[0]
 
 
-def _attention_bwd(blocks, interpret, residuals, d_out):
-    q, k, v, segment_ids, out, lse = residuals
-    # delta_i = sum_j p_ij dp_ij = <o_i, do_i>, the softmax backward's row term.
+def _attention_fwd(q, k, v, segment_ids, seeds, blocks, settings):
+    out, lse = _forward(q, k, v, segment_ids, seeds, blocks, settings)
+    return out, (q, k, v, segment_ids, seeds, out, lse)
+
+
+def _attention_bwd(blocks, settings, residuals, d_out):
+    q, k, v, segment_ids, seeds, out, lse = residuals
+    # delta_i = sum_j p_ij dp_ij = <o_i, do_i>, the softmax backward's row term (with dropout
+    # too: dp the dropped dp's masked and scaled entries, o the dropped p's).
     delta = jnp.einsum("blhd,blhd->bhl", out.astype(jnp.float32), d_out.astype(jnp.float32))
-    dq = _backward_dq(q, k, v, segment_ids, d_out, lse, delta, blocks, interpret)
-    dk, dv = _backward_dkv(q, k, v, segment_ids, d_out, lse, delta, blocks, interpret)
-    return dq, dk, dv, None
+    dq = _backward_dq(q, k, v, segment_ids, seeds, d_out, lse, delta, blocks, settings)
+    dk, dv = _backward_dkv(q, k, v, segment_ids, seeds, d_out, lse, delta, blocks, settings)
+    return dq, dk, dv, None, None
 
 
 _attention.defvjp(_attention_fwd, _attention_bwd)
@@ -123,11 +145,24 @@ def _probs(q, k, q_segments, k_segments, lse, head_dim: int) -> Array:
     return jnp.where(_visible(q_segments, k_segments), p, 0.0)
 
 
-def _forward_kernel(lo_ref, hi_ref, seg_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, *, block_k,
-                    head_dim):  # fmt: skip
+def _split_seed(refs, rate: float):
+    """This program's dropout seed (None without dropout) and the kernel's other refs."""
+    return (refs[0][...], refs[1:]) if rate else (None, refs)
+
+
+def _drop(x: Array, seed, rate: float, q_start, k_start) -> Array:
+    """`dropout_bits.dropped` of a [block_q, block_k] tile from query `q_start`, key `k_start`."""
+    q_index = q_start + jnp.arange(x.shape[0], dtype=jnp.int32)[:, None]
+    k_index = k_start + jnp.arange(x.shape[1], dtype=jnp.int32)[None, :]
+    return dropout_bits.dropped(x, seed, q_index, k_index, rate)
+
+
+def _forward_kernel(lo_ref, hi_ref, seg_ref, *refs, block_k, head_dim, rate):
+    seed, (q_ref, k_ref, v_ref, o_ref, lse_ref) = _split_seed(refs, rate)
     block_q = q_ref.shape[0]
     q = _load(q_ref, head_dim)
-    q_segments = seg_ref[pl.ds(pl.program_id(0) * block_q, block_q)]
+    q_start = pl.program_id(0) * block_q
+    q_segments = seg_ref[pl.ds(q_start, block_q)]
 
     def visit(j, carry):
         o, m, total = carry
@@ -138,8 +173,11 @@ def _forward_kernel(lo_ref, hi_ref, seg_ref, q_ref, k_ref, v_ref, o_ref, lse_ref
         correction = jnp.exp2(m - m_next)
         p = jnp.exp2(logits - m_next[:, None])
         v = _load(v_ref.at[keys], head_dim)
+        total = correction * total + p.sum(-1)
+        if rate:
+            p = _drop(p, seed, rate, q_start, j * block_k)
         o = correction[:, None] * o + plgpu.dot(p.astype(v.dtype), v)
-        return o, m_next, correction * total + p.sum(-1)
+        return o, m_next, total
 
     init = (
         jnp.zeros((block_q, q_ref.shape[-1]), jnp.float32),
@@ -153,18 +191,22 @@ def _forward_kernel(lo_ref, hi_ref, seg_ref, q_ref, k_ref, v_ref, o_ref, lse_ref
     lse_ref[...] = m + jnp.log2(total)
 
 
-def _dq_kernel(lo_ref, hi_ref, seg_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref,
-               *, block_k, head_dim):  # fmt: skip
+def _dq_kernel(lo_ref, hi_ref, seg_ref, *refs, block_k, head_dim, rate):
+    seed, (q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref) = _split_seed(refs, rate)
     block_q = q_ref.shape[0]
     q, do = _load(q_ref, head_dim), _load(do_ref, head_dim)
-    q_segments = seg_ref[pl.ds(pl.program_id(0) * block_q, block_q)]
+    q_start = pl.program_id(0) * block_q
+    q_segments = seg_ref[pl.ds(q_start, block_q)]
     lse, delta = lse_ref[...], delta_ref[...]
 
     def visit(j, dq):
         keys = pl.ds(j * block_k, block_k)
         k, v = _load(k_ref.at[keys], head_dim), _load(v_ref.at[keys], head_dim)
         p = _probs(q, k, q_segments, seg_ref[keys], lse, head_dim)
-        ds = p * (plgpu.dot(do, v, trans_b=True) - delta[:, None])
+        dp = plgpu.dot(do, v, trans_b=True)
+        if rate:
+            dp = _drop(dp, seed, rate, q_start, j * block_k)
+        ds = p * (dp - delta[:, None])
         return dq + plgpu.dot(ds.astype(k.dtype), k)
 
     dq = jnp.zeros((block_q, q_ref.shape[-1]), jnp.float32)
@@ -172,19 +214,26 @@ def _dq_kernel(lo_ref, hi_ref, seg_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, de
     _store(dq_ref, dq * _scale(head_dim), head_dim)
 
 
-def _dkv_kernel(lo_ref, hi_ref, seg_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dk_ref,
-                dv_ref, *, block_q, head_dim):  # fmt: skip
+def _dkv_kernel(lo_ref, hi_ref, seg_ref, *refs, block_q, head_dim, rate):
+    seed, refs = _split_seed(refs, rate)
+    q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dk_ref, dv_ref = refs
     block_k = k_ref.shape[0]
     k, v = _load(k_ref, head_dim), _load(v_ref, head_dim)
-    k_segments = seg_ref[pl.ds(pl.program_id(0) * block_k, block_k)]
+    k_start = pl.program_id(0) * block_k
+    k_segments = seg_ref[pl.ds(k_start, block_k)]
 
     def visit(i, carry):
         dk, dv = carry
         queries = pl.ds(i * block_q, block_q)
         q, do = _load(q_ref.at[queries], head_dim), _load(do_ref.at[queries], head_dim)
         p = _probs(q, k, seg_ref[queries], k_segments, lse_ref[queries], head_dim)
-        dv = dv + plgpu.dot(p.astype(do.dtype), do, trans_a=True)
-        ds = p * (plgpu.dot(do, v, trans_b=True) - delta_ref[queries][:, None])
+        dp = plgpu.dot(do, v, trans_b=True)
+        dropped = p
+        if rate:
+            dropped = _drop(p, seed, rate, i * block_q, k_start)
+            dp = _drop(dp, seed, rate, i * block_q, k_start)
+        dv = dv + plgpu.dot(dropped.astype(do.dtype), do, trans_a=True)
+        ds = p * (dp - delta_ref[queries][:, None])
         return dk + plgpu.dot(ds.astype(q.dtype), q, trans_a=True), dv
 
     zeros = jnp.zeros((block_k, k_ref.shape[-1]), jnp.float32)
@@ -222,65 +271,75 @@ def _stats_spec(block: int | None, length: int) -> pl.BlockSpec:
     return pl.BlockSpec((None, None, block), lambda i, b, h: (b, h, i))
 
 
-def _call(kernel, name: str, grid, in_specs, out_specs, out_shape, head_dim, interpret):
+def _call(kernel, name: str, grid, in_specs, out_specs, out_shape, head_dim, settings, *args):
+    """`kernel` on `args`: the dropout seeds (passed on after the segment ids where
+    `settings.rate` > 0, else dropped), the ranges, the segment ids, the rest."""
+    seeds, *args = args
+    if settings.rate:
+        in_specs = [*in_specs[:3], pl.BlockSpec((None, None), lambda i, b, h: (b, h)),
+                    *in_specs[3:]]  # fmt: skip
+        args = [*args[:3], seeds, *args[3:]]
     return pl.pallas_call(
-        kernel,
+        functools.partial(kernel, head_dim=head_dim, rate=settings.rate),
         grid=grid,
         in_specs=in_specs,
         out_specs=out_specs,
         out_shape=out_shape,
         compiler_params=plgpu.CompilerParams(num_warps=4 if head_dim <= 64 else 8, num_stages=2),
-        interpret=interpret,
+        interpret=settings.interpret,
         name=name,
-    )
+    )(*args)
 
 
-def _forward(q, k, v, segment_ids, blocks: Blocks, interpret: bool) -> tuple[Array, Array]:
+def _forward(q, k, v, segment_ids, seeds, blocks: Blocks, settings) -> tuple[Array, Array]:
     rows, length, heads, head_dim = q.shape
     lo, hi = kv_ranges(segment_ids, blocks.q, blocks.k)
     tile, whole = _tile_spec(blocks.q, head_dim), _whole_spec(length, head_dim)
     lse = jax.ShapeDtypeStruct((rows, heads, length), jnp.float32)
     return _call(
-        functools.partial(_forward_kernel, block_k=blocks.k, head_dim=head_dim),
+        functools.partial(_forward_kernel, block_k=blocks.k),
         "packed_attention_fwd",
         (length // blocks.q, rows, heads),
         [_range_spec(), _range_spec(), _row_spec(length), tile, whole, whole],
         [tile, _stats_spec(blocks.q, length)],
         [jax.ShapeDtypeStruct(q.shape, q.dtype), lse],
         head_dim,
-        interpret,
-    )(lo, hi, segment_ids, q, k, v)
+        settings,
+        seeds, lo, hi, segment_ids, q, k, v,
+    )  # fmt: skip
 
 
-def _backward_dq(q, k, v, segment_ids, d_out, lse, delta, blocks, interpret) -> Array:
+def _backward_dq(q, k, v, segment_ids, seeds, d_out, lse, delta, blocks, settings) -> Array:
     rows, length, heads, head_dim = q.shape
     lo, hi = kv_ranges(segment_ids, blocks.q_bwd, blocks.k_bwd)
     tile, whole = _tile_spec(blocks.q_bwd, head_dim), _whole_spec(length, head_dim)
     stats = _stats_spec(blocks.q_bwd, length)
     return _call(
-        functools.partial(_dq_kernel, block_k=blocks.k_bwd, head_dim=head_dim),
+        functools.partial(_dq_kernel, block_k=blocks.k_bwd),
         "packed_attention_dq",
         (length // blocks.q_bwd, rows, heads),
         [_range_spec(), _range_spec(), _row_spec(length), tile, whole, whole, tile, stats, stats],
         tile,
         jax.ShapeDtypeStruct(q.shape, q.dtype),
         head_dim,
-        interpret,
-    )(lo, hi, segment_ids, q, k, v, d_out, lse, delta)
+        settings,
+        seeds, lo, hi, segment_ids, q, k, v, d_out, lse, delta,
+    )  # fmt: skip
 
 
-def _backward_dkv(q, k, v, segment_ids, d_out, lse, delta, blocks, interpret) -> tuple:
+def _backward_dkv(q, k, v, segment_ids, seeds, d_out, lse, delta, blocks, settings) -> tuple:
     rows, length, heads, head_dim = q.shape
     lo, hi = q_ranges(segment_ids, blocks.q_bwd, blocks.k_bwd)
     tile, whole = _tile_spec(blocks.k_bwd, head_dim), _whole_spec(length, head_dim)
     stats = _stats_spec(None, length)
     return _call(
-        functools.partial(_dkv_kernel, block_q=blocks.q_bwd, head_dim=head_dim),
+        functools.partial(_dkv_kernel, block_q=blocks.q_bwd),
         "packed_attention_dkv",
         (length // blocks.k_bwd, rows, heads),
         [_range_spec(), _range_spec(), _row_spec(length), whole, tile, tile, whole, stats, stats],
         [tile, tile],
         [jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
         head_dim,
-        interpret,
-    )(lo, hi, segment_ids, q, k, v, d_out, lse, delta)
+        settings,
+        seeds, lo, hi, segment_ids, q, k, v, d_out, lse, delta,
+    )  # fmt: skip

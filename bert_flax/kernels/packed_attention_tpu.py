@@ -12,8 +12,11 @@ nothing and its outputs (and the gradients through them) are zero, as `xla_atten
 
     out = packed_attention(q, k, v, segment_ids)  # [batch, length, heads, head_dim] each
 
-Logits, softmax and accumulators are float32; products take the inputs' dtype. No dropout, no
-logit bias. `interpret=True` runs it on any backend (slow: tests).
+Attention dropout (`dropout_rate` > 0, one int32 seed per row and head) drops probabilities by a
+counter-based mask (`bert_flax.kernels.dropout_bits`) that the backward kernels recompute: nothing
+is stored; at rate 0 the kernels hold no dropout code. Logits, softmax and accumulators are
+float32; products take the inputs' dtype. No logit bias. `interpret=True` runs it on any backend
+(slow: tests).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from bert_flax.kernels import dropout_bits
 from bert_flax.kernels.block_ranges import check_block_sizes, kv_ranges, q_ranges
 
 Array = jax.Array
@@ -70,6 +74,8 @@ def packed_attention(
     *,
     block_q: int = 128,
     block_k: int = 128,
+    dropout_rate: float = 0.0,
+    seeds: Array | None = None,
     interpret: bool = False,
 ) -> Array:
     """Attention within each packed sequence, skipping the blocks no sequence spans.
@@ -77,13 +83,19 @@ def packed_attention(
     q, k, v: [batch, length, heads, head_dim]; segment_ids: int32 [batch, length], each
     sequence one contiguous run of its id, 0 padding. Returns [batch, length, heads, head_dim]
     in v's dtype, zero at padding. `length` must be a multiple of both block sizes, which must
-    be multiples of 128.
+    be multiples of 128. `dropout_rate` > 0 drops attention probabilities by
+    `dropout_bits.keep_mask` of `seeds` (int32 [batch, heads], `dropout_bits.row_head_seeds`).
     """
     check_tpu_blocks(q.shape[1], block_q, block_k)
     _check_vmem(q.shape[1], q.shape[3], q.dtype)
+    if dropout_rate and seeds is None:
+        raise ValueError("Attention dropout needs seeds (dropout_bits.row_head_seeds).")
     heads_major = lambda x: x.transpose(0, 2, 1, 3)  # the kernels' [batch, heads, length, dim]
     blocks = Blocks(block_q, block_k, interpret)
-    out = _attention(heads_major(q), heads_major(k), heads_major(v), segment_ids, blocks)
+    seeds = seeds.reshape(-1) if dropout_rate else jnp.zeros((0,), jnp.int32)
+    out = _attention(
+        heads_major(q), heads_major(k), heads_major(v), segment_ids, seeds, blocks, dropout_rate
+    )
     return heads_major(out)
 
 
@@ -107,24 +119,25 @@ def _check_vmem(length: int, head_dim: int, dtype) -> None:
         )
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
-def _attention(q: Array, k: Array, v: Array, segment_ids: Array, blocks: Blocks) -> Array:
-    return _forward(q, k, v, segment_ids, blocks)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+def _attention(q, k, v, segment_ids, seeds, blocks: Blocks, rate: float) -> Array:
+    return _forward(q, k, v, segment_ids, seeds, blocks, rate)[0]
 
 
-def _attention_fwd(q, k, v, segment_ids, blocks):
-    out, lse = _forward(q, k, v, segment_ids, blocks)
-    return out, (q, k, v, segment_ids, out, lse)
+def _attention_fwd(q, k, v, segment_ids, seeds, blocks, rate):
+    out, lse = _forward(q, k, v, segment_ids, seeds, blocks, rate)
+    return out, (q, k, v, segment_ids, seeds, out, lse)
 
 
-def _attention_bwd(blocks, residuals, d_out):
-    q, k, v, segment_ids, out, lse = residuals
-    # D_i = sum_j P_ij dP_ij = dO_i . O_i: one product per query, before the kernels.
+def _attention_bwd(blocks, rate, residuals, d_out):
+    q, k, v, segment_ids, seeds, out, lse = residuals
+    # D_i = sum_j P_ij dP_ij = dO_i . O_i: one product per query, before the kernels (with
+    # dropout too: dP is then the dropped dP's masked and scaled entries, and O the dropped P's).
     di = jnp.sum(out.astype(jnp.float32) * d_out.astype(jnp.float32), axis=-1)
     lse, di = (_blocks_along_lanes(x, blocks.q) for x in (lse, di))
-    dq = _backward_dq(q, k, v, segment_ids, d_out, lse, di, blocks)
-    dk, dv = _backward_dkv(q, k, v, segment_ids, d_out, lse, di, blocks)
-    return dq, dk, dv, None
+    dq = _backward_dq(q, k, v, segment_ids, d_out, lse, di, seeds, blocks, rate)
+    dk, dv = _backward_dkv(q, k, v, segment_ids, d_out, lse, di, seeds, blocks, rate)
+    return dq, dk, dv, None, None
 
 
 _attention.defvjp(_attention_fwd, _attention_bwd)
@@ -167,16 +180,19 @@ def _visible(row_ids: Array, col_ids: Array) -> Array:
     return (row_ids == col_ids) & (row_ids != 0)
 
 
-def _call(kernel, name, grid, in_specs, out_specs, out_shape, scratch, blocks, *args):
-    """`kernel` over `grid` (batch, heads, blocks), with the ranges' two arrays prefetched
-    before `args`; the block loop runs in order within a (row, head), so the row's whole
-    operands are fetched once for all its blocks."""
-    q = args[2]  # after the ranges; [batch, heads, ..., head_dim] in every kernel
+def _call(kernel, name, grid, in_specs, out_specs, out_shape, scratch, blocks, seeds, *args):
+    """`kernel` over `grid` (batch, heads, blocks), with the ranges' two arrays (and the dropout
+    `seeds`, unless empty) prefetched before `args`; the block loop runs in order within a (row,
+    head), so the row's whole operands are fetched once for all its blocks."""
+    prefetch = 2 + bool(seeds.size)
+    if seeds.size:
+        args = (*args[:2], seeds, *args[2:])
+    q = args[prefetch]  # [batch, heads, ..., head_dim] in every kernel
     vmem = _vmem_bytes(math.prod(q.shape[2:-1]), q.shape[-1], q.dtype)
     call = pl.pallas_call(
         kernel,
         grid_spec=pltpu.PrefetchScalarGridSpec(
-            num_scalar_prefetch=2,
+            num_scalar_prefetch=prefetch,
             grid=grid,
             in_specs=in_specs,
             out_specs=out_specs,
@@ -205,10 +221,27 @@ def _for_each_block(first_ref, stop_ref, body) -> None:
     lax.fori_loop(first_ref[step], stop_ref[step], loop_body, 0)
 
 
-def _forward_kernel(
-    first_ref, stop_ref, q_ref, k_ref, v_ref, q_ids_ref, k_ids_ref,
-    o_ref, lse_ref, m_ref, l_ref, acc_ref, *, scale: float,
-):  # fmt: skip
+def _split_seed(refs, rate: float):
+    """The grid step's (row, head) dropout seed (None without dropout) and the kernel's other
+    refs. Read outside the block loop: interpret mode takes program ids only there."""
+    if not rate:
+        return None, refs
+    return refs[0][pl.program_id(0) * pl.num_programs(1) + pl.program_id(1)], refs[1:]
+
+
+def _dropped(x: Array, seed: Array, rate: float, q_start, k_start, q_axis: int = 0) -> Array:
+    """x [rows, cols] of scores, queries from `q_start` along `q_axis` and keys from `k_start`
+    along the other, with the dropped entries zeroed and the kept scaled by 1/keep rate."""
+    q_index = q_start + lax.broadcasted_iota(jnp.int32, x.shape, q_axis)
+    k_index = k_start + lax.broadcasted_iota(jnp.int32, x.shape, 1 - q_axis)
+    return dropout_bits.dropped(x, seed, q_index, k_index, rate)
+
+
+def _forward_kernel(first_ref, stop_ref, *refs, scale: float, rate: float):
+    seed, refs = _split_seed(refs, rate)
+    block = pl.program_id(2)
+    q_ref, k_ref, v_ref, q_ids_ref, k_ids_ref, o_ref, lse_ref, m_ref, l_ref, acc_ref = refs
+    bq, bk = q_ref.shape[0], k_ref.shape[1]
     m_ref[...] = jnp.full_like(m_ref, _MASK_VALUE)
     l_ref[...] = jnp.zeros_like(l_ref)
     acc_ref[...] = jnp.zeros_like(acc_ref)
@@ -227,6 +260,8 @@ def _forward_kernel(
         alpha = jnp.exp(m_prev - m_next)
         m_ref[...] = m_next
         l_ref[...] = alpha * l_ref[...] + p.sum(axis=1, keepdims=True)
+        if rate:
+            p = _dropped(p, seed, rate, block * bq, c * bk)
         pv = lax.dot_general(p.astype(v.dtype), v, _NN, preferred_element_type=jnp.float32)
         acc_ref[...] = acc_ref[...] * _widen(alpha, acc_ref.shape[1]) + pv
 
@@ -239,7 +274,7 @@ def _forward_kernel(
     lse_ref[...] = lse.T[:SUBLANES]
 
 
-def _forward(q, k, v, segment_ids, blocks: Blocks) -> tuple[Array, Array]:
+def _forward(q, k, v, segment_ids, seeds, blocks: Blocks, rate: float) -> tuple[Array, Array]:
     """The output [batch, heads, length, head_dim] and the logsumexp [batch, heads, length]."""
     batch, heads, length, head_dim = q.shape
     bq, bk = blocks.q, blocks.k
@@ -249,7 +284,7 @@ def _forward(q, k, v, segment_ids, blocks: Blocks) -> tuple[Array, Array]:
         (None, None, length // bk, bk, head_dim), lambda b, h, i, *_: (b, h, 0, 0, 0)
     )
     out, lse = _call(
-        functools.partial(_forward_kernel, scale=head_dim**-0.5),
+        functools.partial(_forward_kernel, scale=head_dim**-0.5, rate=rate),
         "packed_attention_fwd",
         (batch, heads, length // bq),
         [
@@ -267,17 +302,18 @@ def _forward(q, k, v, segment_ids, blocks: Blocks) -> tuple[Array, Array]:
             pltpu.VMEM((bq, LANES), jnp.float32),
             pltpu.VMEM((bq, head_dim), jnp.float32),
         ],
-        blocks,
+        blocks, seeds,
         first, stop, q, _blocks(k, bk), _blocks(v, bk), _along_sublanes(segment_ids),
         _blocks_along_lanes(segment_ids, bk),
     )  # fmt: skip
     return out, lse[..., 0, :].reshape(batch, heads, length)
 
 
-def _dq_kernel(
-    first_ref, stop_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, di_ref, q_ids_ref, k_ids_ref,
-    dq_ref, acc_ref, *, scale: float,
-):  # fmt: skip
+def _dq_kernel(first_ref, stop_ref, *refs, scale: float, rate: float):
+    seed, refs = _split_seed(refs, rate)
+    block = pl.program_id(2)
+    q_ref, k_ref, v_ref, do_ref, lse_ref, di_ref, q_ids_ref, k_ids_ref, dq_ref, acc_ref = refs
+    bq, bk = q_ref.shape[0], k_ref.shape[1]
     acc_ref[...] = jnp.zeros_like(acc_ref)
     q, do, q_ids = q_ref[...], do_ref[...], q_ids_ref[...]
     lse, di = (ref[...].T[:, :1] for ref in (lse_ref, di_ref))  # [bq, 1]
@@ -288,6 +324,8 @@ def _dq_kernel(
         visible = _visible(q_ids, k_ids_ref[c, :1, :])
         p = jnp.where(visible, jnp.exp(s - lse), 0.0)
         dp = lax.dot_general(do, v, _NT, preferred_element_type=jnp.float32)
+        if rate:
+            dp = _dropped(dp, seed, rate, block * bq, c * bk)
         ds = p * (dp - di)
         acc_ref[...] += lax.dot_general(
             ds.astype(k.dtype), k, _NN, preferred_element_type=jnp.float32
@@ -297,7 +335,7 @@ def _dq_kernel(
     dq_ref[...] = (acc_ref[...] * scale).astype(dq_ref.dtype)
 
 
-def _backward_dq(q, k, v, segment_ids, d_out, lse, di, blocks: Blocks) -> Array:
+def _backward_dq(q, k, v, segment_ids, d_out, lse, di, seeds, blocks: Blocks, rate) -> Array:
     batch, heads, length, head_dim = q.shape
     bq, bk = blocks.q, blocks.k
     first, stop = (r.reshape(-1) for r in kv_ranges(segment_ids, bq, bk))
@@ -307,7 +345,7 @@ def _backward_dq(q, k, v, segment_ids, d_out, lse, di, blocks: Blocks) -> Array:
         (None, None, length // bk, bk, head_dim), lambda b, h, i, *_: (b, h, 0, 0, 0)
     )
     return _call(
-        functools.partial(_dq_kernel, scale=head_dim**-0.5),
+        functools.partial(_dq_kernel, scale=head_dim**-0.5, rate=rate),
         "packed_attention_dq",
         (batch, heads, length // bq),
         [
@@ -318,16 +356,18 @@ def _backward_dq(q, k, v, segment_ids, d_out, lse, di, blocks: Blocks) -> Array:
         q_block,
         jax.ShapeDtypeStruct(q.shape, q.dtype),
         [pltpu.VMEM((bq, head_dim), jnp.float32)],
-        blocks,
+        blocks, seeds,
         first, stop, q, _blocks(k, bk), _blocks(v, bk), d_out, lse, di,
         _along_sublanes(segment_ids), _blocks_along_lanes(segment_ids, bk),
     )  # fmt: skip
 
 
-def _dkv_kernel(
-    first_ref, stop_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, di_ref, k_ids_ref, q_ids_ref,
-    dk_ref, dv_ref, dk_acc_ref, dv_acc_ref, *, scale: float,
-):  # fmt: skip
+def _dkv_kernel(first_ref, stop_ref, *refs, scale: float, rate: float):
+    seed, refs = _split_seed(refs, rate)
+    block = pl.program_id(2)
+    q_ref, k_ref, v_ref, do_ref, lse_ref, di_ref, k_ids_ref, q_ids_ref, *outs = refs
+    dk_ref, dv_ref, dk_acc_ref, dv_acc_ref = outs
+    bq, bk = q_ref.shape[1], k_ref.shape[0]
     # The logits transposed, [keys, queries], so that dK and dV are plain products.
     dk_acc_ref[...] = jnp.zeros_like(dk_acc_ref)
     dv_acc_ref[...] = jnp.zeros_like(dv_acc_ref)
@@ -338,10 +378,18 @@ def _dkv_kernel(
         s_t = lax.dot_general(k, q, _NT, preferred_element_type=jnp.float32) * scale
         visible = _visible(k_ids, q_ids_ref[c, :1, :])
         p_t = jnp.where(visible, jnp.exp(s_t - lse_ref[c, :1, :]), 0.0)
+        dropped = p_t
+        if rate:
+            drop = functools.partial(
+                _dropped, seed=seed, rate=rate, q_start=c * bq, k_start=block * bk, q_axis=1
+            )  # fmt: skip
+            dropped = drop(p_t)
         dv_acc_ref[...] += lax.dot_general(
-            p_t.astype(do.dtype), do, _NN, preferred_element_type=jnp.float32
+            dropped.astype(do.dtype), do, _NN, preferred_element_type=jnp.float32
         )
         dp_t = lax.dot_general(v, do, _NT, preferred_element_type=jnp.float32)
+        if rate:
+            dp_t = drop(dp_t)
         ds_t = p_t * (dp_t - di_ref[c, :1, :])
         dk_acc_ref[...] += lax.dot_general(
             ds_t.astype(q.dtype), q, _NN, preferred_element_type=jnp.float32
@@ -352,7 +400,9 @@ def _dkv_kernel(
     dv_ref[...] = dv_acc_ref[...].astype(dv_ref.dtype)
 
 
-def _backward_dkv(q, k, v, segment_ids, d_out, lse, di, blocks: Blocks) -> tuple[Array, Array]:
+def _backward_dkv(
+    q, k, v, segment_ids, d_out, lse, di, seeds, blocks: Blocks, rate: float
+) -> tuple[Array, Array]:
     batch, heads, length, head_dim = q.shape
     bq, bk = blocks.q, blocks.k
     first, stop = (r.reshape(-1) for r in q_ranges(segment_ids, bq, bk))
@@ -364,7 +414,7 @@ def _backward_dkv(q, k, v, segment_ids, d_out, lse, di, blocks: Blocks) -> tuple
         (None, None, length // bq, SUBLANES, bq), lambda b, h, c, *_: (b, h, 0, 0, 0)
     )
     return _call(
-        functools.partial(_dkv_kernel, scale=head_dim**-0.5),
+        functools.partial(_dkv_kernel, scale=head_dim**-0.5, rate=rate),
         "packed_attention_dkv",
         (batch, heads, length // bk),
         [
@@ -375,7 +425,7 @@ def _backward_dkv(q, k, v, segment_ids, d_out, lse, di, blocks: Blocks) -> tuple
         [kv_block, kv_block],
         [jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
         [pltpu.VMEM((bk, head_dim), jnp.float32), pltpu.VMEM((bk, head_dim), jnp.float32)],
-        blocks,
+        blocks, seeds,
         first, stop, _blocks(q, bq), k, v, _blocks(d_out, bq), lse, di,
         _along_sublanes(segment_ids),
         _blocks_along_lanes(segment_ids, bq),

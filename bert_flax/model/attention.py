@@ -24,7 +24,7 @@ from jax.experimental.pallas.ops.gpu import attention as pallas_gpu
 from jax.experimental.pallas.ops.tpu import splash_attention as splash
 
 from bert_flax import sharding
-from bert_flax.kernels import packed_attention_gpu, packed_attention_tpu
+from bert_flax.kernels import dropout_bits, packed_attention_gpu, packed_attention_tpu
 
 Array = jax.Array
 
@@ -176,35 +176,74 @@ def pallas_gpu_attention(
 
 
 def packed_gpu_attention(
-    q: Array, k: Array, v: Array, segment_ids: Array, *, interpret: bool = False
+    q: Array,
+    k: Array,
+    v: Array,
+    segment_ids: Array,
+    *,
+    dropout_rate: float = 0.0,
+    dropout_rng: Array | None = None,
+    deterministic: bool = True,
+    interpret: bool = False,
 ) -> Array:
     """`bert_flax.kernels.packed_attention_gpu`: Pallas flash attention for GPU (Triton) that
     visits only the key/value blocks each query block's sequences reach, so a packed row costs
     about the sum of its sequences' squared lengths; `interpret=True` runs it on any backend.
-    Same layout, length rule and sharding as `pallas_gpu_attention`."""
+    Same layout, length rule and sharding as `pallas_gpu_attention`; dropout as
+    `packed_tpu_attention`'s."""
     _check_kernel_length("packed_gpu", q.shape[1])
-    local = functools.partial(packed_attention_gpu.packed_attention, interpret=interpret)
-    return _per_shard(local, "packed_gpu", q, k, v, segment_ids)
+    return _packed(packed_attention_gpu.packed_attention, "packed_gpu", q, k, v, segment_ids,
+                   dropout_rate, dropout_rng, deterministic, interpret)  # fmt: skip
 
 
 def packed_tpu_attention(
-    q: Array, k: Array, v: Array, segment_ids: Array, *, interpret: bool = False
+    q: Array,
+    k: Array,
+    v: Array,
+    segment_ids: Array,
+    *,
+    dropout_rate: float = 0.0,
+    dropout_rng: Array | None = None,
+    deterministic: bool = True,
+    interpret: bool = False,
 ) -> Array:
     """Pallas flash attention for TPU that skips the key/value blocks no query of a block can
     see (`bert_flax.kernels.packed_attention_tpu`), in 128-token blocks; it takes q, k, v as
     the model holds them; `length` a multiple of 128. Under a mesh it runs per shard, as
-    `splash_attention` does."""
+    `splash_attention` does. Attention dropout draws one seed per row and head from
+    `dropout_rng` and the kernels a counter-based mask from it (`kernels.dropout_bits`): a
+    Bernoulli mask of the same rate (to 2^-24), not the one `xla_attention` draws from the key."""
     _check_kernel_length("packed_tpu", q.shape[1])
-    local = functools.partial(packed_attention_tpu.packed_attention, interpret=interpret)
-    return _per_shard(local, "packed_tpu", q, k, v, segment_ids)
+    return _packed(packed_attention_tpu.packed_attention, "packed_tpu", q, k, v, segment_ids,
+                   dropout_rate, dropout_rng, deterministic, interpret)  # fmt: skip
 
 
-def _per_shard(local: Callable[..., Array], impl: str, q, k, v, segment_ids) -> Array:
+def _packed(kernel, impl, q, k, v, segment_ids, dropout_rate, dropout_rng, deterministic,
+            interpret) -> Array:  # fmt: skip
+    """A block-skipping `kernel` per shard, with dropout seeds per row and head drawn from
+    `dropout_rng` unless deterministic or at rate 0 (then the kernel has no dropout code)."""
+    seeds = None
+    if not deterministic and dropout_rate > 0.0:
+        if dropout_rng is None:
+            raise ValueError("Attention dropout needs a dropout_rng when deterministic=False.")
+        seeds = dropout_bits.row_head_seeds(dropout_rng, q.shape[0], q.shape[2])
+    rate = dropout_rate if seeds is not None else 0.0
+    local = functools.partial(kernel, dropout_rate=rate, interpret=interpret)
+    return _per_shard(local, impl, q, k, v, segment_ids, seeds)
+
+
+def _per_shard(
+    local: Callable[..., Array], impl: str, q, k, v, segment_ids, seeds: Array | None = None
+) -> Array:
     """`local` (a kernel that cannot be partitioned) on each device's shard under the current
-    mesh's logical-axis rules: rows and heads split, length and head_dim whole."""
+    mesh's logical-axis rules: rows and heads split, length and head_dim whole. `seeds`
+    ([batch, heads], split as rows and heads) go to `local` as its `seeds` where given."""
+    if seeds is not None:
+        local = _with_seeds(local)
+    args = (q, k, v, segment_ids) if seeds is None else (q, k, v, segment_ids, seeds)
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty or mesh.size == 1:
-        return local(q, k, v, segment_ids)
+        return local(*args)
     qkv_spec = nn.logical_to_mesh_axes(
         ("activation_batch", "activation_length", "activation_heads", "activation_kv")
     )
@@ -213,13 +252,18 @@ def _per_shard(local: Callable[..., Array], impl: str, q, k, v, segment_ids) -> 
             f"attention_impl={impl!r} cannot split the length or head_dim: {qkv_spec}."
         )
     segment_spec = jax.sharding.PartitionSpec(qkv_spec[0], None)
+    seed_spec = jax.sharding.PartitionSpec(qkv_spec[0], qkv_spec[2])
     return jax.shard_map(
         local,
         mesh=mesh,
-        in_specs=(qkv_spec, qkv_spec, qkv_spec, segment_spec),
+        in_specs=(qkv_spec, qkv_spec, qkv_spec, segment_spec, seed_spec)[: len(args)],
         out_specs=qkv_spec,
         check_vma=False,
-    )(q, k, v, segment_ids)
+    )(*args)
+
+
+def _with_seeds(local: Callable[..., Array]) -> Callable[..., Array]:
+    return lambda q, k, v, segment_ids, seeds: local(q, k, v, segment_ids, seeds=seeds)
 
 
 # `attention_impl="auto"`: the kernel for each platform the program targets; XLA on any other.
@@ -314,9 +358,10 @@ def _splash_local(q: Array, k: Array, v: Array, segment_ids: Array, *, interpret
 @dataclasses.dataclass(frozen=True)
 class Backend:
     """An attention kernel `fn(q, k, v, segment_ids, *, dropout_rate, dropout_rng,
-    deterministic, bias, dropout_head_groups, dropout_bits, interpret)`; `supports_dropout` and
-    `supports_bias` say whether it implements attention dropout (and its variants) and an
-    additive logit bias (configs asking for one that it does not are rejected by `BertConfig`).
+    deterministic, bias, dropout_head_groups, dropout_bits, interpret)`; `supports_dropout`,
+    `supports_dropout_variants` and `supports_bias` say whether it implements attention dropout,
+    its variants (`dropout_head_groups`, `dropout_bits`) and an additive logit bias (configs
+    asking for one that it does not are rejected by `BertConfig`).
     `platform`: where a Pallas kernel compiles ("tpu", "gpu"; on CPU it is interpreted, and `fn`
     takes `interpret`); such kernels run per shard (`_per_shard`), rows tiled by 128. None for
     backends that run anywhere."""
@@ -326,25 +371,42 @@ class Backend:
     description: str
     supports_bias: bool = False
     platform: str | None = None
+    supports_dropout_variants: bool = False
 
 
 def _cudnn(q: Array, k: Array, v: Array, segment_ids: Array, **_) -> Array:
     return jax_nn_attention(q, k, v, segment_ids)
 
 
-def _pallas_kernel(kernel: Callable[..., Array], impl: str, platform: str) -> Callable[..., Array]:
+def _pallas_kernel(
+    kernel: Callable[..., Array], impl: str, platform: str, dropout: bool = False
+) -> Callable[..., Array]:
     """A backend running `kernel` compiled where the program targets `platform`, in Pallas
     interpret mode on CPU or when asked (`interpret`; slow: for tests and debugging), and
-    refusing another accelerator (`_check_platform`)."""
+    refusing another accelerator (`_check_platform`). With `dropout`, `kernel` takes
+    `dropout_rate`, `dropout_rng` and `deterministic`."""
 
     def backend(
-        q: Array, k: Array, v: Array, segment_ids: Array, *, interpret: bool = False, **_
+        q: Array,
+        k: Array,
+        v: Array,
+        segment_ids: Array,
+        *,
+        dropout_rate: float = 0.0,
+        dropout_rng: Array | None = None,
+        deterministic: bool = True,
+        interpret: bool = False,
+        **_,
     ) -> Array:
         target = sharding.target_platform()
         _check_platform(impl, target, interpret)
         interpret = interpret or target != platform
         if interpret:
             _log_once(f"attention_impl={impl!r} on {target}: Pallas interpret mode.")
+        if dropout:
+            kernel_dropout = dict(dropout_rate=dropout_rate, dropout_rng=dropout_rng,
+                                  deterministic=deterministic)  # fmt: skip
+            return kernel(q, k, v, segment_ids, interpret=interpret, **kernel_dropout)
         return kernel(q, k, v, segment_ids, interpret=interpret)
 
     return backend
@@ -359,7 +421,13 @@ def _auto(q: Array, k: Array, v: Array, segment_ids: Array, *, interpret=False, 
 
 # The backends `BertConfig.attention_impl` may name; adding one here is all it takes.
 BACKENDS: dict[str, Backend] = {
-    "xla": Backend(xla_attention, True, "dense mask, two einsums; any backend", True),
+    "xla": Backend(
+        xla_attention,
+        True,
+        "dense mask, two einsums; any backend",
+        supports_bias=True,
+        supports_dropout_variants=True,
+    ),
     "cudnn": Backend(_cudnn, False, "jax.nn.dot_product_attention; cuDNN on GPU"),
     "splash": Backend(
         _pallas_kernel(splash_attention, "splash", "tpu"),
@@ -374,17 +442,17 @@ BACKENDS: dict[str, Backend] = {
         platform="gpu",
     ),
     "packed_gpu": Backend(
-        _pallas_kernel(packed_gpu_attention, "packed_gpu", "gpu"),
-        False,
-        "Pallas flash attention visiting only the blocks a row's sequences share (Triton); GPU "
-        "(interpret mode on CPU)",
+        _pallas_kernel(packed_gpu_attention, "packed_gpu", "gpu", dropout=True),
+        True,
+        "Pallas flash attention visiting only the blocks a row's sequences share, counter-based "
+        "attention dropout (Triton); GPU (interpret mode on CPU)",
         platform="gpu",
     ),
     "packed_tpu": Backend(
-        _pallas_kernel(packed_tpu_attention, "packed_tpu", "tpu"),
-        False,
-        "Pallas flash attention skipping the blocks sequences never share; TPU (interpret mode "
-        "on CPU)",
+        _pallas_kernel(packed_tpu_attention, "packed_tpu", "tpu", dropout=True),
+        True,
+        "Pallas flash attention skipping the blocks sequences never share, counter-based "
+        "attention dropout; TPU (interpret mode on CPU)",
         platform="tpu",
     ),
     AUTO: Backend(

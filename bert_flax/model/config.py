@@ -145,6 +145,16 @@ class BertConfig:
                 f"attention_impl={self.attention_impl!r} has no attention-probability dropout; "
                 f"set attention_dropout_rate=0.0 or use attention_impl in {with_dropout}."
             )
+        if (
+            self.attention_dropout_rate > 0
+            and (self.attention_dropout_head_groups or self.attention_dropout_bits != 32)
+            and not attention.BACKENDS[self.attention_impl].supports_dropout_variants
+        ):
+            raise ValueError(
+                f"attention_impl={self.attention_impl!r} draws its own attention-dropout mask: "
+                "set attention_dropout_head_groups=0 and attention_dropout_bits=32, or use "
+                "attention_impl='xla'."
+            )
         if self.attention_interpret and not (
             attention.BACKENDS[self.attention_impl].platform
             or self.attention_impl == attention.AUTO

@@ -266,6 +266,20 @@ def test_the_block_skipping_gpu_kernel_compiles_for_an_h100():
     assert pallas_kernels(steps.eval, call_target, forward | backward) == forward
 
 
+@pytest.mark.slow(seconds=40)
+@pytest.mark.parametrize(("impl", "target"), [("packed_tpu", V5E_4), ("packed_gpu", H100)],
+                         ids=["packed_tpu v5e", "packed_gpu H100"])  # fmt: skip
+def test_block_skipping_kernels_with_attention_dropout_compile(impl, target):
+    """With attention dropout (its counter-based mask: int32 multiplies and logical shifts in
+    the kernels) the train step compiles the forward, dQ and dK/dV kernels for the target."""
+    config, devices = narrow_512_preset(target)
+    config.model.update(attention_impl=impl, attention_dropout_rate=0.1)
+    steps = program.compile_steps(config, devices)
+    names = {"packed_attention_fwd", "packed_attention_dq", "packed_attention_dkv"}
+    call_target = "tpu_custom_call" if impl == "packed_tpu" else PLATFORM_KERNELS["cuda"][1]
+    assert pallas_kernels(steps.train, call_target, names) == names
+
+
 # Matrix products per (query, key) pair and head dimension of each block-skipping kernel, by hand
 # (bert_flax/kernels/packed_attention_*.py): the forward QK^T, PV; dQ: QK^T, dO V^T, dS K; dK and
 # dV: QK^T, P^T dO, dO V^T, dS^T Q.

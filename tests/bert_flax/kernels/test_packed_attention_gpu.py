@@ -7,8 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from bert_flax.kernels import dropout_bits
 from bert_flax.kernels.packed_attention_gpu import Blocks, packed_attention
 from bert_flax.model import attention
+from tests.bert_flax.kernels.test_packed_attention_tpu import dropped_reference
 
 L, H, D = 256, 2, 64
 
@@ -112,3 +114,21 @@ def test_the_backend_runs_interpreted_on_cpu_and_checks_the_length():
     np.testing.assert_allclose(out, attention.xla_attention(q, k, v, segments), atol=2e-5)
     with pytest.raises(ValueError, match="multiple of the kernel block 128"):
         packed_attention(q[:, :160], k[:, :160], v[:, :160], segments[:, :160], blocks=Blocks())
+
+
+@pytest.mark.parametrize(
+    "blocks", [Blocks(), Blocks(q=64, k=128, q_bwd=128, k_bwd=64)], ids=["default", "swapped"]
+)
+def test_dropout_matches_the_dense_reference_with_its_mask(blocks):
+    """Outputs and gradients with attention dropout against dense attention applying the same
+    `dropout_bits.keep_mask`: the backward kernels recompute the forward's mask."""
+    q, k, v, segments, d_out = inputs()
+    rate = 0.3
+    seeds = dropout_bits.row_head_seeds(jax.random.key(3), q.shape[0], H)
+    fn = jax.jit(lambda q, k, v, s: packed_attention(q, k, v, s, blocks=blocks, dropout_rate=rate,
+                                                     seeds=seeds, interpret=True))  # fmt: skip
+    got = value_and_grads(fn, q, k, v, segments, d_out)
+    want = value_and_grads(jax.jit(dropped_reference(rate, seeds)), q, k, v, segments, d_out)
+    assert np.abs(np.asarray(got[0] - attention.xla_attention(q, k, v, segments))).max() > 0.1
+    for name, g, w in zip(["out", "dq", "dk", "dv"], got, want, strict=True):
+        np.testing.assert_allclose(g, w, atol=2e-5, err_msg=name)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from bert_flax.aot import program
+from bert_flax.kernels import dropout_bits
 from bert_flax.kernels.packed_attention_tpu import packed_attention
 from bert_flax.model import attention
 from configs import bert_base
@@ -159,3 +160,58 @@ def test_rows_of_8192_compile_for_v5e(head_dim, dtype):
     executable = grad.lower(x, x, x, segment_ids).compile()
     names = {"packed_attention_fwd", "packed_attention_dq", "packed_attention_dkv"}
     assert pallas_kernels(executable, "tpu_custom_call", names) == names
+
+
+def dropped_reference(rate, seeds):
+    """`xla_attention`'s dense attention with `dropout_bits.keep_mask` built outside a kernel."""
+
+    def reference(q, k, v, segment_ids):
+        length = q.shape[1]
+        logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) * q.shape[-1] ** -0.5
+        mask = attention.segment_mask(segment_ids)
+        probs = jax.nn.softmax(jnp.where(mask, logits, -1e10), axis=-1)
+        index = jnp.arange(length, dtype=jnp.int32)
+        keep = dropout_bits.keep_mask(seeds[:, :, None, None], index[:, None], index[None, :], rate)
+        probs = jnp.where(keep, probs / dropout_bits.keep_rate(rate), 0.0)
+        out = jnp.einsum("bhqk,bkhd->bqhd", probs, v)
+        return jnp.where((segment_ids != 0)[:, :, None, None], out, 0.0)
+
+    return reference
+
+
+@pytest.mark.parametrize(("block_q", "block_k"), [(128, 128), (256, 128)])
+def test_dropout_matches_the_dense_reference_with_its_mask(block_q, block_k):
+    """Outputs and gradients with attention dropout against dense attention applying the same
+    counter-based mask: the backward kernels recompute the forward's mask."""
+    q, k, v, segment_ids = inputs(256)
+    rate = 0.3
+    seeds = dropout_bits.row_head_seeds(jax.random.key(3), q.shape[0], H)
+    fn = lambda *a: packed_attention(*a, block_q=block_q, block_k=block_k, dropout_rate=rate,
+                                     seeds=seeds, interpret=True)  # fmt: skip
+    out, grads = outputs_and_grads(fn, q, k, v, segment_ids)
+    ref, ref_grads = outputs_and_grads(dropped_reference(rate, seeds), q, k, v, segment_ids)
+    undropped = attention.xla_attention(q, k, v, segment_ids)
+    assert np.abs(np.asarray(out - undropped)).max() > 0.1  # dropout did something
+    np.testing.assert_allclose(out, ref, atol=2e-5, err_msg="out")
+    for name, grad, ref_grad in zip("qkv", grads, ref_grads):
+        np.testing.assert_allclose(grad, ref_grad, atol=2e-5, err_msg=f"d{name}")
+
+
+@pytest.mark.parametrize("impl", ["packed_tpu", "packed_gpu"])
+def test_the_backends_draw_their_dropout_from_the_rng_and_none_when_deterministic(impl):
+    """attention(impl=...) with dropout matches the dense reference under the seeds
+    `row_head_seeds` draws from dropout_rng; deterministic=True or rate 0 lowers to the program
+    without dropout (no seeds passed, no mask computed)."""
+    q, k, v, segment_ids = inputs(256)
+    rng = jax.random.key(4)
+    call = lambda rate, deterministic: lambda q: attention.attention(
+        q, k, v, segment_ids, impl=impl, dropout_rate=rate, dropout_rng=rng,
+        deterministic=deterministic,
+    )  # fmt: skip
+    seeds = dropout_bits.row_head_seeds(rng, q.shape[0], H)
+    ref = dropped_reference(0.2, seeds)(q, k, v, segment_ids)
+    np.testing.assert_allclose(call(0.2, False)(q), ref, atol=2e-5)
+    lowered = lambda fn: jax.jit(fn).lower(q).as_text()
+    plain = lowered(call(0.0, True))
+    assert lowered(call(0.2, True)) == lowered(call(0.0, False)) == plain
+    assert lowered(call(0.2, False)) != plain

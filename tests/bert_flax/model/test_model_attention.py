@@ -263,10 +263,19 @@ def test_attention_dropout_head_groups_must_divide_the_heads():
 
 
 def test_fused_backends_reject_attention_dropout():
-    for impl in ("cudnn", "splash", "packed_tpu", "pallas_gpu", "packed_gpu", "auto"):
+    for impl in ("cudnn", "splash", "pallas_gpu", "auto"):
         with pytest.raises(ValueError, match="attention_dropout_rate"):
             BertConfig.preset("tiny", attention_impl=impl)
         BertConfig.preset("tiny", attention_impl=impl, attention_dropout_rate=0.0)
+
+
+@pytest.mark.parametrize("impl", ["packed_tpu", "packed_gpu"])
+def test_block_skipping_kernels_take_attention_dropout_but_not_its_variants(impl):
+    BertConfig.preset("tiny", attention_impl=impl)
+    for variant in ({"attention_dropout_head_groups": 1}, {"attention_dropout_bits": 8}):
+        with pytest.raises(ValueError, match="draws its own attention-dropout mask"):
+            BertConfig.preset("tiny", attention_impl=impl, **variant)
+        BertConfig.preset("tiny", attention_impl=impl, attention_dropout_rate=0, **variant)
 
 
 @pytest.mark.parametrize(
@@ -334,7 +343,9 @@ def test_a_backend_added_to_the_registry_is_accepted_and_used(monkeypatch, qkv_s
         BertConfig.preset("tiny", attention_impl="reference")
     backend = attention.Backend(traced_xla, supports_dropout=False, description="test")
     monkeypatch.setitem(attention.BACKENDS, "reference", backend)
-    with pytest.raises(ValueError, match=r"use attention_impl in \['xla'\]"):
+    with pytest.raises(
+        ValueError, match=r"use attention_impl in \['xla', 'packed_gpu', 'packed_tpu'\]"
+    ):
         BertConfig.preset("tiny", attention_impl="reference")
     BertConfig.preset("tiny", attention_impl="reference", attention_dropout_rate=0.0)
     out = attention.attention(*qkv_segments, impl="reference")
@@ -365,6 +376,37 @@ _SHARDED_KERNEL = textwrap.dedent(
     print("OK")
     """
 )
+
+
+_SHARDED_DROPOUT = textwrap.dedent(
+    """
+    import jax, numpy as np, flax.linen as nn
+    from bert_flax import sharding
+    from bert_flax.model import attention
+
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((4, 128, 4, 16)).astype(np.float32) for _ in range(3))
+    seg = np.ones((4, 128), np.int32)
+    kernel = lambda q: attention.KERNEL(
+        q, k, v, seg, dropout_rate=0.5, dropout_rng=jax.random.key(0), deterministic=False,
+        interpret=True,
+    )
+    with jax.set_mesh(sharding.create_mesh((2, 1, 2))):
+        with nn.logical_axis_rules(sharding.LOGICAL_AXIS_RULES):
+            sharded = jax.jit(kernel)(q)
+    np.testing.assert_allclose(sharded, jax.jit(kernel)(q), atol=1e-5)
+    print("OK")
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kernel", ["packed_tpu_attention", "packed_gpu_attention"])
+def test_skipping_kernels_dropout_under_a_mesh_draws_the_unsharded_masks(run_on_devices, kernel):
+    """Each shard's rows and heads get their own seeds: sharded over rows and heads, the dropped
+    output is the one-device output (a kernel hashing local row and head indices would repeat
+    shard 0's masks on every shard)."""
+    run_on_devices(_SHARDED_DROPOUT.replace("KERNEL", kernel), 4)
 
 
 @pytest.mark.slow
