@@ -38,14 +38,14 @@ statistics' blocks solved as the host thread solves them and scaled to all of th
 per refresh and amortised per step: a CPU figure of this machine, not a TPU host's.
 
 The long-context rows (`LONG_CELLS`) are cells as above of BERT-base at 1,024-8,192 tokens a row
-(configs/bert_base_long.py), packed and padded, each with today's attention ("auto": splash on
-TPU, pallas_gpu on GPU) and with the platform's block-skipping kernel (`SKIPPING_KERNELS`). Their
-rows come from the web-like long-context histogram (`program.PACKINGS["web_like"]`,
-`packing/data/lognormal_web_*.txt`) packed by the config's packer, which gives the packing factor,
-the share of block pairs the skipping kernel visits and the share of scores the sequences need (the
-sum of li^2 over L^2, `program.attention_needed_fraction`). `long_table` reads packed over padded
-sequences a second against the factor, attention's share of the step, and the skipping kernel's
-attention time against what that need costs at today's kernel's rate.
+(configs/bert_base_long.py), packed and padded, each with today's attention ("auto": splash on TPU,
+pallas_gpu on GPU) and with the platform's block-skipping kernel (`SKIPPING_KERNELS`). Their rows
+come from the web-like long-context histogram (`program.PACKINGS["web_like"]`, the `lognormal_web`
+files of packing/data/) packed by the config's packer, which gives the packing factor, the share of
+block pairs the skipping kernel visits and the share of scores the sequences need (the sum of li^2
+over L^2, `program.attention_needed_fraction`). `long_table` reads packed over padded sequences a
+second against the factor, attention's share of the step, and the skipping kernel's attention time
+against what that need costs at today's kernel's rate.
 """
 
 from __future__ import annotations
