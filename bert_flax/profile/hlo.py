@@ -528,16 +528,16 @@ _PALLAS_GPU_PRODUCTS = {"mha_preprocess_backward": 0, "mha_forward": 2, "mha_bac
 # dQ recomputes QK^T and takes dO V^T and dS K; dK/dV recomputes QK^T and takes P^T dO, dO V^T and
 # dS^T Q.
 _PACKED_PRODUCTS = {"packed_attention_fwd": 2, "packed_attention_dq": 3, "packed_attention_dkv": 4}
-# packed_gpu's programs (one a query block; dK/dV: one a key block) each read only the blocks of
-# their range of the operands they loop over (their positions among the call's operands).
-_PACKED_GPU_LOOPED = {
-    "packed_attention_fwd": (4, 5),  # lo, hi, segment ids, q, (k, v)
-    "packed_attention_dq": (4, 5),  # lo, hi, segment ids, q, (k, v), dO, lse, delta
-    "packed_attention_dkv": (3, 6, 7, 8),  # lo, hi, segment ids, (q), k, v, (dO, lse, delta)
-}
+# Every flash kernel's bytes are its operands and results once: the key/value blocks that its
+# programs (one a query block) loop over again are served from cache (the VMEM copy of a row on TPU;
+# L2 on GPU: a row's K and V at 8,192 tokens are 2 MiB a head), as for pallas_gpu and splash.
 _FLOAT_DTYPES = frozenset({"f32", "bf16", "f16", "f8e4m3fn", "f8e5m2"})
 # The names `bert_flax.block_sparse.pallas` and `pallas_tpu` give their kernels.
 _BLOCK_SPARSE_KERNELS = ("block_sparse_product", "block_sparse_weight_grad")
+# cuBLAS's matrix products, as XLA's GPU gemm rewriter writes them where it does not emit a Triton
+# fusion (`xla_gpu_enable_triton_gemm=false`, or its autotuner's pick on a device): the dot's
+# dimension numbers are in the backend config; the result is (product, workspace).
+_CUBLAS_TARGETS = re.compile(r"^__cublas\$(gemm|lt\$matmul)")
 # Custom calls that compute and move nothing (bookkeeping XLA inserts on TPU: views of adjacent
 # slices, an uninitialised buffer, index annotations).
 FREE_CUSTOM_CALLS = frozenset(
@@ -556,9 +556,10 @@ def kernel_flops(
     module: HloModule, inst: HloInstruction, visited: float = 1.0
 ) -> tuple[float, float] | None:
     """(FLOPs, transcendentals) of a known custom kernel (splash attention, Pallas GPU attention,
-    the block-skipping attention, the block-sparse matmul) from its operands' shapes; None for a
-    custom call it does not know. The block-skipping kernels are charged `visited` of dense
-    attention's (the share of block pairs they visit for the rows they are given)."""
+    the block-skipping attention, cuBLAS's matrix products, the block-sparse matmul) from its
+    operands' shapes; None for a custom call it does not know. The block-skipping kernels are
+    charged `visited` of dense attention's (the share of block pairs they visit for the rows they
+    are given)."""
     operands = [module.instructions[o].shape for o in inst.operands]
     packed = _packed_attention_kernel(inst)
     if packed is not None:
@@ -584,6 +585,11 @@ def kernel_flops(
             rows, q_len, heads, head_dim = q.dims
             pairs = rows * heads * q_len * k.dims[1]
             return 2.0 * products * pairs * head_dim, float(pairs if products else 0)
+    if _CUBLAS_TARGETS.match(inst.custom_call_target):
+        contracting = re.search(r'"lhs_contracting_dimensions":\[([^\]]*)\]', inst.attrs)
+        dims = [int(d) for d in re.findall(r"\d+", contracting.group(1))] if contracting else []
+        product = next(inst.shape.arrays())
+        return 2.0 * product.size * math.prod(operands[0].dims[d] for d in dims), 0.0
     if any(name in inst.op_name or inst.name.startswith(name) for name in _BLOCK_SPARSE_KERNELS):
         # Every stored block [nnz, b, b] (an operand, or the weight gradient's result) meets
         # every row of the activations [rows, features] once.
@@ -721,20 +727,6 @@ def _async_move_bytes(module: HloModule, inst: HloInstruction) -> float:
     return moved * sum(space in OFF_CHIP_MEMORY_SPACES for space in ends)
 
 
-def _packed_gpu_looped_bytes(module: HloModule, inst: HloInstruction, visited: float) -> float:
-    """The bytes packed_gpu's kernel `inst` reads beyond its operands once each: every program
-    reads its range's blocks of the operands it loops over, `visited` x programs a row times
-    each operand in all."""
-    if inst.opcode != "custom-call" or inst.custom_call_target == "tpu_custom_call":
-        return 0.0  # TPU: a row's looped operands stay in VMEM for all its blocks, read once
-    packed = _packed_attention_kernel(inst)
-    if packed is None:
-        return 0.0
-    programs = module.instructions[inst.operands[0]].shape.dims[-1]  # lo: [rows, blocks]
-    looped = [module.instructions[inst.operands[i]].shape for i in _PACKED_GPU_LOOPED[packed]]
-    return (visited * programs - 1.0) * sum(s.off_chip_bytes for s in looped)
-
-
 def op_cost(module: HloModule, inst: HloInstruction, visited: float = 1.0) -> OpCost:
     """FLOPs, transcendentals and bytes of one executed op (a fusion counted as one op);
     `visited`: the share of block pairs the block-skipping attention visits (`kernel_flops`)."""
@@ -757,5 +749,5 @@ def op_cost(module: HloModule, inst: HloInstruction, visited: float = 1.0) -> Op
             continue
         seen.add(name)
         cost.bytes += _operand_read_bytes(module, inst, index)
-    cost.bytes += _written_bytes(module, inst) + _packed_gpu_looped_bytes(module, inst, visited)
+    cost.bytes += _written_bytes(module, inst)
     return cost

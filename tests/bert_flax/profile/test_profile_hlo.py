@@ -152,3 +152,33 @@ def test_pallas_gpu_attention_kernels_are_charged_their_products():
     assert hlo.kernel_flops(module, by_name["forward"])[0] == 2 * product
     assert hlo.kernel_flops(module, by_name["backward"])[0] == 7 * product
     assert hlo.kernel_flops(module, by_name["preprocess"]) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize(
+    "target, lhs, rhs, result, contracting, flops",
+    [  # a product with a bias-GELU epilogue, and a batched one (the layout of a real H100 compile)
+        ("__cublas$lt$matmul", "bf16[256,768]", "bf16[768,3072]", "bf16[256,3072]", '"1"',
+         2 * 256 * 768 * 3072),
+        ("__cublas$gemm", "f32[4,16,32]", "f32[4,32,8]", "f32[4,16,8]", '"2"', 2 * 4 * 16 * 8 * 32),
+    ],
+)  # fmt: skip
+def test_cublas_products_are_charged_their_flops(target, lhs, rhs, result, contracting, flops):
+    config = (
+        '{"gemm_backend_config":{"alpha_real":1,"beta":0,"dot_dimension_numbers":'
+        f'{{"lhs_contracting_dimensions":[{contracting}],"rhs_contracting_dimensions":["0"],'
+        '"lhs_batch_dimensions":[],"rhs_batch_dimensions":[]},"epilogue":"BIAS_GELU"}}'
+    )
+    text = "\n".join([
+        "HloModule m\n",
+        f"ENTRY %main (a: {lhs}, b: {rhs}) -> {result} {{",
+        f"  %a = {lhs} parameter(0)",
+        f"  %b = {rhs} parameter(1)",
+        f"  %mm = ({result}, s8[4194304]{{0}}) custom-call(%a, %b), "
+        f'custom_call_target="{target}", backend_config={config}',
+        f"  ROOT %out = {result} get-tuple-element(%mm), index=0",
+        "}",
+    ])  # fmt: skip
+    module = hlo.parse_module(text)
+    product = next(i for i in module.computations["main"].instructions if i.name == "mm")
+    assert hlo.kernel_flops(module, product) == (flops, 0.0)
+    assert hlo.op_cost(module, product).matmul_flops == flops
