@@ -12,7 +12,7 @@ from bert_flax.kernels import dropout_bits, packed_attention_gpu
 from bert_flax.kernels.packed_attention_tpu import packed_attention
 from bert_flax.model import attention
 from configs import bert_base
-from tests.bert_flax.aot.test_aot import V5E_4, devices_of, pallas_kernels
+from tests.bert_flax.aot.test_aot import H100, PLATFORM_KERNELS, V5E_4, devices_of, pallas_kernels
 from tests.bert_flax.kernels.test_block_ranges import packed_row, random_lengths, visible_pairs
 
 H, D = 2, 64
@@ -203,6 +203,29 @@ def test_rows_of_8192_compile_for_v5e(head_dim, dtype):
     executable = grad.lower(x, x, x, segment_ids).compile()
     names = {"packed_attention_fwd", "packed_attention_dq", "packed_attention_dkv"}
     assert pallas_kernels(executable, "tpu_custom_call", names) == names
+
+
+@pytest.mark.slow(seconds=20)
+@pytest.mark.parametrize(
+    ("fn", "target", "call_target"),
+    [(packed_attention, V5E_4, "tpu_custom_call"),
+     (packed_attention_gpu.packed_attention, H100, PLATFORM_KERNELS["cuda"][1])],
+    ids=["tpu v5e", "gpu H100"],
+)  # fmt: skip
+def test_windowed_kernels_compile(fn, target, call_target):
+    """With a sliding window (its mask: row indices compared in the kernels) forward and backward
+    compile their Mosaic (v5e) and Triton (H100) kernels."""
+    sharding = jax.sharding.SingleDeviceSharding(devices_of(target)[0])
+    x = jax.ShapeDtypeStruct((2, 1024, 4, 64), jnp.bfloat16, sharding=sharding)
+    segment_ids = jax.ShapeDtypeStruct((2, 1024), jnp.int32, sharding=sharding)
+
+    def loss(q, k, v, segment_ids):
+        return jnp.sum(fn(q, k, v, segment_ids, window=256).astype(jnp.float32))
+
+    executable = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).lower(x, x, x, segment_ids).compile()
+    calls = [c for c in executable.as_text().splitlines() if f'"{call_target}"' in c]
+    names = ["packed_attention_fwd", "packed_attention_dq", "packed_attention_dkv"]
+    assert [any(name in c for c in calls) for name in names] == [True] * 3
 
 
 def dropped_reference(rate, seeds):
