@@ -139,15 +139,16 @@ def _logits2(q: Array, k: Array, head_dim: int) -> Array:
     return plgpu.dot(q, k, trans_b=True) * (_scale(head_dim) * math.log2(math.e))
 
 
-def _visible(q_segments: Array, k_segments: Array, window, q_start, k_start) -> Array:
-    """[block_q, block_k]: True where a real query and a key share a segment, within `window`
-    (None: global) of each other; the tile's queries from `q_start`, keys from `k_start`."""
+def _visible(q_segments: Array, k_segments: Array, window, q_block, k_block) -> Array:
+    """[block_q, block_k]: True where a real query of block `q_block` and a key of block
+    `k_block` share a segment, within `window` (None: global, no window code) of each other."""
     same = q_segments[:, None] == k_segments[None, :]
     visible = same & (q_segments != 0)[:, None]
     if window is None:
         return visible
-    q_index, k_index = _indices(q_segments.size, k_segments.size, q_start, k_start)
-    return visible & within_window(q_index, k_index, window)
+    block_q, block_k = q_segments.size, k_segments.size
+    indices = _indices(block_q, block_k, q_block * block_q, k_block * block_k)
+    return visible & within_window(*indices, window)
 
 
 def _indices(block_q: int, block_k: int, q_start, k_start) -> tuple[Array, Array]:
@@ -177,14 +178,15 @@ def _forward_kernel(lo_ref, hi_ref, seg_ref, *refs, block_k, head_dim, rate, win
     seed, (q_ref, k_ref, v_ref, o_ref, lse_ref) = _split_seed(refs, rate)
     block_q = q_ref.shape[0]
     q = _load(q_ref, head_dim)
-    q_start = pl.program_id(0) * block_q
+    q_block = pl.program_id(0)
+    q_start = q_block * block_q
     q_segments = seg_ref[pl.ds(q_start, block_q)]
 
     def visit(j, carry):
         o, m, total = carry
         keys = pl.ds(j * block_k, block_k)
         logits = _logits2(q, _load(k_ref.at[keys], head_dim), head_dim)
-        visible = _visible(q_segments, seg_ref[keys], window, q_start, j * block_k)
+        visible = _visible(q_segments, seg_ref[keys], window, q_block, j)
         logits = jnp.where(visible, logits, _MASK_VALUE)
         m_next = jnp.maximum(m, logits.max(-1))
         correction = jnp.exp2(m - m_next)
@@ -212,14 +214,15 @@ def _dq_kernel(lo_ref, hi_ref, seg_ref, *refs, block_k, head_dim, rate, window):
     seed, (q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref) = _split_seed(refs, rate)
     block_q = q_ref.shape[0]
     q, do = _load(q_ref, head_dim), _load(do_ref, head_dim)
-    q_start = pl.program_id(0) * block_q
+    q_block = pl.program_id(0)
+    q_start = q_block * block_q
     q_segments = seg_ref[pl.ds(q_start, block_q)]
     lse, delta = lse_ref[...], delta_ref[...]
 
     def visit(j, dq):
         keys = pl.ds(j * block_k, block_k)
         k, v = _load(k_ref.at[keys], head_dim), _load(v_ref.at[keys], head_dim)
-        visible = _visible(q_segments, seg_ref[keys], window, q_start, j * block_k)
+        visible = _visible(q_segments, seg_ref[keys], window, q_block, j)
         p = _probs(q, k, lse, visible, head_dim)
         dp = plgpu.dot(do, v, trans_b=True)
         if rate:
@@ -237,14 +240,15 @@ def _dkv_kernel(lo_ref, hi_ref, seg_ref, *refs, block_q, head_dim, rate, window)
     q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dk_ref, dv_ref = refs
     block_k = k_ref.shape[0]
     k, v = _load(k_ref, head_dim), _load(v_ref, head_dim)
-    k_start = pl.program_id(0) * block_k
+    k_block = pl.program_id(0)
+    k_start = k_block * block_k
     k_segments = seg_ref[pl.ds(k_start, block_k)]
 
     def visit(i, carry):
         dk, dv = carry
         queries = pl.ds(i * block_q, block_q)
         q, do = _load(q_ref.at[queries], head_dim), _load(do_ref.at[queries], head_dim)
-        visible = _visible(seg_ref[queries], k_segments, window, i * block_q, k_start)
+        visible = _visible(seg_ref[queries], k_segments, window, i, k_block)
         p = _probs(q, k, lse_ref[queries], visible, head_dim)
         dp = plgpu.dot(do, v, trans_b=True)
         dropped = p

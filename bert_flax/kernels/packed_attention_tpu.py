@@ -254,11 +254,13 @@ def _dropped(x: Array, seed: Array, rate: float, q_start, k_start, q_axis: int =
     return dropout_bits.dropped(x, seed, *_indices(x.shape, q_start, k_start, q_axis), rate)
 
 
-def _windowed(visible: Array, window, q_start, k_start, q_axis: int = 0) -> Array:
-    """The `visible` [rows, cols] (laid out as `_indices` says) within the sliding `window`;
-    None: all of it (no window code)."""
+def _windowed(visible: Array, window, q_block, k_block, q_axis: int = 0) -> Array:
+    """`visible` [rows, cols], query block `q_block`'s scores (along `q_axis`) against key block
+    `k_block`'s, within the sliding `window`; None: all of it (no window code)."""
     if window is None:
         return visible
+    q_start = q_block * visible.shape[q_axis]
+    k_start = k_block * visible.shape[1 - q_axis]
     return visible & within_window(*_indices(visible.shape, q_start, k_start, q_axis), window)
 
 
@@ -275,7 +277,7 @@ def _forward_kernel(first_ref, stop_ref, *refs, scale: float, rate: float, windo
     def accumulate(c):
         k, v = k_ref[c], v_ref[c]
         s = lax.dot_general(q, k, _NT, preferred_element_type=jnp.float32) * scale
-        visible = _windowed(_visible(q_ids, k_ids_ref[c, :1, :]), window, block * bq, c * bk)
+        visible = _windowed(_visible(q_ids, k_ids_ref[c, :1, :]), window, block, c)
         s = jnp.where(visible, s, _MASK_VALUE)
         m_prev = m_ref[...]
         m_next = jnp.maximum(m_prev, s.max(axis=1, keepdims=True))
@@ -346,7 +348,7 @@ def _dq_kernel(first_ref, stop_ref, *refs, scale: float, rate: float, window):
     def accumulate(c):
         k, v = k_ref[c], v_ref[c]
         s = lax.dot_general(q, k, _NT, preferred_element_type=jnp.float32) * scale
-        visible = _windowed(_visible(q_ids, k_ids_ref[c, :1, :]), window, block * bq, c * bk)
+        visible = _windowed(_visible(q_ids, k_ids_ref[c, :1, :]), window, block, c)
         p = jnp.where(visible, jnp.exp(s - lse), 0.0)
         dp = lax.dot_general(do, v, _NT, preferred_element_type=jnp.float32)
         if rate:
@@ -404,7 +406,7 @@ def _dkv_kernel(first_ref, stop_ref, *refs, scale: float, rate: float, window):
         q, do = q_ref[c], do_ref[c]
         s_t = lax.dot_general(k, q, _NT, preferred_element_type=jnp.float32) * scale
         visible = _visible(k_ids, q_ids_ref[c, :1, :])
-        visible = _windowed(visible, window, c * bq, block * bk, q_axis=1)
+        visible = _windowed(visible, window, c, block, q_axis=1)
         p_t = jnp.where(visible, jnp.exp(s_t - lse_ref[c, :1, :]), 0.0)
         dropped = p_t
         if rate:

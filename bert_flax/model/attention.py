@@ -372,10 +372,10 @@ def _splash_local(q: Array, k: Array, v: Array, segment_ids: Array, *, interpret
 class Backend:
     """An attention kernel `fn(q, k, v, segment_ids, *, dropout_rate, dropout_rng,
     deterministic, bias, dropout_head_groups, dropout_bits, window, interpret)`;
-    `supports_dropout`, `supports_dropout_variants`, `supports_bias` and `supports_window` say
-    whether it implements attention dropout, its variants (`dropout_head_groups`,
-    `dropout_bits`), an additive logit bias and a sliding window (configs asking for one that it
-    does not are rejected by `BertConfig`; `attention` refuses a window).
+    `supports_dropout`, `supports_dropout_variants` and `supports_bias` say whether it implements
+    attention dropout, its variants (`dropout_head_groups`, `dropout_bits`) and an additive logit
+    bias (configs asking for one that it does not are rejected by `BertConfig`);
+    `supports_window` whether it takes a sliding `window` (`attention` refuses one otherwise).
     `platform`: where a Pallas kernel compiles ("tpu", "gpu"; on CPU it is interpreted, and `fn`
     takes `interpret`); such kernels run per shard (`_per_shard`), rows tiled by 128. None for
     backends that run anywhere."""
