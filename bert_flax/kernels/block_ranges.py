@@ -136,10 +136,10 @@ def expected_visited_fraction(
     window: int | None = None,
 ) -> float:
     """`visited_fraction` (with `window`) over rows of `length` tokens described by their
-    sequences' lengths:
-    each `(lengths, count)` is `count` rows holding sequences of `lengths` one after another from
-    the row's start, in that order, then padding (a packing's strategies; a padded row holds
-    one). The expected share of dense attention's block pairs a skipping kernel visits."""
+    sequences' lengths: each `(lengths, count)` is `count` rows holding sequences of `lengths`
+    one after another from the row's start, in that order, then padding (a packing's strategies;
+    a padded row holds one). The expected share of dense attention's block pairs a skipping
+    kernel visits."""
     visited = total = 0.0
     rows = list(rows)
     for start in range(0, len(rows), _ROWS_AT_ONCE):

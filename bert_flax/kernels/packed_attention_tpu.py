@@ -301,7 +301,9 @@ def _forward_kernel(first_ref, stop_ref, *refs, scale: float, rate: float, windo
     lse_ref[...] = lse.T[:SUBLANES]
 
 
-def _forward(q, k, v, segment_ids, seeds, blocks: Blocks, rate: float, window) -> tuple:
+def _forward(
+    q, k, v, segment_ids, seeds, blocks: Blocks, rate: float, window
+) -> tuple[Array, Array]:
     """The output [batch, heads, length, head_dim] and the logsumexp [batch, heads, length]."""
     batch, heads, length, head_dim = q.shape
     bq, bk = blocks.q, blocks.k
