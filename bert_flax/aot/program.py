@@ -538,13 +538,16 @@ FRACTION_BLOCK = 128
 SKIPPING_ATTENTION = ("packed_tpu", "packed_gpu")  # the attention_impls charged by the fraction
 
 
-def attention_visited_fraction(config: ml_collections.ConfigDict, spec: str) -> float:
+def attention_visited_fraction(
+    config: ml_collections.ConfigDict, spec: str, window: int | None = None
+) -> float:
     """The share of dense attention's block pairs a block-skipping kernel visits in the rows the
-    `--packing_factor` flag's `spec` stands for (`block_ranges.expected_visited_fraction`):
-    a `PACKINGS` name, the config's packing of that histogram (padded: a sequence a row); else the
-    task's synthetic packed rows (`synthetic.random_row_lengths`), and 1 for padded rows of
-    unknown lengths or rows no skipping kernel takes (not a multiple of its block). Sequences lie
-    in a row in the packing's order, shortest first."""
+    `--packing_factor` flag's `spec` stands for (`block_ranges.expected_visited_fraction`), with
+    a sliding `window` (None: global): a `PACKINGS` name, the config's packing of that histogram
+    (padded: a sequence a row); else the task's synthetic packed rows
+    (`synthetic.random_row_lengths`), and for padded rows of unknown lengths a row one sequence
+    fills (1 without a window); 1 for rows no skipping kernel takes (not a multiple of its
+    block). Sequences lie in a row in the packing's order, shortest first."""
     length = config.data.max_seq_length
     if length % FRACTION_BLOCK:
         return 1.0
@@ -554,8 +557,10 @@ def attention_visited_fraction(config: ml_collections.ConfigDict, spec: str) -> 
         depth = config.data.max_sequences_per_pack
         rows = [(r, 1) for r in synthetic.random_row_lengths(256, length, depth, config.seed)]
     else:
-        return 1.0
-    return block_ranges.expected_visited_fraction(rows, length, FRACTION_BLOCK, FRACTION_BLOCK)
+        rows = [([length], 1)]
+    return block_ranges.expected_visited_fraction(
+        rows, length, FRACTION_BLOCK, FRACTION_BLOCK, window
+    )
 
 
 def format_report(r: Report, largest: int | None = None, top_classes: int = 6) -> str:

@@ -5,11 +5,14 @@ range (`block_ranges.kv_ranges`) and no others: a row of sequences l1..lk costs 
 sum of li^2, not L^2. Within the boundary blocks the segment mask applies as in
 `bert_flax.model.attention.xla_attention`; padding queries (segment 0) output zeros, and padding
 keys are seen by no real query. The backward pass is two kernels: dq over the same ranges, dk
-and dv one program per key block over the query blocks that see it (`q_ranges`).
+and dv one program per key block over the query blocks that see it (`q_ranges`). A sliding
+`window` (`block_ranges`) narrows the ranges to the blocks within `window // 2` tokens and masks
+the keys farther than that inside them.
 Softmax statistics and accumulators are float32; q, k, v float32 or bfloat16.
 
     out = packed_attention(q, k, v, segment_ids)  # q, k, v [rows, L, heads, head_dim]
     out = packed_attention(q, k, v, segment_ids, interpret=True)  # any backend (tests)
+    local = packed_attention(q, k, v, segment_ids, window=128)  # 64 tokens either side
 
 Attention dropout (`dropout_rate` > 0, one int32 seed per row and head) drops probabilities by
 `bert_flax.kernels.dropout_bits.keep_mask`, recomputed by the backward kernels (nothing stored);
@@ -29,7 +32,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from bert_flax.kernels import dropout_bits
-from bert_flax.kernels.block_ranges import kv_ranges, q_ranges
+from bert_flax.kernels.block_ranges import check_window, kv_ranges, q_ranges, within_window
 
 Array = jax.Array
 
@@ -56,30 +59,34 @@ def packed_attention(
     segment_ids: Array,
     *,
     blocks: Blocks = Blocks(),
+    window: int | None = None,
     dropout_rate: float = 0.0,
     seeds: Array | None = None,
     interpret: bool = False,
 ) -> Array:
     """Softmax attention of q, k, v [rows, L, heads, head_dim] within the sequences of
     `segment_ids` [rows, L] (1..k, 0 for padding), scaled by head_dim ** -0.5; zero at padding.
-    `dropout_rate` > 0 drops probabilities by `dropout_bits.keep_mask` of `seeds` (int32
-    [rows, heads], `dropout_bits.row_head_seeds`)."""
+    `window` (a positive even number of tokens; None: global) lets a query see only the keys
+    within `window // 2` tokens of it. `dropout_rate` > 0 drops probabilities by
+    `dropout_bits.keep_mask` of `seeds` (int32 [rows, heads], `dropout_bits.row_head_seeds`)."""
+    check_window(window)
     length = q.shape[1]
     for size in dataclasses.astuple(blocks):
         if length % size:
             raise ValueError(f"Row length {length} is not a multiple of the kernel block {size}.")
     if dropout_rate and seeds is None:
         raise ValueError("Attention dropout needs seeds (dropout_bits.row_head_seeds).")
-    settings = _Settings(dropout_rate, interpret)
+    settings = _Settings(dropout_rate, window, interpret)
     return _attention(q, k, v, segment_ids, seeds, blocks, settings)
 
 
 @dataclasses.dataclass(frozen=True)
 class _Settings:
-    """The kernels' static settings besides the blocks: the dropout rate (0: no dropout code)
-    and interpret mode."""
+    """The kernels' static settings besides the blocks: the dropout rate (0: no dropout code),
+    the sliding window (None: global, no window code) and interpret mode."""
 
     rate: float
+    window: int | None
     interpret: bool
 
 
@@ -132,17 +139,29 @@ def _logits2(q: Array, k: Array, head_dim: int) -> Array:
     return plgpu.dot(q, k, trans_b=True) * (_scale(head_dim) * math.log2(math.e))
 
 
-def _visible(q_segments: Array, k_segments: Array) -> Array:
-    """[block_q, block_k]: True where a real query and a key share a segment."""
+def _visible(q_segments: Array, k_segments: Array, window, q_block, k_block) -> Array:
+    """[block_q, block_k]: True where a real query of block `q_block` and a key of block
+    `k_block` share a segment, within `window` (None: global, no window code) of each other."""
     same = q_segments[:, None] == k_segments[None, :]
-    return same & (q_segments != 0)[:, None]
+    visible = same & (q_segments != 0)[:, None]
+    if window is None:
+        return visible
+    block_q, block_k = q_segments.size, k_segments.size
+    indices = _indices(block_q, block_k, q_block * block_q, k_block * block_k)
+    return visible & within_window(*indices, window)
 
 
-def _probs(q, k, q_segments, k_segments, lse, head_dim: int) -> Array:
+def _indices(block_q: int, block_k: int, q_start, k_start) -> tuple[Array, Array]:
+    """The row's query indices [block_q, 1] and key indices [1, block_k] of a tile."""
+    q_index = q_start + jnp.arange(block_q, dtype=jnp.int32)[:, None]
+    return q_index, k_start + jnp.arange(block_k, dtype=jnp.int32)[None, :]
+
+
+def _probs(q, k, lse, visible: Array, head_dim: int) -> Array:
     """The softmax probabilities of a tile, recomputed from the forward pass's log-sum-exp;
-    exactly zero where masked (padding queries' `lse` is meaningless)."""
+    exactly zero where not `visible` (padding queries' `lse` is meaningless)."""
     p = jnp.exp2(_logits2(q, k, head_dim) - lse[:, None])
-    return jnp.where(_visible(q_segments, k_segments), p, 0.0)
+    return jnp.where(visible, p, 0.0)
 
 
 def _split_seed(refs, rate: float):
@@ -152,23 +171,23 @@ def _split_seed(refs, rate: float):
 
 def _drop(x: Array, seed, rate: float, q_start, k_start) -> Array:
     """`dropout_bits.dropped` of a [block_q, block_k] tile from query `q_start`, key `k_start`."""
-    q_index = q_start + jnp.arange(x.shape[0], dtype=jnp.int32)[:, None]
-    k_index = k_start + jnp.arange(x.shape[1], dtype=jnp.int32)[None, :]
-    return dropout_bits.dropped(x, seed, q_index, k_index, rate)
+    return dropout_bits.dropped(x, seed, *_indices(*x.shape, q_start, k_start), rate)
 
 
-def _forward_kernel(lo_ref, hi_ref, seg_ref, *refs, block_k, head_dim, rate):
+def _forward_kernel(lo_ref, hi_ref, seg_ref, *refs, block_k, head_dim, rate, window):
     seed, (q_ref, k_ref, v_ref, o_ref, lse_ref) = _split_seed(refs, rate)
     block_q = q_ref.shape[0]
     q = _load(q_ref, head_dim)
-    q_start = pl.program_id(0) * block_q
+    q_block = pl.program_id(0)
+    q_start = q_block * block_q
     q_segments = seg_ref[pl.ds(q_start, block_q)]
 
     def visit(j, carry):
         o, m, total = carry
         keys = pl.ds(j * block_k, block_k)
         logits = _logits2(q, _load(k_ref.at[keys], head_dim), head_dim)
-        logits = jnp.where(_visible(q_segments, seg_ref[keys]), logits, _MASK_VALUE)
+        visible = _visible(q_segments, seg_ref[keys], window, q_block, j)
+        logits = jnp.where(visible, logits, _MASK_VALUE)
         m_next = jnp.maximum(m, logits.max(-1))
         correction = jnp.exp2(m - m_next)
         p = jnp.exp2(logits - m_next[:, None])
@@ -191,18 +210,20 @@ def _forward_kernel(lo_ref, hi_ref, seg_ref, *refs, block_k, head_dim, rate):
     lse_ref[...] = m + jnp.log2(total)
 
 
-def _dq_kernel(lo_ref, hi_ref, seg_ref, *refs, block_k, head_dim, rate):
+def _dq_kernel(lo_ref, hi_ref, seg_ref, *refs, block_k, head_dim, rate, window):
     seed, (q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref) = _split_seed(refs, rate)
     block_q = q_ref.shape[0]
     q, do = _load(q_ref, head_dim), _load(do_ref, head_dim)
-    q_start = pl.program_id(0) * block_q
+    q_block = pl.program_id(0)
+    q_start = q_block * block_q
     q_segments = seg_ref[pl.ds(q_start, block_q)]
     lse, delta = lse_ref[...], delta_ref[...]
 
     def visit(j, dq):
         keys = pl.ds(j * block_k, block_k)
         k, v = _load(k_ref.at[keys], head_dim), _load(v_ref.at[keys], head_dim)
-        p = _probs(q, k, q_segments, seg_ref[keys], lse, head_dim)
+        visible = _visible(q_segments, seg_ref[keys], window, q_block, j)
+        p = _probs(q, k, lse, visible, head_dim)
         dp = plgpu.dot(do, v, trans_b=True)
         if rate:
             dp = _drop(dp, seed, rate, q_start, j * block_k)
@@ -214,19 +235,21 @@ def _dq_kernel(lo_ref, hi_ref, seg_ref, *refs, block_k, head_dim, rate):
     _store(dq_ref, dq * _scale(head_dim), head_dim)
 
 
-def _dkv_kernel(lo_ref, hi_ref, seg_ref, *refs, block_q, head_dim, rate):
+def _dkv_kernel(lo_ref, hi_ref, seg_ref, *refs, block_q, head_dim, rate, window):
     seed, refs = _split_seed(refs, rate)
     q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dk_ref, dv_ref = refs
     block_k = k_ref.shape[0]
     k, v = _load(k_ref, head_dim), _load(v_ref, head_dim)
-    k_start = pl.program_id(0) * block_k
+    k_block = pl.program_id(0)
+    k_start = k_block * block_k
     k_segments = seg_ref[pl.ds(k_start, block_k)]
 
     def visit(i, carry):
         dk, dv = carry
         queries = pl.ds(i * block_q, block_q)
         q, do = _load(q_ref.at[queries], head_dim), _load(do_ref.at[queries], head_dim)
-        p = _probs(q, k, seg_ref[queries], k_segments, lse_ref[queries], head_dim)
+        visible = _visible(seg_ref[queries], k_segments, window, i, k_block)
+        p = _probs(q, k, lse_ref[queries], visible, head_dim)
         dp = plgpu.dot(do, v, trans_b=True)
         dropped = p
         if rate:
@@ -280,7 +303,7 @@ def _call(kernel, name: str, grid, in_specs, out_specs, out_shape, head_dim, set
                     *in_specs[3:]]  # fmt: skip
         args = [*args[:3], seeds, *args[3:]]
     return pl.pallas_call(
-        functools.partial(kernel, head_dim=head_dim, rate=settings.rate),
+        functools.partial(kernel, head_dim=head_dim, rate=settings.rate, window=settings.window),
         grid=grid,
         in_specs=in_specs,
         out_specs=out_specs,
@@ -293,7 +316,7 @@ def _call(kernel, name: str, grid, in_specs, out_specs, out_shape, head_dim, set
 
 def _forward(q, k, v, segment_ids, seeds, blocks: Blocks, settings) -> tuple[Array, Array]:
     rows, length, heads, head_dim = q.shape
-    lo, hi = kv_ranges(segment_ids, blocks.q, blocks.k)
+    lo, hi = kv_ranges(segment_ids, blocks.q, blocks.k, settings.window)
     tile, whole = _tile_spec(blocks.q, head_dim), _whole_spec(length, head_dim)
     lse = jax.ShapeDtypeStruct((rows, heads, length), jnp.float32)
     return _call(
@@ -311,7 +334,7 @@ def _forward(q, k, v, segment_ids, seeds, blocks: Blocks, settings) -> tuple[Arr
 
 def _backward_dq(q, k, v, segment_ids, seeds, d_out, lse, delta, blocks, settings) -> Array:
     rows, length, heads, head_dim = q.shape
-    lo, hi = kv_ranges(segment_ids, blocks.q_bwd, blocks.k_bwd)
+    lo, hi = kv_ranges(segment_ids, blocks.q_bwd, blocks.k_bwd, settings.window)
     tile, whole = _tile_spec(blocks.q_bwd, head_dim), _whole_spec(length, head_dim)
     stats = _stats_spec(blocks.q_bwd, length)
     return _call(
@@ -329,7 +352,7 @@ def _backward_dq(q, k, v, segment_ids, seeds, d_out, lse, delta, blocks, setting
 
 def _backward_dkv(q, k, v, segment_ids, seeds, d_out, lse, delta, blocks, settings) -> tuple:
     rows, length, heads, head_dim = q.shape
-    lo, hi = q_ranges(segment_ids, blocks.q_bwd, blocks.k_bwd)
+    lo, hi = q_ranges(segment_ids, blocks.q_bwd, blocks.k_bwd, settings.window)
     tile, whole = _tile_spec(blocks.k_bwd, head_dim), _whole_spec(length, head_dim)
     stats = _stats_spec(None, length)
     return _call(

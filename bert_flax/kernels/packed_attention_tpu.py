@@ -9,8 +9,11 @@ query block's kv range, dK and dV over each kv block's query range (`q_ranges`),
 queries, output gradients and softmax statistics in VMEM. Within a visited block the segment mask
 applies: query i sees key j iff both hold the same non-zero segment id; padding (id 0) sees
 nothing and its outputs (and the gradients through them) are zero, as `xla_attention`'s.
+A sliding `window` (`block_ranges`) narrows the ranges to the blocks within `window // 2` tokens
+and masks the keys farther than that inside them.
 
     out = packed_attention(q, k, v, segment_ids)  # [batch, length, heads, head_dim] each
+    local = packed_attention(q, k, v, segment_ids, window=128)  # 64 tokens either side
 
 Attention dropout (`dropout_rate` > 0, one int32 seed per row and head) drops probabilities by a
 counter-based mask (`bert_flax.kernels.dropout_bits`) that the backward kernels recompute: nothing
@@ -32,7 +35,13 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from bert_flax.kernels import dropout_bits
-from bert_flax.kernels.block_ranges import check_block_sizes, kv_ranges, q_ranges
+from bert_flax.kernels.block_ranges import (
+    check_block_sizes,
+    check_window,
+    kv_ranges,
+    q_ranges,
+    within_window,
+)
 
 Array = jax.Array
 
@@ -74,6 +83,7 @@ def packed_attention(
     *,
     block_q: int = 128,
     block_k: int = 128,
+    window: int | None = None,
     dropout_rate: float = 0.0,
     seeds: Array | None = None,
     interpret: bool = False,
@@ -83,9 +93,12 @@ def packed_attention(
     q, k, v: [batch, length, heads, head_dim]; segment_ids: int32 [batch, length], each
     sequence one contiguous run of its id, 0 padding. Returns [batch, length, heads, head_dim]
     in v's dtype, zero at padding. `length` must be a multiple of both block sizes, which must
-    be multiples of 128. `dropout_rate` > 0 drops attention probabilities by
-    `dropout_bits.keep_mask` of `seeds` (int32 [batch, heads], `dropout_bits.row_head_seeds`).
+    be multiples of 128. `window` (a positive even number of tokens; None: global) lets a query
+    see only the keys within `window // 2` tokens of it. `dropout_rate` > 0 drops attention
+    probabilities by `dropout_bits.keep_mask` of `seeds` (int32 [batch, heads],
+    `dropout_bits.row_head_seeds`).
     """
+    check_window(window)
     check_tpu_blocks(q.shape[1], block_q, block_k)
     _check_vmem(q.shape[1], q.shape[3], q.dtype)
     if dropout_rate and seeds is None:
@@ -93,9 +106,8 @@ def packed_attention(
     heads_major = lambda x: x.transpose(0, 2, 1, 3)  # the kernels' [batch, heads, length, dim]
     blocks = Blocks(block_q, block_k, interpret)
     seeds = seeds.reshape(-1) if dropout_rate else jnp.zeros((0,), jnp.int32)
-    out = _attention(
-        heads_major(q), heads_major(k), heads_major(v), segment_ids, seeds, blocks, dropout_rate
-    )
+    q, k, v = heads_major(q), heads_major(k), heads_major(v)
+    out = _attention(q, k, v, segment_ids, seeds, blocks, dropout_rate, window)
     return heads_major(out)
 
 
@@ -119,24 +131,24 @@ def _check_vmem(length: int, head_dim: int, dtype) -> None:
         )
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
-def _attention(q, k, v, segment_ids, seeds, blocks: Blocks, rate: float) -> Array:
-    return _forward(q, k, v, segment_ids, seeds, blocks, rate)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
+def _attention(q, k, v, segment_ids, seeds, blocks: Blocks, rate: float, window) -> Array:
+    return _forward(q, k, v, segment_ids, seeds, blocks, rate, window)[0]
 
 
-def _attention_fwd(q, k, v, segment_ids, seeds, blocks, rate):
-    out, lse = _forward(q, k, v, segment_ids, seeds, blocks, rate)
+def _attention_fwd(q, k, v, segment_ids, seeds, blocks, rate, window):
+    out, lse = _forward(q, k, v, segment_ids, seeds, blocks, rate, window)
     return out, (q, k, v, segment_ids, seeds, out, lse)
 
 
-def _attention_bwd(blocks, rate, residuals, d_out):
+def _attention_bwd(blocks, rate, window, residuals, d_out):
     q, k, v, segment_ids, seeds, out, lse = residuals
     # D_i = sum_j P_ij dP_ij = dO_i . O_i: one product per query, before the kernels (with
     # dropout too: dP is then the dropped dP's masked and scaled entries, and O the dropped P's).
     di = jnp.sum(out.astype(jnp.float32) * d_out.astype(jnp.float32), axis=-1)
     lse, di = (_blocks_along_lanes(x, blocks.q) for x in (lse, di))
-    dq = _backward_dq(q, k, v, segment_ids, d_out, lse, di, seeds, blocks, rate)
-    dk, dv = _backward_dkv(q, k, v, segment_ids, d_out, lse, di, seeds, blocks, rate)
+    dq = _backward_dq(q, k, v, segment_ids, d_out, lse, di, seeds, blocks, rate, window)
+    dk, dv = _backward_dkv(q, k, v, segment_ids, d_out, lse, di, seeds, blocks, rate, window)
     return dq, dk, dv, None, None
 
 
@@ -229,15 +241,30 @@ def _split_seed(refs, rate: float):
     return refs[0][pl.program_id(0) * pl.num_programs(1) + pl.program_id(1)], refs[1:]
 
 
+def _indices(shape, q_start, k_start, q_axis: int) -> tuple[Array, Array]:
+    """The query and key indices in the row of a [rows, cols] tile of scores, queries from
+    `q_start` along `q_axis` and keys from `k_start` along the other."""
+    q_index = q_start + lax.broadcasted_iota(jnp.int32, shape, q_axis)
+    return q_index, k_start + lax.broadcasted_iota(jnp.int32, shape, 1 - q_axis)
+
+
 def _dropped(x: Array, seed: Array, rate: float, q_start, k_start, q_axis: int = 0) -> Array:
-    """x [rows, cols] of scores, queries from `q_start` along `q_axis` and keys from `k_start`
-    along the other, with the dropped entries zeroed and the kept scaled by 1/keep rate."""
-    q_index = q_start + lax.broadcasted_iota(jnp.int32, x.shape, q_axis)
-    k_index = k_start + lax.broadcasted_iota(jnp.int32, x.shape, 1 - q_axis)
-    return dropout_bits.dropped(x, seed, q_index, k_index, rate)
+    """x [rows, cols] of scores (laid out as `_indices` says) with the dropped entries zeroed and
+    the kept scaled by 1/keep rate."""
+    return dropout_bits.dropped(x, seed, *_indices(x.shape, q_start, k_start, q_axis), rate)
 
 
-def _forward_kernel(first_ref, stop_ref, *refs, scale: float, rate: float):
+def _windowed(visible: Array, window, q_block, k_block, q_axis: int = 0) -> Array:
+    """`visible` [rows, cols], query block `q_block`'s scores (along `q_axis`) against key block
+    `k_block`'s, within the sliding `window`; None: all of it (no window code)."""
+    if window is None:
+        return visible
+    q_start = q_block * visible.shape[q_axis]
+    k_start = k_block * visible.shape[1 - q_axis]
+    return visible & within_window(*_indices(visible.shape, q_start, k_start, q_axis), window)
+
+
+def _forward_kernel(first_ref, stop_ref, *refs, scale: float, rate: float, window):
     seed, refs = _split_seed(refs, rate)
     block = pl.program_id(2)
     q_ref, k_ref, v_ref, q_ids_ref, k_ids_ref, o_ref, lse_ref, m_ref, l_ref, acc_ref = refs
@@ -250,7 +277,7 @@ def _forward_kernel(first_ref, stop_ref, *refs, scale: float, rate: float):
     def accumulate(c):
         k, v = k_ref[c], v_ref[c]
         s = lax.dot_general(q, k, _NT, preferred_element_type=jnp.float32) * scale
-        visible = _visible(q_ids, k_ids_ref[c, :1, :])
+        visible = _windowed(_visible(q_ids, k_ids_ref[c, :1, :]), window, block, c)
         s = jnp.where(visible, s, _MASK_VALUE)
         m_prev = m_ref[...]
         m_next = jnp.maximum(m_prev, s.max(axis=1, keepdims=True))
@@ -274,17 +301,19 @@ def _forward_kernel(first_ref, stop_ref, *refs, scale: float, rate: float):
     lse_ref[...] = lse.T[:SUBLANES]
 
 
-def _forward(q, k, v, segment_ids, seeds, blocks: Blocks, rate: float) -> tuple[Array, Array]:
+def _forward(
+    q, k, v, segment_ids, seeds, blocks: Blocks, rate: float, window
+) -> tuple[Array, Array]:
     """The output [batch, heads, length, head_dim] and the logsumexp [batch, heads, length]."""
     batch, heads, length, head_dim = q.shape
     bq, bk = blocks.q, blocks.k
-    first, stop = (r.reshape(-1) for r in kv_ranges(segment_ids, bq, bk))
+    first, stop = (r.reshape(-1) for r in kv_ranges(segment_ids, bq, bk, window))
     q_block = pl.BlockSpec((None, None, bq, head_dim), lambda b, h, i, *_: (b, h, i, 0))
     row = pl.BlockSpec(
         (None, None, length // bk, bk, head_dim), lambda b, h, i, *_: (b, h, 0, 0, 0)
     )
     out, lse = _call(
-        functools.partial(_forward_kernel, scale=head_dim**-0.5, rate=rate),
+        functools.partial(_forward_kernel, scale=head_dim**-0.5, rate=rate, window=window),
         "packed_attention_fwd",
         (batch, heads, length // bq),
         [
@@ -309,7 +338,7 @@ def _forward(q, k, v, segment_ids, seeds, blocks: Blocks, rate: float) -> tuple[
     return out, lse[..., 0, :].reshape(batch, heads, length)
 
 
-def _dq_kernel(first_ref, stop_ref, *refs, scale: float, rate: float):
+def _dq_kernel(first_ref, stop_ref, *refs, scale: float, rate: float, window):
     seed, refs = _split_seed(refs, rate)
     block = pl.program_id(2)
     q_ref, k_ref, v_ref, do_ref, lse_ref, di_ref, q_ids_ref, k_ids_ref, dq_ref, acc_ref = refs
@@ -321,7 +350,7 @@ def _dq_kernel(first_ref, stop_ref, *refs, scale: float, rate: float):
     def accumulate(c):
         k, v = k_ref[c], v_ref[c]
         s = lax.dot_general(q, k, _NT, preferred_element_type=jnp.float32) * scale
-        visible = _visible(q_ids, k_ids_ref[c, :1, :])
+        visible = _windowed(_visible(q_ids, k_ids_ref[c, :1, :]), window, block, c)
         p = jnp.where(visible, jnp.exp(s - lse), 0.0)
         dp = lax.dot_general(do, v, _NT, preferred_element_type=jnp.float32)
         if rate:
@@ -335,17 +364,19 @@ def _dq_kernel(first_ref, stop_ref, *refs, scale: float, rate: float):
     dq_ref[...] = (acc_ref[...] * scale).astype(dq_ref.dtype)
 
 
-def _backward_dq(q, k, v, segment_ids, d_out, lse, di, seeds, blocks: Blocks, rate) -> Array:
+def _backward_dq(
+    q, k, v, segment_ids, d_out, lse, di, seeds, blocks: Blocks, rate, window
+) -> Array:
     batch, heads, length, head_dim = q.shape
     bq, bk = blocks.q, blocks.k
-    first, stop = (r.reshape(-1) for r in kv_ranges(segment_ids, bq, bk))
+    first, stop = (r.reshape(-1) for r in kv_ranges(segment_ids, bq, bk, window))
     q_block = pl.BlockSpec((None, None, bq, head_dim), lambda b, h, i, *_: (b, h, i, 0))
     per_query = _per_query_block(bq)
     row = pl.BlockSpec(
         (None, None, length // bk, bk, head_dim), lambda b, h, i, *_: (b, h, 0, 0, 0)
     )
     return _call(
-        functools.partial(_dq_kernel, scale=head_dim**-0.5, rate=rate),
+        functools.partial(_dq_kernel, scale=head_dim**-0.5, rate=rate, window=window),
         "packed_attention_dq",
         (batch, heads, length // bq),
         [
@@ -362,7 +393,7 @@ def _backward_dq(q, k, v, segment_ids, d_out, lse, di, seeds, blocks: Blocks, ra
     )  # fmt: skip
 
 
-def _dkv_kernel(first_ref, stop_ref, *refs, scale: float, rate: float):
+def _dkv_kernel(first_ref, stop_ref, *refs, scale: float, rate: float, window):
     seed, refs = _split_seed(refs, rate)
     block = pl.program_id(2)
     q_ref, k_ref, v_ref, do_ref, lse_ref, di_ref, k_ids_ref, q_ids_ref, *outs = refs
@@ -377,6 +408,7 @@ def _dkv_kernel(first_ref, stop_ref, *refs, scale: float, rate: float):
         q, do = q_ref[c], do_ref[c]
         s_t = lax.dot_general(k, q, _NT, preferred_element_type=jnp.float32) * scale
         visible = _visible(k_ids, q_ids_ref[c, :1, :])
+        visible = _windowed(visible, window, c, block, q_axis=1)
         p_t = jnp.where(visible, jnp.exp(s_t - lse_ref[c, :1, :]), 0.0)
         dropped = p_t
         if rate:
@@ -401,11 +433,11 @@ def _dkv_kernel(first_ref, stop_ref, *refs, scale: float, rate: float):
 
 
 def _backward_dkv(
-    q, k, v, segment_ids, d_out, lse, di, seeds, blocks: Blocks, rate: float
+    q, k, v, segment_ids, d_out, lse, di, seeds, blocks: Blocks, rate: float, window
 ) -> tuple[Array, Array]:
     batch, heads, length, head_dim = q.shape
     bq, bk = blocks.q, blocks.k
-    first, stop = (r.reshape(-1) for r in q_ranges(segment_ids, bq, bk))
+    first, stop = (r.reshape(-1) for r in q_ranges(segment_ids, bq, bk, window))
     kv_block = pl.BlockSpec((None, None, bk, head_dim), lambda b, h, c, *_: (b, h, c, 0))
     row = pl.BlockSpec(
         (None, None, length // bq, bq, head_dim), lambda b, h, c, *_: (b, h, 0, 0, 0)
@@ -414,7 +446,7 @@ def _backward_dkv(
         (None, None, length // bq, SUBLANES, bq), lambda b, h, c, *_: (b, h, 0, 0, 0)
     )
     return _call(
-        functools.partial(_dkv_kernel, scale=head_dim**-0.5, rate=rate),
+        functools.partial(_dkv_kernel, scale=head_dim**-0.5, rate=rate, window=window),
         "packed_attention_dkv",
         (batch, heads, length // bk),
         [

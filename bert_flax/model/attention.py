@@ -3,7 +3,9 @@
 Every backend applies the same rule: query i may attend to key j iff
 `segment_ids[i] == segment_ids[j]`. Real tokens (ids 1..k) therefore see only their own sequence;
 padding (id 0) sees only padding, so no softmax row is ever empty (no NaN), and the outputs at
-padding positions are zeroed afterwards.
+padding positions are zeroed afterwards. Backends with `supports_window` also take a sliding
+`window` (`bert_flax.kernels.block_ranges`): query i then sees key j only within
+`|i - j| <= window // 2` as well.
 
 Shapes: q, k, v are [batch, length, heads, head_dim]; segment_ids is [batch, length]; an
 optional additive `bias` on the logits broadcasts to [batch, heads, length, length] (the
@@ -24,7 +26,7 @@ from jax.experimental.pallas.ops.gpu import attention as pallas_gpu
 from jax.experimental.pallas.ops.tpu import splash_attention as splash
 
 from bert_flax import sharding
-from bert_flax.kernels import dropout_bits, packed_attention_gpu, packed_attention_tpu
+from bert_flax.kernels import block_ranges, dropout_bits, packed_attention_gpu, packed_attention_tpu
 
 Array = jax.Array
 
@@ -53,19 +55,26 @@ def xla_attention(
     bias: Array | None = None,
     dropout_head_groups: int = 0,
     dropout_bits: int = 32,
+    window: int | None = None,
 ) -> Array:
     """Dense-mask attention as two einsums; logits and softmax in float32. Works everywhere.
+    `window` (None: global) masks the keys farther than `window // 2` tokens from the query.
 
     `dropout_head_groups` g > 0 draws g attention-dropout masks per row, each shared by
     heads/g consecutive heads (0: one per head, as BERT), cutting the random bits g/heads-fold.
     `dropout_bits` 8 draws each mask entry from one byte instead of a 32-bit word
     (`dropout_keep_mask`).
     """
+    block_ranges.check_window(window)
     scale = q.shape[-1] ** -0.5
     logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) * scale
     if bias is not None:
         logits = logits + bias
-    logits = jnp.where(segment_mask(segment_ids), logits, _MASK_VALUE)
+    mask = segment_mask(segment_ids)
+    if window is not None:
+        position = jnp.arange(q.shape[1], dtype=jnp.int32)
+        mask &= block_ranges.within_window(position[:, None], position[None, :], window)
+    logits = jnp.where(mask, logits, _MASK_VALUE)
     probs = jax.nn.softmax(logits, axis=-1)
     if not deterministic and dropout_rate > 0.0:
         if dropout_rng is None:
@@ -184,16 +193,17 @@ def packed_gpu_attention(
     dropout_rate: float = 0.0,
     dropout_rng: Array | None = None,
     deterministic: bool = True,
+    window: int | None = None,
     interpret: bool = False,
 ) -> Array:
     """`bert_flax.kernels.packed_attention_gpu`: Pallas flash attention for GPU (Triton) that
     visits only the key/value blocks each query block's sequences reach, so a packed row costs
     about the sum of its sequences' squared lengths; `interpret=True` runs it on any backend.
-    Same layout, length rule and sharding as `pallas_gpu_attention`; dropout as
+    Same layout, length rule and sharding as `pallas_gpu_attention`; dropout and `window` as
     `packed_tpu_attention`'s."""
     _check_kernel_length("packed_gpu", q.shape[1])
     return _packed(packed_attention_gpu.packed_attention, "packed_gpu", q, k, v, segment_ids,
-                   dropout_rate, dropout_rng, deterministic, interpret)  # fmt: skip
+                   dropout_rate, dropout_rng, deterministic, window, interpret)  # fmt: skip
 
 
 def packed_tpu_attention(
@@ -205,6 +215,7 @@ def packed_tpu_attention(
     dropout_rate: float = 0.0,
     dropout_rng: Array | None = None,
     deterministic: bool = True,
+    window: int | None = None,
     interpret: bool = False,
 ) -> Array:
     """Pallas flash attention for TPU that skips the key/value blocks no query of a block can
@@ -212,23 +223,25 @@ def packed_tpu_attention(
     the model holds them; `length` a multiple of 128. Under a mesh it runs per shard, as
     `splash_attention` does. Attention dropout draws one seed per row and head from
     `dropout_rng` and the kernels a counter-based mask from it (`kernels.dropout_bits`): a
-    Bernoulli mask of the same rate (to 2^-24), not the one `xla_attention` draws from the key."""
+    Bernoulli mask of the same rate (to 2^-24), not the one `xla_attention` draws from the key.
+    A sliding `window` (None: global) also skips the blocks farther than `window // 2`."""
     _check_kernel_length("packed_tpu", q.shape[1])
     return _packed(packed_attention_tpu.packed_attention, "packed_tpu", q, k, v, segment_ids,
-                   dropout_rate, dropout_rng, deterministic, interpret)  # fmt: skip
+                   dropout_rate, dropout_rng, deterministic, window, interpret)  # fmt: skip
 
 
 def _packed(kernel, impl, q, k, v, segment_ids, dropout_rate, dropout_rng, deterministic,
-            interpret) -> Array:  # fmt: skip
+            window, interpret) -> Array:  # fmt: skip
     """A block-skipping `kernel` per shard, with dropout seeds per row and head drawn from
-    `dropout_rng` unless deterministic or at rate 0 (then the kernel has no dropout code)."""
+    `dropout_rng` unless deterministic or at rate 0 (then the kernel has no dropout code), and
+    the sliding `window`."""
     seeds = None
     if not deterministic and dropout_rate > 0.0:
         if dropout_rng is None:
             raise ValueError("Attention dropout needs a dropout_rng when deterministic=False.")
         seeds = dropout_bits.row_head_seeds(dropout_rng, q.shape[0], q.shape[2])
     rate = dropout_rate if seeds is not None else 0.0
-    local = functools.partial(kernel, dropout_rate=rate, interpret=interpret)
+    local = functools.partial(kernel, window=window, dropout_rate=rate, interpret=interpret)
     return _per_shard(local, impl, q, k, v, segment_ids, seeds)
 
 
@@ -358,10 +371,11 @@ def _splash_local(q: Array, k: Array, v: Array, segment_ids: Array, *, interpret
 @dataclasses.dataclass(frozen=True)
 class Backend:
     """An attention kernel `fn(q, k, v, segment_ids, *, dropout_rate, dropout_rng,
-    deterministic, bias, dropout_head_groups, dropout_bits, interpret)`; `supports_dropout`,
-    `supports_dropout_variants` and `supports_bias` say whether it implements attention dropout,
-    its variants (`dropout_head_groups`, `dropout_bits`) and an additive logit bias (configs
-    asking for one that it does not are rejected by `BertConfig`).
+    deterministic, bias, dropout_head_groups, dropout_bits, window, interpret)`;
+    `supports_dropout`, `supports_dropout_variants` and `supports_bias` say whether it implements
+    attention dropout, its variants (`dropout_head_groups`, `dropout_bits`) and an additive logit
+    bias (configs asking for one that it does not are rejected by `BertConfig`);
+    `supports_window` whether it takes a sliding `window` (`attention` refuses one otherwise).
     `platform`: where a Pallas kernel compiles ("tpu", "gpu"; on CPU it is interpreted, and `fn`
     takes `interpret`); such kernels run per shard (`_per_shard`), rows tiled by 128. None for
     backends that run anywhere."""
@@ -372,6 +386,7 @@ class Backend:
     supports_bias: bool = False
     platform: str | None = None
     supports_dropout_variants: bool = False
+    supports_window: bool = False
 
 
 def _cudnn(q: Array, k: Array, v: Array, segment_ids: Array, **_) -> Array:
@@ -379,12 +394,12 @@ def _cudnn(q: Array, k: Array, v: Array, segment_ids: Array, **_) -> Array:
 
 
 def _pallas_kernel(
-    kernel: Callable[..., Array], impl: str, platform: str, dropout: bool = False
+    kernel: Callable[..., Array], impl: str, platform: str, packed: bool = False
 ) -> Callable[..., Array]:
     """A backend running `kernel` compiled where the program targets `platform`, in Pallas
     interpret mode on CPU or when asked (`interpret`; slow: for tests and debugging), and
-    refusing another accelerator (`_check_platform`). With `dropout`, `kernel` takes
-    `dropout_rate`, `dropout_rng` and `deterministic`."""
+    refusing another accelerator (`_check_platform`). With `packed` (the block-skipping
+    kernels), `kernel` takes `dropout_rate`, `dropout_rng`, `deterministic` and `window`."""
 
     def backend(
         q: Array,
@@ -395,6 +410,7 @@ def _pallas_kernel(
         dropout_rate: float = 0.0,
         dropout_rng: Array | None = None,
         deterministic: bool = True,
+        window: int | None = None,
         interpret: bool = False,
         **_,
     ) -> Array:
@@ -403,10 +419,10 @@ def _pallas_kernel(
         interpret = interpret or target != platform
         if interpret:
             _log_once(f"attention_impl={impl!r} on {target}: Pallas interpret mode.")
-        if dropout:
-            kernel_dropout = dict(dropout_rate=dropout_rate, dropout_rng=dropout_rng,
-                                  deterministic=deterministic)  # fmt: skip
-            return kernel(q, k, v, segment_ids, interpret=interpret, **kernel_dropout)
+        if packed:
+            options = dict(dropout_rate=dropout_rate, dropout_rng=dropout_rng,
+                           deterministic=deterministic, window=window)  # fmt: skip
+            return kernel(q, k, v, segment_ids, interpret=interpret, **options)
         return kernel(q, k, v, segment_ids, interpret=interpret)
 
     return backend
@@ -427,6 +443,7 @@ BACKENDS: dict[str, Backend] = {
         "dense mask, two einsums; any backend",
         supports_bias=True,
         supports_dropout_variants=True,
+        supports_window=True,
     ),
     "cudnn": Backend(_cudnn, False, "jax.nn.dot_product_attention; cuDNN on GPU"),
     "splash": Backend(
@@ -442,18 +459,20 @@ BACKENDS: dict[str, Backend] = {
         platform="gpu",
     ),
     "packed_gpu": Backend(
-        _pallas_kernel(packed_gpu_attention, "packed_gpu", "gpu", dropout=True),
+        _pallas_kernel(packed_gpu_attention, "packed_gpu", "gpu", packed=True),
         True,
         "Pallas flash attention visiting only the blocks a row's sequences share, counter-based "
         "attention dropout (Triton); GPU (interpret mode on CPU)",
         platform="gpu",
+        supports_window=True,
     ),
     "packed_tpu": Backend(
-        _pallas_kernel(packed_tpu_attention, "packed_tpu", "tpu", dropout=True),
+        _pallas_kernel(packed_tpu_attention, "packed_tpu", "tpu", packed=True),
         True,
         "Pallas flash attention skipping the blocks sequences never share, counter-based "
         "attention dropout; TPU (interpret mode on CPU)",
         platform="tpu",
+        supports_window=True,
     ),
     AUTO: Backend(
         _auto,
@@ -476,15 +495,24 @@ def attention(
     bias: Array | None = None,
     dropout_head_groups: int = 0,
     dropout_bits: int = 32,
+    window: int | None = None,
     interpret: bool = False,
 ) -> Array:
     """Dispatches to the backend named by `BertConfig.attention_impl` (a key of `BACKENDS`);
-    `interpret` runs a Pallas kernel in interpret mode (`BertConfig.attention_interpret`)."""
+    `interpret` runs a Pallas kernel in interpret mode (`BertConfig.attention_interpret`);
+    `window` (None: global) a sliding window, on the backends that support one."""
     if impl not in BACKENDS:
         raise ValueError(f"Unknown attention impl {impl!r}; use one of {sorted(BACKENDS)}.")
-    # Only pass `bias`, the dropout variants and `interpret` when set: backends without them
-    # need not accept them.
+    if window is not None and not BACKENDS[impl].supports_window:
+        supported = sorted(name for name, b in BACKENDS.items() if b.supports_window)
+        raise ValueError(
+            f"attention_impl={impl!r} has no sliding window; use one of {supported} or window=None."
+        )
+    # Only pass `bias`, the dropout variants, `window` and `interpret` when set: backends without
+    # them need not accept them.
     extra = {} if bias is None else {"bias": bias}
+    if window is not None:
+        extra["window"] = window
     if dropout_head_groups:
         extra["dropout_head_groups"] = dropout_head_groups
     if dropout_bits != 32:

@@ -286,6 +286,19 @@ def test_block_skipping_kernels_with_attention_dropout_compile(impl, target):
 SKIPPING_PRODUCTS = {"packed_attention_fwd": 2, "packed_attention_dq": 3, "packed_attention_dkv": 4}
 
 
+def test_a_sliding_window_is_charged_only_the_blocks_within_it():
+    """At 512 in blocks of 128 a window of 128 (64 tokens either side) reaches 2, 3, 3 and 2 of
+    the four kv blocks: padded rows of unknown lengths, charged all 16 block pairs without it,
+    are charged 10 with it, and the task's synthetic packed rows less than without it."""
+    config = bert_base.get_config("phase2")
+    config.data.synthetic = True
+    visited = program.attention_visited_fraction(config, "")
+    assert 0 < program.attention_visited_fraction(config, "", window=128) < visited
+    config.data.packed = False
+    assert program.attention_visited_fraction(config, "") == 1.0
+    assert program.attention_visited_fraction(config, "", window=128) == 10 / 16
+
+
 @pytest.mark.slow(seconds=40)
 @pytest.mark.parametrize(("impl", "target"), [("packed_tpu", V5E_4), ("packed_gpu", H100)],
                          ids=["packed_tpu v5e", "packed_gpu H100"])  # fmt: skip

@@ -1,6 +1,5 @@
 """The block-skipping GPU attention kernel, interpreted on CPU, against `xla_attention` (dense
-mask), and its block ranges against a brute-force count of the blocks whose scores survive the
-mask."""
+mask), with and without a sliding window; the blocks it skips are never read."""
 
 import jax
 import jax.numpy as jnp
@@ -10,7 +9,7 @@ import pytest
 from bert_flax.kernels import dropout_bits
 from bert_flax.kernels.packed_attention_gpu import Blocks, packed_attention
 from bert_flax.model import attention
-from tests.bert_flax.kernels.test_packed_attention_tpu import dropped_reference
+from tests.bert_flax.kernels.test_packed_attention_tpu import dropped_reference, windowed_reference
 
 L, H, D = 256, 2, 64
 
@@ -55,8 +54,9 @@ def value_and_grads(fn, q, k, v, segments, d_out):
     return (out, *vjp(d_out))
 
 
-def kernel(blocks: Blocks):
-    return jax.jit(lambda q, k, v, s: packed_attention(q, k, v, s, blocks=blocks, interpret=True))
+def kernel(blocks: Blocks, window=None):
+    return jax.jit(lambda q, k, v, s: packed_attention(q, k, v, s, blocks=blocks, window=window,
+                                                       interpret=True))  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -106,6 +106,37 @@ def test_no_block_outside_the_range_is_read():
     got = value_and_grads(kernel(Blocks(64, 64, 64, 64)), *poisoned[:3], segments, poisoned[3])
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g[:, :128], w[:, :128], atol=2e-5)
+
+
+# Windows smaller than a block, across blocks, longer than the row (global attention).
+@pytest.mark.parametrize(
+    ("window", "blocks"),
+    [(16, Blocks()), (96, Blocks(q=64, k=128, q_bwd=128, k_bwd=64)), (1024, Blocks())],
+)
+def test_a_sliding_window_matches_the_dense_reference(window, blocks):
+    q, k, v, segments, d_out = inputs()
+    got = value_and_grads(kernel(blocks, window), q, k, v, segments, d_out)
+    reference = windowed_reference(segments, window)
+    want = value_and_grads(jax.jit(reference), q, k, v, segments, d_out)
+    for name, g, w in zip(["out", "dq", "dk", "dv"], got, want, strict=True):
+        for row, case in enumerate(ROWS):
+            np.testing.assert_allclose(g[row], w[row], atol=2e-5, err_msg=f"{name}, {case}")
+
+
+def test_no_block_beyond_the_window_is_read():
+    """One sequence filling the row of four 64-token blocks, a window of 32: NaN in the last
+    block's q, k, v and output gradient reach nothing of the first block, which sees two blocks
+    (a kernel visiting all of the sequence's blocks, masking by the window inside them, spreads
+    them there: 0 * NaN)."""
+    q, k, v, _, d_out = (x[:1] for x in inputs())
+    segments = jnp.ones((1, L), jnp.int32)
+    last = (jnp.arange(L) >= 192)[None, :, None, None]
+    zeroed = [jnp.where(last, 0.0, x) for x in (q, k, v)]
+    want = value_and_grads(jax.jit(windowed_reference(segments, 32)), *zeroed, segments, d_out)
+    poisoned = [jnp.where(last, jnp.nan, x) for x in (q, k, v, d_out)]
+    got = value_and_grads(kernel(Blocks(64, 64, 64, 64), 32), *poisoned[:3], segments, poisoned[3])
+    for name, g, w in zip(["out", "dq", "dk", "dv"], got, want, strict=True):
+        np.testing.assert_allclose(g[:, :64], w[:, :64], atol=2e-5, err_msg=name)
 
 
 def test_the_backend_runs_interpreted_on_cpu_and_checks_the_length():

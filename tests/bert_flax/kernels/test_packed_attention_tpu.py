@@ -1,6 +1,6 @@
 """The TPU packed attention kernel, in Pallas interpret mode, against `xla_attention`: outputs
 and gradients over random packings, an empty row, one sequence filling the row and many tiny
-sequences; the blocks it skips are never read."""
+sequences, with and without a sliding window; the blocks it skips are never read."""
 
 import jax
 import jax.numpy as jnp
@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from bert_flax.aot import program
-from bert_flax.kernels import dropout_bits
+from bert_flax.kernels import dropout_bits, packed_attention_gpu
 from bert_flax.kernels.packed_attention_tpu import packed_attention
 from bert_flax.model import attention
 from configs import bert_base
-from tests.bert_flax.aot.test_aot import V5E_4, devices_of, pallas_kernels
-from tests.bert_flax.kernels.test_block_ranges import packed_row, random_lengths
+from tests.bert_flax.aot.test_aot import H100, PLATFORM_KERNELS, V5E_4, devices_of, pallas_kernels
+from tests.bert_flax.kernels.test_block_ranges import packed_row, random_lengths, visible_pairs
 
 H, D = 2, 64
 
@@ -48,13 +48,21 @@ def outputs_and_grads(fn, q, k, v, segment_ids):
     return out, jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(q, k, v)
 
 
-def kernel(block_q=128, block_k=128):
-    return lambda *a: packed_attention(*a, block_q=block_q, block_k=block_k, interpret=True)
+def kernel(block_q=128, block_k=128, window=None):
+    return lambda *a: packed_attention(*a, block_q=block_q, block_k=block_k, window=window,
+                                       interpret=True)  # fmt: skip
 
 
-def assert_matches_xla(q, k, v, segment_ids, fn, atol):
+def windowed_reference(segment_ids, window):
+    """`xla_attention` over rows of `segment_ids` with the pairs outside `visible_pairs` (a
+    dense mask built in numpy) masked by a logit bias."""
+    bias = np.where(visible_pairs(segment_ids, window)[:, None], 0.0, -1e10)
+    return lambda q, k, v, segment_ids: attention.xla_attention(q, k, v, segment_ids, bias=bias)
+
+
+def assert_matches_xla(q, k, v, segment_ids, fn, atol, reference=attention.xla_attention):
     out, grads = outputs_and_grads(fn, q, k, v, segment_ids)
-    ref, ref_grads = outputs_and_grads(attention.xla_attention, q, k, v, segment_ids)
+    ref, ref_grads = outputs_and_grads(reference, q, k, v, segment_ids)
     assert out.dtype == ref.dtype
     f32 = lambda x: np.asarray(x, np.float32)
     np.testing.assert_allclose(f32(out), f32(ref), atol=atol, err_msg="out")
@@ -90,6 +98,41 @@ def test_blocks_outside_the_ranges_are_never_computed():
     np.testing.assert_allclose(out, ref, atol=2e-5)
     for name, grad, ref_grad in zip("qkv", grads, ref_grads):
         np.testing.assert_allclose(grad, ref_grad, atol=2e-5, err_msg=f"d{name}")
+
+
+# Windows smaller than a block, across blocks, longer than the row (global attention).
+@pytest.mark.parametrize("window", [16, 160, 1024])
+def test_a_sliding_window_matches_the_dense_reference(window):
+    q, k, v, segment_ids = inputs(384)
+    assert_matches_xla(q, k, v, segment_ids, kernel(window=window), atol=2e-5,
+                       reference=windowed_reference(segment_ids, window))  # fmt: skip
+
+
+def test_blocks_beyond_the_window_are_never_read():
+    """One sequence filling the row of four blocks, a window of 64: NaN in the last block's
+    q, k, v and output gradient reach nothing of the first block, which sees two blocks (a kernel
+    visiting all blocks of the sequence's range, masking by the window inside them, spreads them
+    there: 0 * NaN)."""
+    q, k, v, _ = (x[:1] for x in inputs(512))
+    segment_ids = jnp.ones((1, 512), jnp.int32)
+    last = (jnp.arange(512) >= 384)[None, :, None, None]
+
+    def first_block(fn, fill):
+        q_, k_, v_, d_out = (jnp.where(last, fill, x) for x in (q, k, v, jnp.ones_like(q)))
+        _, vjp = jax.vjp(lambda q, k, v: fn(q, k, v, segment_ids), q_, k_, v_)
+        return [x[:, :128] for x in (fn(q_, k_, v_, segment_ids), *vjp(d_out))]
+
+    got = first_block(kernel(window=64), jnp.nan)
+    want = first_block(windowed_reference(segment_ids, 64), 0.0)
+    for name, g, w in zip(["out", "dq", "dk", "dv"], got, want, strict=True):
+        np.testing.assert_allclose(g, w, atol=2e-5, err_msg=name)
+
+
+@pytest.mark.parametrize("fn", [packed_attention, packed_attention_gpu.packed_attention])
+def test_a_window_the_kernel_cannot_take_names_the_fix_before_tracing(fn):
+    x = jax.ShapeDtypeStruct((1, 256, H, D), jnp.float32)  # abstract: fails before any tracing
+    with pytest.raises(ValueError, match=r"window must be a positive even .* got window=63"):
+        fn(x, x, x, x, window=63)
 
 
 @pytest.mark.parametrize(
@@ -160,6 +203,29 @@ def test_rows_of_8192_compile_for_v5e(head_dim, dtype):
     executable = grad.lower(x, x, x, segment_ids).compile()
     names = {"packed_attention_fwd", "packed_attention_dq", "packed_attention_dkv"}
     assert pallas_kernels(executable, "tpu_custom_call", names) == names
+
+
+@pytest.mark.slow(seconds=20)
+@pytest.mark.parametrize(
+    ("fn", "target", "call_target"),
+    [(packed_attention, V5E_4, "tpu_custom_call"),
+     (packed_attention_gpu.packed_attention, H100, PLATFORM_KERNELS["cuda"][1])],
+    ids=["tpu v5e", "gpu H100"],
+)  # fmt: skip
+def test_windowed_kernels_compile(fn, target, call_target):
+    """With a sliding window (its mask: row indices compared in the kernels) forward and backward
+    compile their Mosaic (v5e) and Triton (H100) kernels."""
+    sharding = jax.sharding.SingleDeviceSharding(devices_of(target)[0])
+    x = jax.ShapeDtypeStruct((2, 1024, 4, 64), jnp.bfloat16, sharding=sharding)
+    segment_ids = jax.ShapeDtypeStruct((2, 1024), jnp.int32, sharding=sharding)
+
+    def loss(q, k, v, segment_ids):
+        return jnp.sum(fn(q, k, v, segment_ids, window=256).astype(jnp.float32))
+
+    executable = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).lower(x, x, x, segment_ids).compile()
+    calls = [c for c in executable.as_text().splitlines() if f'"{call_target}"' in c]
+    names = ["packed_attention_fwd", "packed_attention_dq", "packed_attention_dkv"]
+    assert [any(name in c for c in calls) for name in names] == [True] * 3
 
 
 def dropped_reference(rate, seeds):

@@ -53,6 +53,24 @@ def test_xla_with_a_logit_bias_matches_reference(qkv_segments):
     assert not np.allclose(out, reference(*qkv_segments), atol=1e-3)
 
 
+def test_xla_with_a_window_matches_reference(qkv_segments):
+    """A window of 16: 8 tokens either side, the rest masked as a bias of -1e10 would."""
+    position = np.arange(L)
+    far = np.abs(position[:, None] - position[None, :]) > 8
+    bias = np.broadcast_to(np.where(far, -1e10, 0.0), (B, H, L, L))
+    out = jax.jit(lambda *a: attention.xla_attention(*a, window=16))(*qkv_segments)
+    np.testing.assert_allclose(out, reference(*qkv_segments, bias=bias), atol=1e-5)
+    assert not np.allclose(out, reference(*qkv_segments), atol=1e-3)
+
+
+@pytest.mark.parametrize("impl", ["packed_tpu", "packed_gpu"])
+def test_the_skipping_backends_take_a_window_and_the_others_refuse_it(impl, qkv_segments):
+    out = attention.attention(*qkv_segments, impl=impl, window=16)
+    np.testing.assert_allclose(out, attention.xla_attention(*qkv_segments, window=16), atol=2e-5)
+    with pytest.raises(ValueError, match=r"attention_impl='splash' has no sliding window"):
+        attention.attention(*qkv_segments, impl="splash", window=16)
+
+
 def _bucket_reference(offset: int, num_buckets: int, max_distance: int) -> int:
     """T5's relative bucket, one offset at a time, written from its description."""
     half = num_buckets // 2
