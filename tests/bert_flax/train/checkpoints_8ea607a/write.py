@@ -1,8 +1,10 @@
 """Writes this directory's SOAP and Shampoo checkpoints with the code of commit 8ea607a, the last
 before SOAP had a state of its own (its eigenbases, Adam's moments and bookkeeping were in
-Shampoo's `ShampooState` / `TensorState`). From a checkout of that commit:
+Shampoo's `ShampooState` / `TensorState`). From a checkout of that commit, compiling as the tests do
+(`FAST_COMPILE_FLAGS` in tests/conftest.py: other XLA flags round the updates differently):
 
-    python tests/bert_flax/train/checkpoints_8ea607a/write.py OUT_DIR
+    XLA_FLAGS="--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true" \
+      python tests/bert_flax/train/checkpoints_8ea607a/write.py OUT_DIR
 
 Each optimizer trains the parameters below for 3 updates (two refreshes behind it) and saves as
 `bert_flax.train` does (`OUT_DIR/{soap,shampoo}/checkpoints/3`); `expected.npz` holds the saved
@@ -26,10 +28,16 @@ PARAMS = {
     "dense": {"kernel": jnp.zeros((5, 4)), "bias": jnp.zeros(4)},
     "wide": {"kernel": jnp.zeros((3, 12))},  # 12 > max_preconditioner_dim: a diagonal dimension
 }
-GRADS = [jax.tree.map(lambda p: jnp.asarray(RNG.normal(size=p.shape), jnp.float32), PARAMS)
-         for _ in range(6)]
-SHARED = dict(block_size=4, max_preconditioner_dim=8, start_preconditioning_step=1,
-              preconditioning_compute_steps=2)
+GRADS = [
+    jax.tree.map(lambda p: jnp.asarray(RNG.normal(size=p.shape), jnp.float32), PARAMS)
+    for _ in range(6)
+]
+SHARED = dict(
+    block_size=4,
+    max_preconditioner_dim=8,
+    start_preconditioning_step=1,
+    preconditioning_compute_steps=2,
+)
 OPTIMIZERS = {
     "soap": lambda: optim.soap(0.1, b1=0.9, b2=0.99, shampoo_b2=0.9, **SHARED),
     "shampoo": lambda: optim.shampoo(0.1, b2=0.9, **SHARED),

@@ -1,0 +1,68 @@
+"""SOAP and Shampoo checkpoints written by commit 8ea607a (SOAP's state then in Shampoo's layout)
+restore with the state's values and the next updates equal those 8ea607a computed."""
+
+import os
+import runpy
+import shutil
+
+import jax
+import numpy as np
+import optax
+import pytest
+
+import optim
+from bert_flax.train.checkpointing import Checkpointer
+from bert_flax.train.step import TrainState
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "checkpoints_8ea607a")
+WRITER = runpy.run_path(os.path.join(FIXTURES, "write.py"))  # its parameters, gradients, options
+# Each per-tensor field of today's state and the field of 8ea607a's `TensorState` it was saved as.
+FIELDS = {
+    "soap": {
+        "factor_stats": "factor_stats",
+        "eigenbases": "factor_roots",
+        "first_moment": "momentum",
+        "second_moment": "graft",
+    },
+    "shampoo": {f: f for f in optim.TensorState._fields},
+}
+
+
+def restore(name: str, workdir: str) -> tuple[optax.GradientTransformation, TrainState]:
+    shutil.copytree(os.path.join(FIXTURES, name), workdir)  # restoring may move files aside
+    tx = WRITER["OPTIMIZERS"][name]()
+    state = TrainState.create(WRITER["PARAMS"], tx)
+    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    restored, progress = Checkpointer(workdir, every_steps=1, keep=1).restore_latest(
+        state, jax.tree.map(lambda _: device, state)
+    )
+    assert progress == {"batches": WRITER["SAVED_AT"]}
+    return tx, restored
+
+
+@pytest.mark.parametrize("name", ["soap", "shampoo"])
+def test_checkpoint_of_8ea607a_restores_and_continues_identically(name, tmp_path):
+    tx, state = restore(name, str(tmp_path / name))
+    expected = dict(np.load(os.path.join(FIXTURES, "expected.npz")))
+    inner = state.opt_state[0]
+    assert isinstance(inner, optim.SoapState if name == "soap" else optim.ShampooState)
+    assert int(state.step) == int(inner.count) == 3  # refreshed after updates 1 and 3:
+    assert int(inner.bases_step if name == "soap" else inner.roots_step) == 3
+    for key in ("dense", "wide"):
+        tensor = inner.tensors[key]["kernel"]
+        for field, saved_as in FIELDS[name].items():
+            for j, leaf in enumerate(jax.tree.leaves(getattr(tensor, field))):
+                np.testing.assert_array_equal(leaf, expected.pop(f"{name}/{key}/{saved_as}/{j}"))
+    assert not [k for k in expected if k.startswith(f"{name}/") and "params" not in k]
+
+    update = jax.jit(tx.update)
+    for i in range(WRITER["SAVED_AT"], len(WRITER["GRADS"])):
+        updates, opt_state = update(WRITER["GRADS"][i], state.opt_state, state.params)
+        opt_state = optim.after_step(tx, opt_state, i)
+        state = state.replace(
+            params=optax.apply_updates(state.params, updates), opt_state=opt_state
+        )
+        for key in ("dense", "wide"):
+            want = expected.pop(f"{name}/params_{i + 1}/{key}")
+            np.testing.assert_array_equal(state.params[key]["kernel"], want, err_msg=f"{i}")
+    assert not [k for k in expected if k.startswith(f"{name}/")]
