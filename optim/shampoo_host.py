@@ -198,11 +198,11 @@ class RefreshHost:
 
     # -- what a subclass says ------------------------------------------------------------------
     def factors(self, tensors: Any) -> tuple[list, list, tuple]:
-        """The state's statistics and the matrices in use, flat, and ``solve``'s static
-        arguments for them."""
+        """The state's statistics and the matrices in use, flat, and the exponents ``solve``
+        takes for them (Shampoo's roots' p; () for SOAP's eigenbases, which have none)."""
         raise NotImplementedError
 
-    def solve(self, stats: list, current: list, static: tuple) -> tuple[list, Any, Any]:
+    def solve(self, stats: list, current: list, exponents: tuple) -> tuple[list, Any, Any]:
         """New matrices from ``factors``' lists (the jitted function of the graph):
         ``(matrices, failures, max_error)``."""
         raise NotImplementedError
@@ -239,10 +239,10 @@ class RefreshHost:
     def _warm_up(self, state: Any) -> None:
         """Compile the host solver in the worker now, not inside the first root job."""
         self._warmed_up = True
-        stats, _, static = self.factors(state.tensors)
+        stats, _, exponents = self.factors(state.tensors)
         if stats:
             zeros = [np.zeros(s.shape, np.float32) for s in stats]
-            self._pool().submit(self._run, zeros, zeros, static)
+            self._pool().submit(self._run, zeros, zeros, exponents)
 
     def _pool(self) -> concurrent.futures.ThreadPoolExecutor:
         if self._executor is None:
@@ -252,22 +252,22 @@ class RefreshHost:
         return self._executor
 
     def _submit(self, state: Any, count: int) -> None:
-        stats, roots, static = self.factors(state.tensors)
+        stats, roots, exponents = self.factors(state.tensors)
         if not stats:
             return
         stats, roots = jax.device_get((stats, roots))
-        future = self._pool().submit(self._run, stats, roots, static)
+        future = self._pool().submit(self._run, stats, roots, exponents)
         self._job = _Job(future, count)
         self._jobs += 1
 
-    def _run(self, stats, roots, static) -> _JobResult:
+    def _run(self, stats, roots, exponents) -> _JobResult:
         start = time.perf_counter()
         float64 = self.config.host_root_dtype == "float64"
         dtype = np.float64 if float64 else np.float32
         with jax.enable_x64(True) if float64 else contextlib.nullcontext():
             args = [[np.asarray(x, dtype) for x in xs] for xs in (stats, roots)]
             args = jax.device_put(args, jax.devices("cpu")[0])
-            new_roots, failures, error = jax.device_get(self.solve(*args, static))
+            new_roots, failures, error = jax.device_get(self.solve(*args, exponents))
         seconds = time.perf_counter() - start
         return _JobResult(
             [np.asarray(r, np.float32) for r in new_roots], int(failures), float(error), seconds
@@ -298,8 +298,8 @@ class ShampooHost(RefreshHost):
     def factors(self, tensors: Any) -> tuple[list, list, tuple]:
         return factor_lists(tensors, self.config)
 
-    def solve(self, stats: list, current: list, static: tuple) -> tuple[list, Any, Any]:
-        return _compute_roots(stats, current, exponents=static, solver=self.config.root_solver)
+    def solve(self, stats: list, current: list, exponents: tuple) -> tuple[list, Any, Any]:
+        return _compute_roots(stats, current, exponents=exponents, solver=self.config.root_solver)
 
     def _refreshed(self, state: ShampooState) -> tuple[Any, Any]:
         return state.roots_step, state.root_failures
@@ -326,8 +326,8 @@ class SoapHost(RefreshHost):
     def factors(self, tensors: Any) -> tuple[list, list, tuple]:
         return (*basis_lists(tensors), ())
 
-    def solve(self, stats: list, current: list, static: tuple) -> tuple[list, Any, Any]:
-        del static  # (none: an eigenbasis has no exponent)
+    def solve(self, stats: list, current: list, exponents: tuple) -> tuple[list, Any, Any]:
+        del exponents  # (none: an eigenbasis has no exponent)
         bases, failures = _compute_eigenbases(stats, current)
         return bases, failures, 0.0
 
