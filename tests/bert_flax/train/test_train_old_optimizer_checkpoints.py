@@ -1,10 +1,12 @@
 """SOAP and Shampoo checkpoints written by commit 8ea607a (SOAP's state then in Shampoo's layout)
-restore with the state's values and the next updates equal those 8ea607a computed."""
+restore with the state's values (orbax, as bert_flax.train saves, and flax.serialization) and the
+next updates equal those 8ea607a computed."""
 
 import os
 import runpy
 import shutil
 
+import flax.serialization
 import jax
 import numpy as np
 import optax
@@ -13,6 +15,7 @@ import pytest
 import optim
 from bert_flax.train.checkpointing import Checkpointer
 from bert_flax.train.step import TrainState
+from optim import soap_core
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "checkpoints_8ea607a")
 WRITER = runpy.run_path(os.path.join(FIXTURES, "write.py"))  # its parameters, gradients, options
@@ -40,13 +43,12 @@ def restore(name: str, workdir: str) -> tuple[optax.GradientTransformation, Trai
     return tx, restored
 
 
-@pytest.mark.parametrize("name", ["soap", "shampoo"])
-def test_checkpoint_of_8ea607a_restores_and_continues_identically(name, tmp_path):
-    tx, state = restore(name, str(tmp_path / name))
+def assert_saved_values(name: str, inner: optim.SoapState | optim.ShampooState) -> dict:
+    """Asserts the restored optimizer state holds 8ea607a's values; returns what is left of
+    expected.npz (the updates after it)."""
     expected = dict(np.load(os.path.join(FIXTURES, "expected.npz")))
-    inner = state.opt_state[0]
     assert isinstance(inner, optim.SoapState if name == "soap" else optim.ShampooState)
-    assert int(state.step) == int(inner.count) == 3  # refreshed after updates 1 and 3:
+    assert int(inner.count) == 3  # refreshed after updates 1 and 3:
     assert int(inner.bases_step if name == "soap" else inner.roots_step) == 3
     for key in ("dense", "wide"):
         tensor = inner.tensors[key]["kernel"]
@@ -54,6 +56,29 @@ def test_checkpoint_of_8ea607a_restores_and_continues_identically(name, tmp_path
             for j, leaf in enumerate(jax.tree.leaves(getattr(tensor, field))):
                 np.testing.assert_array_equal(leaf, expected.pop(f"{name}/{key}/{saved_as}/{j}"))
     assert not [k for k in expected if k.startswith(f"{name}/") and "params" not in k]
+    return expected
+
+
+@pytest.mark.parametrize("name", ["soap", "shampoo"])
+def test_flax_serialized_state_of_8ea607a_restores(name):
+    tx = WRITER["OPTIMIZERS"][name]()
+    target = tx.init(WRITER["PARAMS"])
+    with open(os.path.join(FIXTURES, f"{name}.msgpack"), "rb") as f:
+        blob = f.read()
+    legacy = soap_core.legacy_layout(target)  # what docs/optim.md shows
+    if name == "soap":
+        restored = soap_core.from_legacy_layout(flax.serialization.from_bytes(legacy, blob), target)
+    else:
+        assert legacy is None  # Shampoo's layout is unchanged
+        restored = flax.serialization.from_bytes(target, blob)
+    assert_saved_values(name, restored[0])
+
+
+@pytest.mark.parametrize("name", ["soap", "shampoo"])
+def test_checkpoint_of_8ea607a_restores_and_continues_identically(name, tmp_path):
+    tx, state = restore(name, str(tmp_path / name))
+    assert int(state.step) == 3
+    expected = assert_saved_values(name, state.opt_state[0])
 
     update = jax.jit(tx.update)
     for i in range(WRITER["SAVED_AT"], len(WRITER["GRADS"])):

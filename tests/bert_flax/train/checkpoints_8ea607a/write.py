@@ -7,13 +7,15 @@ Shampoo's `ShampooState` / `TensorState`). From a checkout of that commit, compi
       python tests/bert_flax/train/checkpoints_8ea607a/write.py OUT_DIR
 
 Each optimizer trains the parameters below for 3 updates (two refreshes behind it) and saves as
-`bert_flax.train` does (`OUT_DIR/{soap,shampoo}/checkpoints/3`); `expected.npz` holds the saved
+`bert_flax.train` does (`OUT_DIR/{soap,shampoo}/checkpoints/3`) and as `flax.serialization` does
+(the optimizer state: `OUT_DIR/{soap,shampoo}.msgpack`); `expected.npz` holds the saved
 per-tensor state of the kernels and the next 3 updates' parameters.
 """
 
 import os
 import sys
 
+import flax.serialization
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -60,6 +62,8 @@ def main(out: str) -> None:
                 saver = Checkpointer(os.path.join(out, name), every_steps=1, keep=1)
                 saver.save(SAVED_AT, state, {"batches": SAVED_AT}, force=True)
                 saver.close()
+                with open(os.path.join(out, f"{name}.msgpack"), "wb") as f:
+                    f.write(flax.serialization.to_bytes(opt_state))
                 for key in ("dense", "wide"):
                     tensor = opt_state[0].tensors[key]["kernel"]
                     for field, value in tensor._asdict().items():
