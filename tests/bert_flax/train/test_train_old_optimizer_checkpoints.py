@@ -91,3 +91,23 @@ def test_checkpoint_of_8ea607a_restores_and_continues_identically(name, tmp_path
             want = expected.pop(f"{name}/params_{i + 1}/{key}")
             np.testing.assert_array_equal(state.params[key]["kernel"], want, err_msg=f"{i}")
     assert not [k for k in expected if k.startswith(f"{name}/")]
+
+
+def test_soap_checkpoint_of_today_restores_in_its_own_layout(tmp_path):
+    tx = WRITER["OPTIMIZERS"]["soap"]()
+    state = TrainState.create(WRITER["PARAMS"], tx)
+    update = jax.jit(tx.update)
+    for grads in WRITER["GRADS"][:3]:
+        updates, opt_state = update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
+    saver = Checkpointer(str(tmp_path), every_steps=1, keep=1)
+    saver.save(3, state, {"batches": 3}, force=True)
+    saver.close()
+    fresh = TrainState.create(WRITER["PARAMS"], tx)
+    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    restored, _ = Checkpointer(str(tmp_path), every_steps=1, keep=1).restore_latest(
+        fresh, jax.tree.map(lambda _: device, fresh)
+    )
+    assert isinstance(restored.opt_state[0], optim.SoapState)
+    jax.tree.map(np.testing.assert_array_equal, restored, state)
