@@ -392,7 +392,7 @@ class RootSolver:
     tolerance: float = 1e-6
     error_threshold: float = 1e-2
 
-    def __call__(self, a: jax.Array, p: int) -> matrix_roots.RootResult:
+    def __call__(self, a: jax.Array, p: int) -> matrix_roots.SolveResult:
         if self.method == "eigh":
             return matrix_roots.inverse_pth_root_eigh(a, p, ridge_epsilon=self.ridge_epsilon)
         return matrix_roots.inverse_pth_root(
@@ -418,7 +418,7 @@ def solve_factors(
     stats,
     old: Sequence[jax.Array],
     exponents: Sequence[int],
-    solve: Callable[[jax.Array, int], matrix_roots.RootResult],
+    solve: Callable[[jax.Array, int], matrix_roots.SolveResult],
 ):
     """``solve(stat, p)`` for flat lists of statistics and exponents, keeping the ``old`` matrix
     where a solve fails or has nothing to compute.
@@ -443,7 +443,7 @@ def solve_factors(
         for i in members:
             n = stats[i].shape[0]
             keep = take[offset : offset + n, None, None]
-            new = result.root[offset : offset + n].astype(old[i].dtype)
+            new = result.matrix[offset : offset + n].astype(old[i].dtype)
             roots[i] = jnp.where(keep, new, old[i])
             offset += n
     return roots, failures, max_error

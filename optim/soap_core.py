@@ -129,7 +129,7 @@ def basis_lists(tensors: Any) -> tuple[list[jax.Array], list[jax.Array]]:
     return stats, bases
 
 
-def _eigenbasis(a: jax.Array, p: int) -> matrix_roots.RootResult:
+def _eigenbasis(a: jax.Array, p: int) -> matrix_roots.SolveResult:
     del p  # (an eigenbasis has no exponent)
     return matrix_roots.eigenbasis(a)
 
