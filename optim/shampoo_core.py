@@ -274,8 +274,9 @@ def accumulate(old: jax.Array, new: jax.Array, b2: float) -> jax.Array:
 
 
 def updated_factor_stats(blocks, tensor: Any, plan: BlockPlan, count, config):
-    """The tensor's Kronecker-factor statistics after the update that follows ``count`` updates:
-    accumulated when it is due (``config.statistics_due``), else as they were."""
+    """The tensor's (Shampoo's or SOAP's) Kronecker-factor statistics after the update that
+    follows ``count`` updates: accumulated when it is due (``config.statistics_due``), else as
+    they were."""
 
     def accumulated():
         return tuple(
@@ -429,7 +430,7 @@ def solve_factors(
     groups: dict[tuple[int, int], list[int]] = {}
     for i, (s, p) in enumerate(zip(stats, exponents)):
         groups.setdefault((s.shape[-1], p), []).append(i)
-    roots = list(old)
+    matrices = list(old)
     failures = jnp.zeros((), jnp.int32)
     max_error = jnp.zeros((), jnp.float32)
     for (_, p), members in groups.items():
@@ -444,9 +445,9 @@ def solve_factors(
             n = stats[i].shape[0]
             keep = take[offset : offset + n, None, None]
             new = result.matrix[offset : offset + n].astype(old[i].dtype)
-            roots[i] = jnp.where(keep, new, old[i])
+            matrices[i] = jnp.where(keep, new, old[i])
             offset += n
-    return roots, failures, max_error
+    return matrices, failures, max_error
 
 
 def _refresh_in_graph(state: ShampooState, tensors: Any, config: ShampooConfig):

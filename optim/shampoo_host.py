@@ -65,7 +65,7 @@ class _Job(NamedTuple):
     submitted_at: int  # the update count whose statistics it uses
 
 
-def find_state(opt_state: Any, kind: type = ShampooState) -> Any:
+def find_state(opt_state: Any, kind: type) -> Any:
     """The one state of type ``kind`` inside ``opt_state`` (which may be any wrapper's state)."""
     leaves = jax.tree.leaves(opt_state, is_leaf=lambda x: isinstance(x, kind))
     found = [x for x in leaves if isinstance(x, kind)]
@@ -192,8 +192,8 @@ class RefreshHost:
         self._job = None
         self._last_step = None
 
-    # -- internals -----------------------------------------------------------------------------
     def find_state(self, opt_state: Any) -> Any:
+        """This transformation's state inside ``opt_state``."""
         return find_state(opt_state, self.state_type)
 
     # -- what a subclass says ------------------------------------------------------------------
@@ -218,6 +218,7 @@ class RefreshHost:
     def _state_metrics(self, state: Any) -> dict[str, float]:
         return {}
 
+    # -- internals -----------------------------------------------------------------------------
     def _resync(self, state: Any, step: int) -> None:
         """Drop any job and read the count (and roots bookkeeping) from the state."""
         self.reset()
