@@ -73,8 +73,6 @@ from configs import (
     bert_base_soap,
     bert_large,
 )
-from optim.shampoo_core import compute_roots, factor_lists
-from optim.shampoo_host import find_shampoo_state
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "compile_table.json")
 MODELS = {"base": bert_base, "large": bert_large}
@@ -325,9 +323,10 @@ def host_refresh(compiled_program, sample: int = HOST_SAMPLE) -> dict | None:
     host = getattr(compiled_program.tx, "host", None)
     if host is None:
         return None
-    state = find_shampoo_state(compiled_program.abstract_state.opt_state)
-    stats, _, exponents = factor_lists(state.tensors, host.config)
-    groups: dict[tuple[int, int], int] = {}
+    state = host.find_state(compiled_program.abstract_state.opt_state)
+    stats, _, exponents = host.factors(state.tensors)
+    exponents = exponents or (None,) * len(stats)  # (SOAP's eigenbases have none)
+    groups: dict[tuple[int, int | None], int] = {}
     for stat, p in zip(stats, exponents):
         groups[stat.shape[-1], p] = groups.get((stat.shape[-1], p), 0) + stat.shape[0]
     rng, seconds = np.random.default_rng(0), 0.0
@@ -335,7 +334,7 @@ def host_refresh(compiled_program, sample: int = HOST_SAMPLE) -> dict | None:
         n = min(sample, blocks)
         g = rng.standard_normal((n, size, 4 * size)).astype(np.float32)
         stat = np.einsum("nab,ncb->nac", g, g) / (4 * size)
-        seconds += _solve_seconds(stat, p, host.config.root_solver) * blocks / n
+        seconds += _solve_seconds(stat, p, host) * blocks / n
     every = host.config.preconditioning_compute_steps
     return {
         "blocks": sum(groups.values()),
@@ -347,16 +346,14 @@ def host_refresh(compiled_program, sample: int = HOST_SAMPLE) -> dict | None:
     }
 
 
-_SOLVE = jax.jit(compute_roots, static_argnames=("exponents", "solver"))  # the host thread's
-
-
-def _solve_seconds(stat: np.ndarray, p: int, solver) -> float:
-    """Seconds of the host's solve of the blocks `stat` (once compiled) on this CPU."""
+def _solve_seconds(stat: np.ndarray, p: int | None, host) -> float:
+    """Seconds of the host thread's solve of the blocks `stat` (once compiled) on this CPU."""
     identity = np.broadcast_to(np.eye(stat.shape[-1], dtype=np.float32), stat.shape)
     args = jax.device_put(([stat], [identity]), jax.devices("cpu")[0])
-    jax.block_until_ready(_SOLVE(*args, exponents=(p,), solver=solver))
+    exponents = () if p is None else (p,)
+    jax.block_until_ready(host.solve(*args, exponents))
     start = time.perf_counter()
-    jax.block_until_ready(_SOLVE(*args, exponents=(p,), solver=solver))
+    jax.block_until_ready(host.solve(*args, exponents))
     return time.perf_counter() - start
 
 

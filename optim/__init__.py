@@ -23,11 +23,14 @@ from optim.registry import (
 from optim.shampoo import shampoo
 from optim.shampoo_core import ShampooState, TensorState
 from optim.soap import soap
+from optim.soap_core import SoapState, SoapTensorState
 
 __all__ = [
     "OPTIMIZERS",
     "HostTransformation",
     "ShampooState",
+    "SoapState",
+    "SoapTensorState",
     "TensorState",
     "adamw",
     "adjust_betas_for_packing",

@@ -1,4 +1,5 @@
-"""Inverse p-th roots of symmetric positive semi-definite matrices, for Shampoo.
+"""Inverse p-th roots of symmetric positive semi-definite matrices, for Shampoo (and the
+eigenbases SOAP uses, ``eigenbasis``).
 
 ``inverse_pth_root`` computes ``(A + ridge I)^(-1/p)`` with ``ridge = ridge_epsilon * lambda_max``
 (``lambda_max`` from power iteration) by the coupled Newton iteration of Guo & Higham (2006):
@@ -33,9 +34,11 @@ from jax import lax
 _HIGHEST = lax.Precision.HIGHEST
 
 
-class RootResult(NamedTuple):
-    root: jax.Array  # [n, n]
-    error: jax.Array  # scalar: max|X^p A - I| estimate (0 for the eigh path)
+class SolveResult(NamedTuple):
+    """A matrix computed from one statistic: an inverse root, or an eigenbasis."""
+
+    matrix: jax.Array  # [n, n]
+    error: jax.Array  # scalar: max|X^p A - I| estimate (0 for the eigh path and eigenbases)
     ok: jax.Array  # bool scalar: finite, converged and below the error threshold
     updated: jax.Array  # bool scalar: False for an all-zero matrix (nothing to compute)
 
@@ -84,7 +87,7 @@ def inverse_pth_root(
     max_iterations: int = 100,
     tolerance: float = 1e-6,
     error_threshold: float = 1e-2,
-) -> RootResult:
+) -> SolveResult:
     """``(a + ridge_epsilon * lambda_max(a) * I)^(-1/p)`` by coupled Newton iteration."""
     eye = jnp.eye(a.shape[-1], dtype=a.dtype)
     a, lam = _ridged(a, ridge_epsilon)
@@ -110,10 +113,10 @@ def inverse_pth_root(
     _, x, _, error, _ = lax.while_loop(keep_going, newton_step, carry)
     x = 0.5 * (x + x.T)
     ok = updated & jnp.all(jnp.isfinite(x)) & (error <= error_threshold)
-    return RootResult(x, error, ok, updated)
+    return SolveResult(x, error, ok, updated)
 
 
-def inverse_pth_root_eigh(a: jax.Array, p: int, *, ridge_epsilon: float = 1e-6) -> RootResult:
+def inverse_pth_root_eigh(a: jax.Array, p: int, *, ridge_epsilon: float = 1e-6) -> SolveResult:
     """The same root from an eigendecomposition (``jnp.linalg.eigh``), for comparison."""
     a, lam = _ridged(a, ridge_epsilon)
     updated = lam != 0  # NaN counts as updated, so that it fails (and is counted)
@@ -121,10 +124,10 @@ def inverse_pth_root_eigh(a: jax.Array, p: int, *, ridge_epsilon: float = 1e-6) 
     w = jnp.maximum(w, ridge_epsilon * lam)
     root = _mm(q * w ** (-1.0 / p), q.T)
     ok = updated & jnp.all(jnp.isfinite(root))
-    return RootResult(root, jnp.zeros((), a.dtype), ok, updated)
+    return SolveResult(root, jnp.zeros((), a.dtype), ok, updated)
 
 
-def eigenbasis(a: jax.Array) -> RootResult:
+def eigenbasis(a: jax.Array) -> SolveResult:
     """The eigenvectors of symmetric ``a`` as columns, by decreasing eigenvalue (SOAP's basis).
 
     An all-zero ``a`` has no basis to offer: not updated (the identity in use stays).
@@ -133,4 +136,4 @@ def eigenbasis(a: jax.Array) -> RootResult:
     _, q = jnp.linalg.eigh(a)
     basis = q[:, ::-1]
     ok = updated & jnp.all(jnp.isfinite(basis))
-    return RootResult(basis, jnp.zeros((), a.dtype), ok, updated)
+    return SolveResult(basis, jnp.zeros((), a.dtype), ok, updated)

@@ -24,7 +24,8 @@ from optim.first_order import MaskOrFn
 from optim.host import HostTransformation
 from optim.masks import weight_decay_mask
 from optim.shampoo_core import Layerwise, ShampooConfig, scale_by_shampoo
-from optim.shampoo_host import ShampooHost
+from optim.shampoo_host import ShampooHost, SoapHost
+from optim.soap_core import scale_by_soap
 
 
 def shampoo(
@@ -86,11 +87,14 @@ def from_config(
     mask: MaskOrFn = weight_decay_mask,
     layerwise: Layerwise | None = None,
 ) -> HostTransformation:
-    """The transformation of ``config`` (Shampoo or SOAP), decoupled weight decay and the
-    learning rate, with its host side."""
+    """The transformation of ``config`` (Shampoo or, ``config.eigenbasis``, SOAP), decoupled
+    weight decay and the learning rate, with its host side."""
+    scale, host = (
+        (scale_by_soap, SoapHost) if config.eigenbasis else (scale_by_shampoo, ShampooHost)
+    )
     tx = optax.chain(
-        scale_by_shampoo(config, layerwise),
+        scale(config, layerwise),
         optax.add_decayed_weights(weight_decay, mask),
         optax.scale_by_learning_rate(learning_rate),
     )
-    return HostTransformation(tx.init, tx.update, ShampooHost(config))
+    return HostTransformation(tx.init, tx.update, host(config))

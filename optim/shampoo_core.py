@@ -1,4 +1,5 @@
-"""Shampoo's state, configuration, update and root refresh (the builder is ``optim.shampoo``).
+"""Shampoo's state, configuration, update and root refresh (the builder is ``optim.shampoo``;
+SOAP, which shares the configuration and the statistics, is :mod:`optim.soap_core`).
 
 Per parameter (see :mod:`optim.shampoo_blocks` for the blocking), the gradient ``G`` of each
 block updates one statistic per dimension, ``L_i <- b2 L_i + (1 - b2) G_(i) G_(i)^T``
@@ -57,17 +58,13 @@ PRECONDITIONERS = ("roots", "eigenbasis")
 
 
 class TensorState(NamedTuple):
-    """Shampoo's state for one parameter (SOAP's where the comments say "eigenbasis")."""
+    """Shampoo's state for one parameter (SOAP's is ``optim.soap_core.SoapTensorState``)."""
 
     factor_stats: tuple[jax.Array, ...]  # one [num_blocks, b, b] per full dimension
-    # Their inverse roots in use, or (eigenbasis) their eigenvectors in use; identity at first.
-    factor_roots: tuple[jax.Array, ...]
+    factor_roots: tuple[jax.Array, ...]  # their inverse roots in use; identity at first
     diagonal_stats: tuple[jax.Array, ...]  # [num_blocks, b] per diagonal dim, or param-shaped
-    # Second moment of the graft (param-shaped; () for sgd/none), or (eigenbasis) Adam's second
-    # moment in the rotated basis (blocked, param-shaped for vectors).
-    graft: Any
-    # Param-shaped momentum, or (eigenbasis) Adam's first moment like `graft`; () when b1 == 0.
-    momentum: Any
+    graft: Any  # second moment of the graft (param-shaped; () for sgd/none)
+    momentum: Any  # param-shaped; () when b1 == 0
 
 
 class ShampooState(NamedTuple):
@@ -221,7 +218,7 @@ class ShampooConfig:
     @property
     def root_solver(self) -> RootSolver:
         return RootSolver(
-            "eigenbasis" if self.eigenbasis else self.root_method,
+            self.root_method,
             self.ridge_epsilon,
             self.root_max_iterations,
             self.root_tolerance,
@@ -254,15 +251,16 @@ def _is_tensor_state(x: Any) -> bool:
     return isinstance(x, TensorState)
 
 
-def _init_tensor(param: jax.Array, plan: BlockPlan, config: ShampooConfig) -> TensorState:
+def initial_factors(plan: BlockPlan) -> tuple[tuple[jax.Array, ...], tuple[jax.Array, ...]]:
+    """Zero statistics and identity matrices (roots, or SOAP's bases), one per full dimension."""
     f32 = jnp.float32
     stats = tuple(jnp.zeros(s, f32) for s in plan.factor_shapes)
-    roots = tuple(jnp.broadcast_to(jnp.eye(s[-1], dtype=f32), s) for s in plan.factor_shapes)
-    if config.eigenbasis:
-        moment_shape = param.shape if plan.elementwise else (plan.num_blocks, *plan.block_dims)
-        second = jnp.zeros(moment_shape, f32)
-        first = jnp.zeros(moment_shape, f32) if config.b1 else ()
-        return TensorState(stats, roots, (), second, first)
+    return stats, tuple(jnp.broadcast_to(jnp.eye(s[-1], dtype=f32), s) for s in plan.factor_shapes)
+
+
+def _init_tensor(param: jax.Array, plan: BlockPlan, config: ShampooConfig) -> TensorState:
+    f32 = jnp.float32
+    stats, roots = initial_factors(plan)
     diagonal = tuple(jnp.zeros(s, f32) for s in plan.diagonal_shapes)
     if plan.elementwise and not config.precondition_vectors:
         diagonal = ()
@@ -271,24 +269,25 @@ def _init_tensor(param: jax.Array, plan: BlockPlan, config: ShampooConfig) -> Te
     return TensorState(stats, roots, diagonal, graft, momentum)
 
 
-def _accumulate(old: jax.Array, new: jax.Array, b2: float) -> jax.Array:
+def accumulate(old: jax.Array, new: jax.Array, b2: float) -> jax.Array:
     return old + new if b2 == 1.0 else b2 * old + (1.0 - b2) * new
 
 
-def _factor_statistics(blocks, tensor: TensorState, plan: BlockPlan, count, config):
-    """The tensor's Kronecker-factor statistics after the update that follows ``count`` updates:
-    accumulated when it is due (``config.statistics_due``), else as they were."""
+def updated_factor_stats(blocks, tensor: Any, plan: BlockPlan, count, config):
+    """The tensor's (Shampoo's or SOAP's) Kronecker-factor statistics after the update that
+    follows ``count`` updates: accumulated when it is due (``config.statistics_due``), else as
+    they were."""
 
-    def accumulate():
+    def accumulated():
         return tuple(
-            _accumulate(stat, factor_statistic(blocks, dim), config.b2)
+            accumulate(stat, factor_statistic(blocks, dim), config.b2)
             for stat, dim in zip(tensor.factor_stats, plan.full_dims)
         )
 
     if config.statistics_compute_steps == 1 or not tensor.factor_stats:
-        return accumulate()
+        return accumulated()
     update = count + 1  # (count: the updates before this one)
-    return jax.lax.cond(config.statistics_due(update), accumulate, lambda: tensor.factor_stats)
+    return jax.lax.cond(config.statistics_due(update), accumulated, lambda: tensor.factor_stats)
 
 
 def _diagonal_root(stat: jax.Array, p: int, ridge_epsilon: float) -> jax.Array:
@@ -306,7 +305,7 @@ def _graft_direction(g, graft_state, count, config: ShampooConfig):
         acc = graft_state + jnp.square(g)
         denom = acc
     else:
-        acc = _accumulate(graft_state, jnp.square(g), config.graft_b2)
+        acc = accumulate(graft_state, jnp.square(g), config.graft_b2)
         denom = acc
         if config.graft == "adam":
             denom = acc / (1.0 - config.graft_b2 ** (count + 1).astype(jnp.float32))
@@ -331,7 +330,7 @@ def _tensor_direction(g, tensor: TensorState, plan: BlockPlan, count, config: Sh
         return graft_dir, tensor._replace(graft=graft_state)
     if plan.elementwise:
         (stat,) = tensor.diagonal_stats
-        stat = _accumulate(stat, jnp.square(g), config.b2)
+        stat = accumulate(stat, jnp.square(g), config.b2)
         # Treat the whole vector (of each layer, when stacked) as one block.
         rows = (plan.layers, -1)
         root = _diagonal_root(stat.reshape(rows), 2, config.ridge_epsilon)
@@ -340,13 +339,13 @@ def _tensor_direction(g, tensor: TensorState, plan: BlockPlan, count, config: Sh
     else:
         blocks = plan.block(g)
         # (The roots in use come from earlier statistics: this update's feed later roots.)
-        stats = _factor_statistics(blocks, tensor, plan, count, config)
+        stats = updated_factor_stats(blocks, tensor, plan, count, config)
         diagonal = []
         shampoo_blocks = blocks
         full_roots, diag_stats = iter(tensor.factor_roots), iter(tensor.diagonal_stats)
         for dim, is_diagonal in enumerate(plan.diagonal_dims):
             if is_diagonal:
-                stat = _accumulate(next(diag_stats), diagonal_statistic(blocks, dim), config.b2)
+                stat = accumulate(next(diag_stats), diagonal_statistic(blocks, dim), config.b2)
                 root = _diagonal_root(stat, p, config.ridge_epsilon)
                 shampoo_blocks = apply_diagonal(shampoo_blocks, root, dim)
                 diagonal.append(stat)
@@ -364,59 +363,6 @@ def _tensor_direction(g, tensor: TensorState, plan: BlockPlan, count, config: Sh
         factor_stats=stats, diagonal_stats=tuple(diagonal), graft=graft_state
     )
     return direction, new_tensor
-
-
-def _rotate(blocks: jax.Array, bases: Sequence[jax.Array], dims: Sequence[int], into: bool):
-    """``blocks`` rotated into the bases (``Q^T`` on each of ``dims``), or back out (``Q``)."""
-    for basis, dim in zip(bases, dims):
-        blocks = apply_factor(blocks, jnp.swapaxes(basis, -1, -2) if into else basis, dim)
-    return blocks
-
-
-def _eigenbasis_direction(g, tensor: TensorState, plan: BlockPlan, count, config: ShampooConfig):
-    """SOAP (Vyas et al., 2024): Adam on the gradient rotated into the eigenbases of its
-    statistics, rotated back; its new statistics and moments. Vectors and diagonal dimensions
-    keep the identity basis (plain Adam there)."""
-    blocks = g if plan.elementwise else plan.block(g)
-    dims = plan.full_dims
-    stats = _factor_statistics(blocks, tensor, plan, count, config)
-    rotated = _rotate(blocks, tensor.factor_roots, dims, into=True)
-    t = (count + 1).astype(jnp.float32)
-    second = _accumulate(tensor.graft, jnp.square(rotated), config.graft_b2)
-    first = _accumulate(tensor.momentum, rotated, config.b1) if config.b1 else ()
-    numerator = first / (1.0 - config.b1**t) if config.b1 else rotated
-    adam = numerator / (jnp.sqrt(second / (1.0 - config.graft_b2**t)) + config.graft_epsilon)
-    direction = _rotate(adam, tensor.factor_roots, dims, into=False)
-    new_tensor = tensor._replace(factor_stats=stats, graft=second, momentum=first)
-    return (direction if plan.elementwise else plan.unblock(direction)), new_tensor
-
-
-def adopt_bases(tensors: Any, bases: Sequence[jax.Array], config: ShampooConfig) -> Any:
-    """``tensors`` with new eigenbases (in :func:`factor_lists` order) and Adam's moments carried
-    into them: per dimension ``R = Q_new^T Q_old``, the first moment ``M <- R M`` exactly, the
-    second ``V <- (R * R) V``, exact when the new basis only reorders or flips the old one (the
-    SOAP paper's reordering) and Adam's usual estimate otherwise."""
-    flat, treedef = jax.tree.flatten(tensors, is_leaf=_is_tensor_state)
-    bases = iter(bases)
-    out = []
-    for tensor in flat:
-        new = tuple(next(bases) for _ in tensor.factor_roots)
-        if new:
-            # Full dimensions are those whose block size fits a preconditioner: a diagonal one
-            # is longer than max_preconditioner_dim, a full one's block is not.
-            sizes = tensor.graft.shape[1:]
-            dims = [i for i, b in enumerate(sizes) if b <= config.max_preconditioner_dim]
-            rotations = [
-                jnp.einsum("Nab,Nac->Nbc", n, o, precision=lax.Precision.HIGHEST)
-                for n, o in zip(new, tensor.factor_roots)
-            ]
-            second = _rotate(tensor.graft, [jnp.square(r) for r in rotations], dims, into=False)
-            first = tensor.momentum
-            if config.b1:
-                first = _rotate(first, rotations, dims, into=False)
-            tensor = tensor._replace(factor_roots=new, graft=second, momentum=first)
-        out.append(tensor)
-    return jax.tree.unflatten(treedef, out)
 
 
 def factor_lists(tensors: Any, config: ShampooConfig):
@@ -447,9 +393,7 @@ class RootSolver:
     tolerance: float = 1e-6
     error_threshold: float = 1e-2
 
-    def __call__(self, a: jax.Array, p: int) -> matrix_roots.RootResult:
-        if self.method == "eigenbasis":
-            return matrix_roots.eigenbasis(a)
+    def __call__(self, a: jax.Array, p: int) -> matrix_roots.SolveResult:
         if self.method == "eigh":
             return matrix_roots.inverse_pth_root_eigh(a, p, ridge_epsilon=self.ridge_epsilon)
         return matrix_roots.inverse_pth_root(
@@ -463,21 +407,35 @@ class RootSolver:
 
 
 def compute_roots(stats, old_roots, exponents: tuple[int, ...], solver: RootSolver):
-    """New roots for flat lists of statistics (keeping the old root where one fails).
+    """New inverse roots for flat lists of statistics (keeping the old root where one fails).
+
+    Returns ``(roots, failures, max_error)``, the error over the roots taken. The same function
+    runs in the graph and on the host.
+    """
+    return solve_factors(stats, old_roots, exponents, solver)
+
+
+def solve_factors(
+    stats,
+    old: Sequence[jax.Array],
+    exponents: Sequence[int],
+    solve: Callable[[jax.Array, int], matrix_roots.SolveResult],
+):
+    """``solve(stat, p)`` for flat lists of statistics and exponents, keeping the ``old`` matrix
+    where a solve fails or has nothing to compute.
 
     Matrices of equal size and exponent are stacked and solved in one vmapped call. Returns
-    ``(roots, failures, max_error)``, the error over the roots taken. The same function runs in
-    the graph and on the host.
+    ``(matrices, failures, max_error)``, the error over the matrices taken.
     """
     groups: dict[tuple[int, int], list[int]] = {}
     for i, (s, p) in enumerate(zip(stats, exponents)):
         groups.setdefault((s.shape[-1], p), []).append(i)
-    roots = list(old_roots)
+    matrices = list(old)
     failures = jnp.zeros((), jnp.int32)
     max_error = jnp.zeros((), jnp.float32)
     for (_, p), members in groups.items():
         stacked = jnp.concatenate([stats[i] for i in members])
-        result = jax.vmap(functools.partial(solver, p=p))(stacked)
+        result = jax.vmap(functools.partial(solve, p=p))(stacked)
         take = result.ok & result.updated
         failures += jnp.sum(result.updated & ~result.ok).astype(jnp.int32)
         errors = jnp.where(take, result.error, 0.0).astype(jnp.float32)
@@ -486,10 +444,10 @@ def compute_roots(stats, old_roots, exponents: tuple[int, ...], solver: RootSolv
         for i in members:
             n = stats[i].shape[0]
             keep = take[offset : offset + n, None, None]
-            new = result.root[offset : offset + n].astype(old_roots[i].dtype)
-            roots[i] = jnp.where(keep, new, old_roots[i])
+            new = result.matrix[offset : offset + n].astype(old[i].dtype)
+            matrices[i] = jnp.where(keep, new, old[i])
             offset += n
-    return roots, failures, max_error
+    return matrices, failures, max_error
 
 
 def _refresh_in_graph(state: ShampooState, tensors: Any, config: ShampooConfig):
@@ -501,10 +459,7 @@ def _refresh_in_graph(state: ShampooState, tensors: Any, config: ShampooConfig):
 
     def refresh():
         new_roots, failures, error = compute_roots(stats, roots, exponents, config.root_solver)
-        if config.eigenbasis:
-            new_tensors = adopt_bases(tensors, new_roots, config)
-        else:
-            new_tensors = with_factor_roots(tensors, new_roots)
+        new_tensors = with_factor_roots(tensors, new_roots)
         return new_tensors, count, state.root_failures + failures, error
 
     def keep():
@@ -532,9 +487,8 @@ def scale_by_shampoo(
         grads = jax.tree.map(lambda g: g.astype(jnp.float32), updates)
         treedef = jax.tree.structure(grads)
         tensors = treedef.flatten_up_to(state.tensors)
-        direction_of = _eigenbasis_direction if config.eigenbasis else _tensor_direction
         results = [
-            direction_of(g, t, plan, count, config)
+            _tensor_direction(g, t, plan, count, config)
             for g, t, plan in zip(
                 treedef.flatten_up_to(grads), tensors, config.plans(grads, layerwise)
             )
@@ -542,7 +496,7 @@ def scale_by_shampoo(
         new_tensors = []
         directions = []
         for (direction, tensor), g in zip(results, jax.tree.leaves(updates)):
-            if config.b1 and not config.eigenbasis:  # (SOAP's momentum is Adam's, inside)
+            if config.b1:
                 momentum = config.b1 * tensor.momentum + (1.0 - config.b1) * direction
                 tensor = tensor._replace(momentum=momentum)
                 if config.nesterov:

@@ -1,4 +1,5 @@
-"""Shampoo's asynchronous inverse roots: host threads compute them off the training step.
+"""Shampoo's asynchronous inverse roots and SOAP's eigenbases: host threads compute them off the
+training step (:class:`ShampooHost`, :class:`SoapHost`; "roots" below stands for either).
 
 With ``asynchronous=True`` the jitted update never computes roots. The train loop calls
 ``opt_state = optim.after_step(tx, opt_state, step)`` after every update, and the host:
@@ -7,7 +8,8 @@ With ``asynchronous=True`` the jitted update never computes roots. The train loo
    ``swap_when_done``), or waits for it once it has been in flight ``max_staleness`` steps;
 2. when the statistics after this update are due (the synchronous schedule: updates S, S + N,
    ...), copies them to host memory and submits them to a worker thread, which computes the roots
-   with the same function as the graph (:func:`optim.shampoo_core.compute_roots`), jitted on the
+   with the same function as the graph (:func:`optim.shampoo_core.compute_roots`,
+   :func:`optim.soap_core.compute_eigenbases`), jitted on the
    CPU device, in float32 or float64 (``host_root_dtype``). With ``max_staleness=0`` it waits at
    once, so the roots in use equal the synchronous mode's at every step.
 
@@ -31,7 +33,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import time
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import numpy as np
@@ -39,14 +41,15 @@ import numpy as np
 from optim.shampoo_core import (
     ShampooConfig,
     ShampooState,
-    adopt_bases,
     compute_roots,
     factor_lists,
     with_factor_roots,
 )
+from optim.soap_core import SoapState, adopt_bases, basis_lists, compute_eigenbases
 
 # One jitted solver for all hosts: compiled once per solver settings and statistics shapes.
 _compute_roots = jax.jit(compute_roots, static_argnames=("exponents", "solver"))
+_compute_eigenbases = jax.jit(compute_eigenbases)
 _adopt_bases = jax.jit(adopt_bases, static_argnames=("config",))
 
 
@@ -62,25 +65,25 @@ class _Job(NamedTuple):
     submitted_at: int  # the update count whose statistics it uses
 
 
-def _is_shampoo_state(x: Any) -> bool:
-    return isinstance(x, ShampooState)
-
-
-def find_shampoo_state(opt_state: Any) -> ShampooState:
-    """The one :class:`ShampooState` inside ``opt_state`` (which may be any wrapper's state)."""
-    leaves = jax.tree.leaves(opt_state, is_leaf=_is_shampoo_state)
-    found = [x for x in leaves if _is_shampoo_state(x)]
+def find_state(opt_state: Any, kind: type) -> Any:
+    """The one state of type ``kind`` inside ``opt_state`` (which may be any wrapper's state)."""
+    leaves = jax.tree.leaves(opt_state, is_leaf=lambda x: isinstance(x, kind))
+    found = [x for x in leaves if isinstance(x, kind)]
     if len(found) != 1:
         raise ValueError(
-            f"Expected exactly one ShampooState in the optimizer state, found {len(found)}; pass "
-            "the opt_state of the Shampoo transformation (or of a wrapper around it)."
+            f"Expected exactly one {kind.__name__} in the optimizer state, found {len(found)}; "
+            "pass the opt_state of the transformation optim.create returned (or of a wrapper "
+            "around it)."
         )
     return found[0]
 
 
-def _replace_shampoo_state(opt_state: Any, new: ShampooState) -> Any:
+def _replace_state(opt_state: Any, new: Any) -> Any:
+    kind = type(new)
     return jax.tree.map(
-        lambda x: new if _is_shampoo_state(x) else x, opt_state, is_leaf=_is_shampoo_state
+        lambda x: new if isinstance(x, kind) else x,
+        opt_state,
+        is_leaf=lambda x: isinstance(x, kind),
     )
 
 
@@ -103,8 +106,12 @@ def _placed_like(value: jax.Array, like: Any) -> Any:
     return value
 
 
-class ShampooHost:
-    """The host side of one Shampoo transformation (see the module doc)."""
+class RefreshHost:
+    """The host side of one transformation whose factor statistics are solved for matrices on a
+    host thread (see the module doc); a subclass says which matrices and where they go."""
+
+    state_type: ClassVar[type]
+    thread_name: ClassVar[str]
 
     def __init__(self, config: ShampooConfig):
         self.config = config
@@ -125,14 +132,14 @@ class ShampooHost:
         if not self.config.asynchronous:
             return opt_state
         resync = self._last_step is None or step != self._last_step + 1
-        state = find_shampoo_state(opt_state) if resync else None
+        state = self.find_state(opt_state) if resync else None
         if resync:
             self._resync(state, step)
         self._last_step = step
         if not any(self._due(step + self._count_offset)):
             return opt_state  # the common case: no device array touched, no tree rebuilt
         if state is None:
-            state = find_shampoo_state(opt_state)
+            state = self.find_state(opt_state)
         # A step the loop skipped (not finite) did not advance the count: the mirror runs ahead
         # of it, so it is due here first; read the true count before acting on it.
         count = int(jax.device_get(state.count))
@@ -147,7 +154,7 @@ class ShampooHost:
             self._submit(state, count)
             if self._job is not None and self.config.staleness_bound == 0:
                 state = self._swap(state)
-        return _replace_shampoo_state(opt_state, state)
+        return _replace_state(opt_state, state)
 
     def _due(self, count: int) -> tuple[bool, bool]:
         """(swap the job in flight, submit a new one) after update `count`."""
@@ -160,13 +167,11 @@ class ShampooHost:
         return swap, submit
 
     def metrics(self, opt_state: Any) -> dict[str, float]:
-        state = find_shampoo_state(opt_state)
-        count, roots_step, failures, error = jax.device_get(
-            (state.count, state.roots_step, state.root_failures, state.root_error)
-        )
+        state = self.find_state(opt_state)
+        count, (roots_step, failures) = jax.device_get((state.count, self._refreshed(state)))
         metrics = {
             "shampoo/root_failures": float(failures),
-            "shampoo/root_error": float(error),
+            **self._state_metrics(state),
             "shampoo/roots_age": float(count - roots_step),
         }
         if self.config.asynchronous:
@@ -187,12 +192,38 @@ class ShampooHost:
         self._job = None
         self._last_step = None
 
+    def find_state(self, opt_state: Any) -> Any:
+        """This transformation's state inside ``opt_state``."""
+        return find_state(opt_state, self.state_type)
+
+    # -- what a subclass says ------------------------------------------------------------------
+    def factors(self, tensors: Any) -> tuple[list, list, tuple]:
+        """The state's statistics and the matrices in use, flat, and the exponents ``solve``
+        takes for them (Shampoo's roots' p; () for SOAP's eigenbases, which have none)."""
+        raise NotImplementedError
+
+    def solve(self, stats: list, current: list, exponents: tuple) -> tuple[list, Any, Any]:
+        """New matrices from ``factors``' lists (the jitted function of the graph):
+        ``(matrices, failures, max_error)``."""
+        raise NotImplementedError
+
+    def _refreshed(self, state: Any) -> tuple[Any, Any]:
+        """The state's (update whose statistics the matrices in use come from, failures)."""
+        raise NotImplementedError
+
+    def _with_refresh(self, state: Any, matrices: list, step, failures, error) -> Any:
+        """``state`` with new matrices (placed as the old ones) and bookkeeping (placed)."""
+        raise NotImplementedError
+
+    def _state_metrics(self, state: Any) -> dict[str, float]:
+        return {}
+
     # -- internals -----------------------------------------------------------------------------
-    def _resync(self, state: ShampooState, step: int) -> None:
+    def _resync(self, state: Any, step: int) -> None:
         """Drop any job and read the count (and roots bookkeeping) from the state."""
         self.reset()
         count, roots_step, failures = (
-            int(x) for x in jax.device_get((state.count, state.roots_step, state.root_failures))
+            int(x) for x in jax.device_get((state.count, *self._refreshed(state)))
         )
         self._count_offset, self._failures = count - step, failures
         self._catch_up = self._last_due(count) > roots_step
@@ -206,10 +237,10 @@ class ShampooHost:
         )
         return -1 if count < start else start + (count - start) // every * every
 
-    def _warm_up(self, state: ShampooState) -> None:
+    def _warm_up(self, state: Any) -> None:
         """Compile the host solver in the worker now, not inside the first root job."""
         self._warmed_up = True
-        stats, _, exponents = factor_lists(state.tensors, self.config)
+        stats, _, exponents = self.factors(state.tensors)
         if stats:
             zeros = [np.zeros(s.shape, np.float32) for s in stats]
             self._pool().submit(self._run, zeros, zeros, exponents)
@@ -217,12 +248,12 @@ class ShampooHost:
     def _pool(self) -> concurrent.futures.ThreadPoolExecutor:
         if self._executor is None:
             self._executor = concurrent.futures.ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix="shampoo-roots"
+                max_workers=1, thread_name_prefix=self.thread_name
             )
         return self._executor
 
-    def _submit(self, state: ShampooState, count: int) -> None:
-        stats, roots, exponents = factor_lists(state.tensors, self.config)
+    def _submit(self, state: Any, count: int) -> None:
+        stats, roots, exponents = self.factors(state.tensors)
         if not stats:
             return
         stats, roots = jax.device_get((stats, roots))
@@ -237,32 +268,78 @@ class ShampooHost:
         with jax.enable_x64(True) if float64 else contextlib.nullcontext():
             args = [[np.asarray(x, dtype) for x in xs] for xs in (stats, roots)]
             args = jax.device_put(args, jax.devices("cpu")[0])
-            out = _compute_roots(*args, exponents=exponents, solver=self.config.root_solver)
-            new_roots, failures, error = jax.device_get(out)
+            new_roots, failures, error = jax.device_get(self.solve(*args, exponents))
         seconds = time.perf_counter() - start
         return _JobResult(
             [np.asarray(r, np.float32) for r in new_roots], int(failures), float(error), seconds
         )
 
-    def _swap(self, state: ShampooState) -> ShampooState:
+    def _swap(self, state: Any) -> Any:
         start = time.perf_counter()
         result = self._job.future.result()
         self._wait_seconds += time.perf_counter() - start
         self._last_seconds = result.seconds
         self._total_seconds += result.seconds
-        _, old_roots, _ = factor_lists(state.tensors, self.config)
-        roots = [_put_like(new, old) for new, old in zip(result.roots, old_roots)]
-        if self.config.eigenbasis:  # the moments turn with the basis, on their devices
-            tensors = _adopt_bases(state.tensors, roots, config=self.config)
-            tensors = jax.tree.map(_placed_like, tensors, state.tensors)
-        else:
-            tensors = with_factor_roots(state.tensors, roots)
+        _, old, _ = self.factors(state.tensors)
+        matrices = [_put_like(new, like) for new, like in zip(result.roots, old)]
         self._failures += result.failures
-        state = state._replace(
-            tensors=tensors,
-            roots_step=_put_like(self._job.submitted_at, state.roots_step),
-            root_failures=_put_like(self._failures, state.root_failures),
-            root_error=_put_like(result.error, state.root_error),
+        state = self._with_refresh(
+            state, matrices, self._job.submitted_at, self._failures, result.error
         )
         self._job = None
         return state
+
+
+class ShampooHost(RefreshHost):
+    """The host side of one Shampoo transformation: its inverse roots."""
+
+    state_type = ShampooState
+    thread_name = "shampoo-roots"
+
+    def factors(self, tensors: Any) -> tuple[list, list, tuple]:
+        return factor_lists(tensors, self.config)
+
+    def solve(self, stats: list, current: list, exponents: tuple) -> tuple[list, Any, Any]:
+        return _compute_roots(stats, current, exponents=exponents, solver=self.config.root_solver)
+
+    def _refreshed(self, state: ShampooState) -> tuple[Any, Any]:
+        return state.roots_step, state.root_failures
+
+    def _with_refresh(self, state: ShampooState, matrices, step, failures, error) -> ShampooState:
+        return state._replace(
+            tensors=with_factor_roots(state.tensors, matrices),
+            roots_step=_put_like(step, state.roots_step),
+            root_failures=_put_like(failures, state.root_failures),
+            root_error=_put_like(error, state.root_error),
+        )
+
+    def _state_metrics(self, state: ShampooState) -> dict[str, float]:
+        return {"shampoo/root_error": float(jax.device_get(state.root_error))}
+
+
+class SoapHost(RefreshHost):
+    """The host side of one SOAP transformation: its eigenbases (Adam's moments turned into
+    each new basis on their devices)."""
+
+    state_type = SoapState
+    thread_name = "soap-eigenbases"
+
+    def factors(self, tensors: Any) -> tuple[list, list, tuple]:
+        return (*basis_lists(tensors), ())
+
+    def solve(self, stats: list, current: list, exponents: tuple) -> tuple[list, Any, Any]:
+        del exponents  # (none: an eigenbasis has no exponent)
+        bases, failures = _compute_eigenbases(stats, current)
+        return bases, failures, 0.0
+
+    def _refreshed(self, state: SoapState) -> tuple[Any, Any]:
+        return state.bases_step, state.basis_failures
+
+    def _with_refresh(self, state: SoapState, matrices, step, failures, error) -> SoapState:
+        del error  # (none: eigh has no error estimate)
+        tensors = _adopt_bases(state.tensors, matrices, config=self.config)
+        return state._replace(
+            tensors=jax.tree.map(_placed_like, tensors, state.tensors),
+            bases_step=_put_like(step, state.bases_step),
+            basis_failures=_put_like(failures, state.basis_failures),
+        )

@@ -1,14 +1,15 @@
 """SOAP (Vyas et al., arXiv 2409.11321): Adam in the eigenbases of Shampoo's statistics.
 
-A mode of Shampoo (``ShampooConfig.preconditioner="eigenbasis"``), so the statistics, the
-blocking and the asynchronous host machinery are Shampoo's (:mod:`optim.shampoo_core`,
-:mod:`optim.shampoo_host`). Per block of a matrix gradient ``G``:
+Configured as a mode of Shampoo (``ShampooConfig.preconditioner="eigenbasis"``): the statistics,
+the blocking and the asynchronous host machinery are Shampoo's (:mod:`optim.shampoo_core`,
+:mod:`optim.shampoo_host`), the state, update and eigenbasis refresh SOAP's own
+(:mod:`optim.soap_core`). Per block of a matrix gradient ``G``:
 
 * statistics ``L <- s L + (1 - s) G G^T``, ``R <- s R + (1 - s) G^T G`` (``s = shampoo_b2``);
 * every N updates, the eigenbases ``Q_L``, ``Q_R`` of ``L`` and ``R`` (``eigh``, columns by
   decreasing eigenvalue), in the graph or, with ``asynchronous=True``, on a host thread while
   the accelerator trains on with the previous ones; Adam's moments are turned into the new
-  basis when it is adopted (``optim.shampoo_core.adopt_bases``);
+  basis when it is adopted (``optim.soap_core.adopt_bases``);
 * Adam on the rotated gradient ``Q_L^T G Q_R`` (first and second moments kept in the rotated
   basis, bias-corrected), its step ``Q_L (m / (sqrt(v) + eps)) Q_R^T`` rotated back; no grafting.
 

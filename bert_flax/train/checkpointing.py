@@ -30,6 +30,7 @@ from absl import logging
 from etils import epath
 from jax.experimental import multihost_utils
 
+import optim.soap_core
 from bert_flax import errors, sharding
 from bert_flax.runs import checkpoints
 from bert_flax.train.step import TrainState
@@ -134,7 +135,7 @@ class Checkpointer:
         the others where they agree."""
         path, handlers = epath.Path(self.directory) / str(step), checkpoints.item_handlers()
         try:
-            state = handlers["state"].restore(path / "state", args=ocp.args.StandardRestore(target))
+            state = self._read_state(handlers["state"], path / "state", step, target)
             progress = handlers["progress"].restore(path / "progress", args=ocp.args.JsonRestore())
             return (state, dict(progress)), Outcome.RESTORED, ""
         except Exception as error:  # orbax and tensorstore raise many kinds for bad files
@@ -152,6 +153,19 @@ class Checkpointer:
         finally:
             for handler in handlers.values():
                 handler.close()
+
+    def _read_state(self, handler: Any, path: epath.Path, step: int, target: TrainState) -> Any:
+        """The state of checkpoint `step` as `target` lays it out; a SOAP state saved before
+        SOAP had a state of its own (commit 8ea607a and older) is read in that layout."""
+        legacy = optim.soap_core.legacy_layout(target)
+        if (
+            legacy is not None
+            and checkpoints.saved_misfits(self.directory, step, target)
+            and not checkpoints.saved_misfits(self.directory, step, legacy)
+        ):
+            restored = handler.restore(path, args=ocp.args.StandardRestore(legacy))
+            return optim.soap_core.from_legacy_layout(restored, target)
+        return handler.restore(path, args=ocp.args.StandardRestore(target))
 
     def _not_restored(self, step: int, outcome: Outcome, reason: str) -> Exception:
         """The error for checkpoint `step` that is left in place: another model's or optimizer's

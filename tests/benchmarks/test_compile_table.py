@@ -141,6 +141,17 @@ def test_the_host_refresh_is_timed_for_every_block_of_the_statistics(load_benchm
     assert bench.host_refresh(unrolled, sample=2)["blocks"] == host["blocks"]
     # Per layer Q, K, V, attention output and the FFN's two kernels: 2 factors each, at least.
     assert host["blocks"] > 2 * 6 * 2
+    # SOAP's eigenbases, of the same statistics when blocked alike.
+    config.optimizer.name = "soap"
+    config.optimizer.soap.update(
+        {
+            k: config.optimizer.shampoo[k]
+            for k in config.optimizer.soap
+            if k in config.optimizer.shampoo
+        }
+    )
+    soap = create_train_program(config, sharding.mesh_of(config.mesh, jax.devices()))
+    assert bench.host_refresh(soap, sample=2)["blocks"] == host["blocks"]
     config.optimizer.name = "lamb"
     lamb = create_train_program(config, sharding.mesh_of(config.mesh, jax.devices()))
     assert bench.host_refresh(lamb) is None

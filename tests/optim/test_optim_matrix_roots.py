@@ -55,14 +55,14 @@ def test_newton_matches_eigh_in_float32(spd_by_cond, p):
     for cond, mats in spd_by_cond.items():
         result = solve(jnp.asarray(mats))
         assert bool(jnp.all(result.ok)), cond
-        errs = [rel_err(result.root[i], eigh_root(mats[i], p)) for i in range(len(mats))]
+        errs = [rel_err(result.matrix[i], eigh_root(mats[i], p)) for i in range(len(mats))]
         if cond <= 1e5:
             assert max(errs) < 1e-3, (cond, errs)
         else:
             # float32 itself limits accuracy near cond 1e6 (see optim/matrix_roots.py): Newton
             # stays within 1e-2 and beats a float32 eigendecomposition of the same matrices.
             assert max(errs) < 1e-2, errs
-            eigh32 = matrix_roots_eigh(p)(jnp.asarray(mats)).root  # float32 throughout
+            eigh32 = matrix_roots_eigh(p)(jnp.asarray(mats)).matrix  # float32 throughout
             eigh32 = [rel_err(eigh32[i], eigh_root(mats[i], p)) for i in range(len(mats))]
             assert np.mean(errs) < np.mean(eigh32), (errs, eigh32)
 
@@ -72,8 +72,8 @@ def test_newton_matches_eigh_in_float64_up_to_cond_1e6(spd_by_cond, p):
     with jax.enable_x64(True):
         mats = spd_by_cond[1e6].astype(np.float64)
         result = newton(p, ridge_epsilon=0.0, tolerance=1e-12)(jnp.asarray(mats))
-        assert result.root.dtype == jnp.float64
-        errs = [rel_err(result.root[i], eigh_root(mats[i], p)) for i in range(len(mats))]
+        assert result.matrix.dtype == jnp.float64
+        errs = [rel_err(result.matrix[i], eigh_root(mats[i], p)) for i in range(len(mats))]
     assert max(errs) < 1e-6, errs
 
 
@@ -83,8 +83,8 @@ def test_ridge_is_relative_to_the_largest_eigenvalue_and_eigh_path_agrees():
     ref = eigh_root(a, 4, ridge=1e-2 * np.linalg.eigvalsh(a).max())
     newton_root = matrix_roots.inverse_pth_root(jnp.asarray(a), 4, ridge_epsilon=1e-2)
     eigh_result = matrix_roots.inverse_pth_root_eigh(jnp.asarray(a), 4, ridge_epsilon=1e-2)
-    assert rel_err(newton_root.root, ref) < 1e-5
-    assert rel_err(eigh_result.root, ref) < 1e-4
+    assert rel_err(newton_root.matrix, ref) < 1e-5
+    assert rel_err(eigh_result.matrix, ref) < 1e-4
     assert abs(float(matrix_roots.max_eigenvalue(jnp.asarray(a))) - 7.0) < 1e-3
 
 
@@ -100,7 +100,7 @@ def test_singular_zero_and_nan_inputs_fall_back_cleanly():
     np.testing.assert_array_equal(result.ok, [True, False, False])
     # The ridge is relative to the power-iteration estimate of the largest eigenvalue.
     ridge = 1e-4 * float(matrix_roots.max_eigenvalue(jnp.asarray(rank2)))
-    assert rel_err(result.root[0], eigh_root(rank2, 4, ridge=ridge)) < 1e-3
+    assert rel_err(result.matrix[0], eigh_root(rank2, 4, ridge=ridge)) < 1e-3
 
     # compute_roots keeps the previous root wherever a root fails or has nothing to compute,
     # and counts only the failures.
@@ -108,7 +108,7 @@ def test_singular_zero_and_nan_inputs_fall_back_cleanly():
     solver = RootSolver(ridge_epsilon=1e-4)
     (roots,), failures, error = compute_roots([mats], [old], (4,), solver)
     assert int(failures) == 1
-    np.testing.assert_allclose(roots[0], result.root[0])
+    np.testing.assert_allclose(roots[0], result.matrix[0])
     np.testing.assert_array_equal(roots[1:], old[1:])
     assert 0.0 < float(error) < solver.error_threshold
 

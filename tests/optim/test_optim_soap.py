@@ -8,7 +8,8 @@ import optax
 import pytest
 
 import optim
-from optim.shampoo_core import ShampooConfig, adopt_bases
+from optim.shampoo_core import ShampooConfig
+from optim.soap_core import adopt_bases
 
 RNG = np.random.default_rng(0)
 
@@ -100,20 +101,19 @@ def test_adopting_a_basis_turns_the_moments_with_it():
     new = np.linalg.qr(RNG.normal(size=(5, 5)))[0]
     identity_right = np.eye(4)
     first, second = RNG.normal(size=(1, 5, 4)), RNG.uniform(size=(1, 5, 4))
-    tensors = optim.TensorState(
+    tensors = optim.SoapTensorState(
         factor_stats=(jnp.zeros((1, 5, 5)), jnp.zeros((1, 4, 4))),
-        factor_roots=(jnp.asarray(old[None], jnp.float32), jnp.eye(4)[None]),
-        diagonal_stats=(),
-        graft=jnp.asarray(second, jnp.float32),
-        momentum=jnp.asarray(first, jnp.float32),
+        eigenbases=(jnp.asarray(old[None], jnp.float32), jnp.eye(4)[None]),
+        first_moment=jnp.asarray(first, jnp.float32),
+        second_moment=jnp.asarray(second, jnp.float32),
     )
     turned = adopt_bases(tensors, [jnp.asarray(new[None]), jnp.eye(4)[None]], config)
     np.testing.assert_allclose(
-        new @ turned.momentum[0] @ identity_right.T, old @ first[0], rtol=1e-5, atol=1e-5
+        new @ turned.first_moment[0] @ identity_right.T, old @ first[0], rtol=1e-5, atol=1e-5
     )
     permuted = old[:, [2, 0, 4, 1, 3]] * np.array([1, -1, 1, -1, 1])
     turned = adopt_bases(tensors, [jnp.asarray(permuted[None]), jnp.eye(4)[None]], config)
-    np.testing.assert_allclose(turned.graft[0], second[0][[2, 0, 4, 1, 3]], rtol=1e-5)
+    np.testing.assert_allclose(turned.second_moment[0], second[0][[2, 0, 4, 1, 3]], rtol=1e-5)
 
 
 def test_async_with_zero_staleness_equals_sync_and_does_not_recompile():
@@ -129,15 +129,15 @@ def test_async_with_zero_staleness_equals_sync_and_does_not_recompile():
 
 def test_delayed_bases_are_the_due_ones_and_the_graph_computes_none():
     never, _ = run(make_soap(asynchronous=True), GRADS[:5], host=False)
-    for basis in never[-1][1][0].tensors.factor_roots:
+    for basis in never[-1][1][0].tensors.eigenbases:
         np.testing.assert_array_equal(basis[0], np.eye(basis.shape[-1]))
     # The job for the statistics after update 3 goes in 2 updates later: its bases equal those
     # the synchronous mode adopted after update 3 (up to the signs eigh picks).
     sync, _ = run(make_soap(), GRADS[:3])
     delayed, _ = run(make_soap(asynchronous=True, max_staleness=2, swap_when_done=False), GRADS)
-    assert [int(s[0].roots_step) for _, s in delayed[:6]] == [0, 0, 0, 0, 3, 3]
-    adopted = delayed[4][1][0].tensors.factor_roots
-    for got, want in zip(adopted, sync[-1][1][0].tensors.factor_roots):
+    assert [int(s[0].bases_step) for _, s in delayed[:6]] == [0, 0, 0, 0, 3, 3]
+    adopted = delayed[4][1][0].tensors.eigenbases
+    for got, want in zip(adopted, sync[-1][1][0].tensors.eigenbases):
         np.testing.assert_allclose(np.abs(got), np.abs(want), atol=1e-5)
 
 
@@ -145,8 +145,8 @@ def test_non_finite_statistics_keep_the_basis_and_are_counted():
     grads = [*GRADS[:3], np.full((5, 4), np.nan, np.float32)]
     out, _ = run(make_soap(start_preconditioning_step=4), grads)
     state = out[-1][1][0]
-    assert int(state.root_failures) == 2  # both factors of the kernel
-    for basis in state.tensors.factor_roots:
+    assert int(state.basis_failures) == 2  # both factors of the kernel
+    for basis in state.tensors.eigenbases:
         np.testing.assert_array_equal(basis[0], np.eye(basis.shape[-1]))
 
 
