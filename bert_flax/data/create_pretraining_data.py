@@ -27,6 +27,9 @@ The output directory holds
     vocab.txt          only with --train_vocab_size (a vocabulary learned from the train split)
 
 Examples follow Google BERT's recipe (see examples.py); NSP labels are 0 = IsNext, 1 = random.
+Each flag is a field of `PretrainingDataOptions`, what the function form takes:
+
+    create_pretraining_data(PretrainingDataOptions(input="sotu", output_dir="/tmp/sotu128"))
 """
 
 from __future__ import annotations
@@ -65,6 +68,9 @@ def _option(help: str, default: Any = dataclasses.MISSING, **metadata: Any) -> A
     return dataclasses.field(default=default, metadata={"help": help, **metadata})
 
 
+_RECIPE = ExampleOptions()  # the defaults of the examples' options
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PretrainingDataOptions:
     """What `create_pretraining_data` makes, declared once: each field is the command-line flag of
@@ -74,17 +80,25 @@ class PretrainingDataOptions:
         "'sotu', a folder of text files, or a TFDS name (wikipedia/20230601.en).", "sotu"
     )
     output_dir: str = _option("Where to write shards, histogram, summary.")  # a required flag
-    # The examples (`ExampleOptions`).
-    max_seq_length: int = _option("Tokens per example including [CLS]/[SEP].", 128, summary=True)
+    # The examples: `ExampleOptions`'s fields, with its defaults (Google BERT's).
+    max_seq_length: int = _option(
+        "Tokens per example including [CLS]/[SEP].", _RECIPE.max_seq_length, summary=True
+    )
     dupe_factor: int = _option(
-        "Passes over the corpus, each with different masks.", 5, summary=True
+        "Passes over the corpus, each with different masks.", _RECIPE.dupe_factor, summary=True
     )
-    short_seq_prob: float = _option("Probability of a shorter target length.", 0.1, summary=True)
-    masked_lm_prob: float = _option("Fraction of tokens to mask.", 0.15, summary=True)
+    short_seq_prob: float = _option(
+        "Probability of a shorter target length.", _RECIPE.short_seq_prob, summary=True
+    )
+    masked_lm_prob: float = _option(
+        "Fraction of tokens to mask.", _RECIPE.masked_lm_prob, summary=True
+    )
     max_predictions_per_seq: int | None = _option(
-        "Default ceil(prob * max_seq_length).", None, summary=True
+        "Default ceil(prob * max_seq_length).", _RECIPE.max_predictions_per_seq, summary=True
     )
-    whole_word_mask: bool = _option("Mask whole words (all their WordPieces).", False, summary=True)
+    whole_word_mask: bool = _option(
+        "Mask whole words (all their WordPieces).", _RECIPE.whole_word_mask, summary=True
+    )
     seed: int = _option("Random seed; the output is a function of it.", 12345, summary=True)
     # The corpus.
     document_mode: str = _option(
@@ -377,7 +391,8 @@ def finish_split(
 
 def create_pretraining_data(options: PretrainingDataOptions, *, progress: bool = True) -> dict:
     """Write examples, histogram, strategies and summary to ``options.output_dir``; returns the
-    summary. A bad option or corpus stops it before anything is written."""
+    summary. Options the recipe rejects, an output that cannot be written and a corpus that
+    cannot be read stop it before anything is written."""
     start = time.perf_counter()
     example_options = checked(options)
     sources, corpus_stats = open_corpus(
@@ -415,14 +430,8 @@ def create_pretraining_data(options: PretrainingDataOptions, *, progress: bool =
 
 def checked(options: PretrainingDataOptions) -> ExampleOptions:
     """ValueError, before any work, for options that cannot work; the example recipe's options."""
-    example_options = ExampleOptions(
-        max_seq_length=options.max_seq_length,
-        short_seq_prob=options.short_seq_prob,
-        masked_lm_prob=options.masked_lm_prob,
-        max_predictions_per_seq=options.max_predictions_per_seq,
-        whole_word_mask=options.whole_word_mask,
-        dupe_factor=options.dupe_factor,
-    )
+    recipe_fields = dataclasses.fields(ExampleOptions)
+    example_options = ExampleOptions(**{f.name: getattr(options, f.name) for f in recipe_fields})
     if options.num_train_shards < 1 or options.num_validation_shards < 1:
         raise ValueError("num_train_shards and num_validation_shards must be >= 1.")
     stages.check_documents_per_bucket(options.documents_per_bucket)
@@ -589,18 +598,23 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     field without a default is a required flag."""
     hints = typing.get_type_hints(PretrainingDataOptions)
     for field in OPTION_FIELDS:
-        default = None if field.default is dataclasses.MISSING else field.default
-        args = (field.name, default, field.metadata["help"])
+        required = field.default is dataclasses.MISSING
+        name, default, text = (
+            field.name,
+            None if required else field.default,
+            field.metadata["help"],
+        )
         if "choices" in field.metadata:
-            flags.DEFINE_enum(*args[:2], list(field.metadata["choices"]), args[2], flag_values)
+            flags.DEFINE_enum(name, default, list(field.metadata["choices"]), text, flag_values)
         else:
-            kind = (typing.get_args(hints[field.name]) or (hints[field.name],))[0]  # X | None: X
-            _DEFINE.get(kind, flags.DEFINE_string)(*args, flag_values=flag_values)
-        if field.default is dataclasses.MISSING:
-            flags.mark_flag_as_required(field.name, flag_values)
+            kind = (typing.get_args(hints[name]) or (hints[name],))[0]  # X of `X | None`
+            _DEFINE.get(kind, flags.DEFINE_string)(name, default, text, flag_values=flag_values)
+        if required:
+            flags.mark_flag_as_required(name, flag_values)
 
 
 def from_flags(flag_values: flags.FlagValues = FLAGS) -> PretrainingDataOptions:
+    """The options the parsed command line spells."""
     return PretrainingDataOptions(**{f.name: flag_values[f.name].value for f in OPTION_FIELDS})
 
 
