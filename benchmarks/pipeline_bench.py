@@ -42,7 +42,7 @@ import packing
 from benchmarks.lib.records import Read, publish
 from benchmarks.lib.render import Columns, items_table, mb, source, times, whole
 from bert_flax.data import pipeline
-from bert_flax.data.create_pretraining_data import create_pretraining_data
+from bert_flax.data.create_pretraining_data import PretrainingDataOptions, create_pretraining_data
 
 
 def parse_args() -> argparse.Namespace:
@@ -76,15 +76,15 @@ def accelerator_demand(seq_len: int) -> float | None:
 def measure_creation(args: argparse.Namespace, seq_len: int, workers: int) -> tuple[str, dict]:
     out = os.path.join(args.workdir, f"sotu{seq_len}_w{workers}")
     start = time.perf_counter()
-    summary = create_pretraining_data(
-        "sotu",
-        out,
+    options = PretrainingDataOptions(
+        input="sotu",
+        output_dir=out,
         max_seq_length=seq_len,
         dupe_factor=args.dupe_factor,
         num_workers=workers,
         tfds_data_dir=os.path.join(args.workdir, "tfds"),
-        progress=False,
     )
+    summary = create_pretraining_data(options, progress=False)
     seconds = time.perf_counter() - start
     train = summary["splits"]["train"]
     examples = train["examples"] + summary["splits"]["validation"]["examples"]

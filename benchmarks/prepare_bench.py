@@ -39,7 +39,7 @@ from benchmarks.lib.render import Columns, items_table, mb, source, whole
 from bert_flax.data import corpus
 
 PROBE = r"""
-import json, resource, sys
+import json, resource, shlex, sys
 from bert_flax.data.create_pretraining_data import create_pretraining_data
 args = json.loads(sys.argv[1])
 phase = args.pop("phase")
@@ -48,7 +48,13 @@ if phase == "convert":  # the folder -> TFDS dataset conversion alone
     from bert_flax.data.create_pretraining_data import open_corpus
     open_corpus(args["input"], tfds_data_dir=args["tfds_data_dir"], document_mode="blank_line")
 elif phase == "prepare":
-    summary = create_pretraining_data(progress=False, **args)
+    try:  # an options object here; keyword arguments at a --reference_revision before it
+        from bert_flax.data.create_pretraining_data import PretrainingDataOptions
+    except ImportError:
+        summary = create_pretraining_data(progress=False, **args)
+    else:
+        args["beam_options"] = shlex.join(args.get("beam_options", []))
+        summary = create_pretraining_data(PretrainingDataOptions(**args), progress=False)
 usage = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
 print(json.dumps({"peak_rss_mb": usage, "worker_peak_rss_mb": children, "summary": summary}))

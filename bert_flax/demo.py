@@ -70,9 +70,12 @@ def prepare_data(data_dir: str, **options: Any) -> dict:
         check_options(data_dir, summary, options)
         logging.info("Reusing prepared data in %s", data_dir)
         return summary
-    from bert_flax.data.create_pretraining_data import create_pretraining_data
+    from bert_flax.data.create_pretraining_data import (
+        PretrainingDataOptions,
+        create_pretraining_data,
+    )
 
-    return create_pretraining_data(options.pop("input"), data_dir, **options)
+    return create_pretraining_data(PretrainingDataOptions(output_dir=data_dir, **options))
 
 
 def check_options(data_dir: str, summary: dict, options: dict[str, Any]) -> None:

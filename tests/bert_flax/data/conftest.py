@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from bert_flax.data import corpus
-from bert_flax.data.create_pretraining_data import create_pretraining_data
+from bert_flax.data.create_pretraining_data import PretrainingDataOptions, create_pretraining_data
 
 
 def copy_speeches(folder: str, count: int, every: int = 12) -> str:
@@ -31,9 +31,10 @@ def speeches_dir(tmp_path_factory) -> str:
 def data_dir(tmp_path_factory, speeches_dir) -> str:
     """The 20 speeches prepared at max_seq_length 128 (8 train shards, NNLSHP strategies)."""
     out = str(tmp_path_factory.mktemp("sotu20_128"))
-    create_pretraining_data(
-        speeches_dir, out, max_seq_length=128, dupe_factor=1, num_workers=1, progress=False
+    options = PretrainingDataOptions(
+        input=speeches_dir, output_dir=out, max_seq_length=128, dupe_factor=1, num_workers=1
     )
+    create_pretraining_data(options, progress=False)
     return out
 
 

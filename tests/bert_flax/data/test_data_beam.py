@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from bert_flax.data import records, verify_packing
-from bert_flax.data.create_pretraining_data import create_pretraining_data
+from bert_flax.data.create_pretraining_data import PretrainingDataOptions, create_pretraining_data
 
 pytest.importorskip("apache_beam")
 
@@ -37,15 +37,15 @@ def outputs(tmp_path_factory, corpus_dir) -> tuple[str, str, dict, dict]:
     local = str(tmp_path_factory.mktemp("local"))
     beam = str(tmp_path_factory.mktemp("beam"))
     tfds_dir = str(tmp_path_factory.mktemp("tfds"))
-    local_summary = create_pretraining_data(
-        corpus_dir,
-        local,
+    options = PretrainingDataOptions(
+        input=corpus_dir,
+        output_dir=local,
         document_mode="blank_line",
         num_workers=2,
         tfds_data_dir=tfds_dir,
-        progress=False,
         **OPTIONS,
     )
+    local_summary = create_pretraining_data(options, progress=False)
     command = [
         sys.executable,
         "-m",

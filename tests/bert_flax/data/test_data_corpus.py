@@ -10,7 +10,11 @@ import numpy as np
 import pytest
 
 from bert_flax.data import corpus, tfds_corpus
-from bert_flax.data.create_pretraining_data import create_pretraining_data, open_corpus
+from bert_flax.data.create_pretraining_data import (
+    PretrainingDataOptions,
+    create_pretraining_data,
+    open_corpus,
+)
 
 
 def write(path, data: bytes | str) -> None:
@@ -60,10 +64,11 @@ def test_files_that_are_not_text_are_skipped_and_counted_not_turned_into_example
     assert stats.skipped_non_text_files == 2 and stats.replaced_bytes == 1
     assert stats.non_text_files == ["nul.txt", "random.txt"]
     # Through the whole preparation: counted in summary.json, and no examples from the noise.
-    summary = create_pretraining_data(
-        str(tmp_path), str(tmp_path / "out"), dupe_factor=1, validation_fraction=0.0,
-        num_workers=1, progress=False,
+    options = PretrainingDataOptions(
+        input=str(tmp_path), output_dir=str(tmp_path / "out"), dupe_factor=1,
+        validation_fraction=0.0, num_workers=1,
     )  # fmt: skip
+    summary = create_pretraining_data(options, progress=False)
     assert summary["corpus"]["skipped_non_text_files"] == 2
     assert summary["corpus"]["non_text_files"] == ["nul.txt", "random.txt"]
     assert summary["splits"]["train"]["documents"] == 2
@@ -86,7 +91,10 @@ def test_missing_or_empty_folders_are_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="no non-empty documents"):
         corpus.read_documents(str(tmp_path))
     with pytest.raises(ValueError, match=r"neither a folder .*missing does not exist"):
-        create_pretraining_data(str(tmp_path / "missing"), str(tmp_path / "out"), progress=False)
+        missing = PretrainingDataOptions(
+            input=str(tmp_path / "missing"), output_dir=str(tmp_path / "out")
+        )
+        create_pretraining_data(missing, progress=False)
     with pytest.raises(ValueError, match="neither a folder"):
         open_corpus("no_such_dataset_name", tfds_data_dir=str(tmp_path / "tfds"))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import filecmp
 import json
 import os
@@ -11,7 +12,7 @@ import pytest
 
 import packing
 from bert_flax.data import records, stages, tokenization
-from bert_flax.data.create_pretraining_data import create_pretraining_data
+from bert_flax.data.create_pretraining_data import PretrainingDataOptions, create_pretraining_data
 from bert_flax.data.examples import ExampleOptions, RecipeStats, split_long_sentences
 
 CLS, SEP, MASK = 101, 102, 103
@@ -138,16 +139,24 @@ def test_output_is_a_function_of_the_seed_not_of_the_workers(tmp_path, speeches_
     small.mkdir()
     for name in sorted(os.listdir(speeches_dir))[:5]:
         (small / name).write_bytes((open(os.path.join(speeches_dir, name), "rb")).read())
-    kwargs = dict(
+    options = PretrainingDataOptions(
+        input=str(small),
+        output_dir=str(tmp_path / "a"),
         max_seq_length=64,
         dupe_factor=2,
-        progress=False,
         tfds_data_dir=str(tmp_path / "tfds"),
         num_train_shards=2,
+        num_workers=1,
     )
-    one = create_pretraining_data(str(small), str(tmp_path / "a"), num_workers=1, **kwargs)
-    two = create_pretraining_data(str(small), str(tmp_path / "b"), num_workers=2, **kwargs)
-    create_pretraining_data(str(small), str(tmp_path / "c"), seed=7, **kwargs)
+    one = create_pretraining_data(options, progress=False)
+    two = create_pretraining_data(
+        dataclasses.replace(options, output_dir=str(tmp_path / "b"), num_workers=2),
+        progress=False,
+    )
+    create_pretraining_data(
+        dataclasses.replace(options, output_dir=str(tmp_path / "c"), num_workers=None, seed=7),
+        progress=False,
+    )
     names = [
         *one["splits"]["train"]["shards"],
         "validation-00000-of-00001.tfrecord",
@@ -182,16 +191,16 @@ def test_a_vocabulary_can_be_trained_from_the_corpus_without_validation(tmp_path
     few.mkdir()
     for name in sorted(os.listdir(speeches_dir))[:3]:
         (few / name).write_bytes(open(os.path.join(speeches_dir, name), "rb").read())
-    summary = create_pretraining_data(
-        str(few),
-        str(tmp_path / "out"),
+    options = PretrainingDataOptions(
+        input=str(few),
+        output_dir=str(tmp_path / "out"),
         max_seq_length=64,
         dupe_factor=1,
         train_vocab_size=1500,
         validation_fraction=0.0,
         num_workers=1,
-        progress=False,
     )
+    summary = create_pretraining_data(options, progress=False)
     assert summary["splits"]["validation"]["examples"] == 0
     assert records.existing_shards(str(tmp_path / "out"), "validation") == []
     assert summary["vocab"]["path"] == str(tmp_path / "out" / "vocab.txt")

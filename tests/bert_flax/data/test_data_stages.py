@@ -11,7 +11,11 @@ import pytest
 import tensorflow as tf
 
 from bert_flax.data import records, stages, tokenization
-from bert_flax.data.create_pretraining_data import create_pretraining_data, open_corpus
+from bert_flax.data.create_pretraining_data import (
+    PretrainingDataOptions,
+    create_pretraining_data,
+    open_corpus,
+)
 
 
 @pytest.mark.parametrize("per_bucket", [2, 3, 10])
@@ -102,9 +106,9 @@ def test_random_next_sentences_come_from_the_same_bucket(tmp_path):
         (folder / f"{word}.txt").write_text("\n".join([sentence] * 40))
     out = str(tmp_path / "out")
     tfds_dir = str(tmp_path / "tfds")
-    create_pretraining_data(
-        str(folder),
-        out,
+    options = PretrainingDataOptions(
+        input=str(folder),
+        output_dir=out,
         max_seq_length=32,
         dupe_factor=2,
         validation_fraction=0.0,
@@ -112,8 +116,8 @@ def test_random_next_sentences_come_from_the_same_bucket(tmp_path):
         num_train_shards=2,
         num_workers=1,
         tfds_data_dir=tfds_dir,
-        progress=False,
     )
+    create_pretraining_data(options, progress=False)
     source = open_corpus(str(folder), tfds_data_dir=tfds_dir, validation_fraction=0.0)[0]["train"]
     vocab = tokenization.load_vocab()
     word_of = {int(tokenization.encode(vocab, [w])[0][0]): w for w in WORDS}

@@ -8,6 +8,7 @@ carved from train by the folders' split rule, and the errors of names TFDS canno
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import runpy
@@ -18,7 +19,12 @@ import pytest
 import tensorflow_datasets as tfds
 
 from bert_flax.data import corpus, records, stages, tokenization
-from bert_flax.data.create_pretraining_data import create_pretraining_data, open_corpus, run_stages
+from bert_flax.data.create_pretraining_data import (
+    PretrainingDataOptions,
+    create_pretraining_data,
+    open_corpus,
+    run_stages,
+)
 from bert_flax.data.examples import ExampleOptions
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -123,9 +129,9 @@ def test_a_carved_split_on_beam_is_byte_for_byte_the_local_runners(tmp_path):
         out = tmp_path / runner
         paths = {split: records.shard_paths(str(out), split, 2) for split in sources}
         os.makedirs(out / "work")
-        run_stages(runner, sources, paths, vocab, recipe, lowercase=True, seed=1,
-                   documents_per_bucket=1000, work_dir=str(out / "work"), num_workers=1,
-                   beam_options=(), progress=False)  # fmt: skip
+        options = PretrainingDataOptions(output_dir=str(out), runner=runner, seed=1,
+                                         documents_per_bucket=1000, num_workers=1)  # fmt: skip
+        run_stages(options, sources, paths, vocab, recipe, str(out / "work"), progress=False)
         written[runner] = [open(p, "rb").read() for split in sources for p in paths[split]]
     assert written["local"] == written["DirectRunner"] and all(written["local"])
 
@@ -133,23 +139,26 @@ def test_a_carved_split_on_beam_is_byte_for_byte_the_local_runners(tmp_path):
 def test_names_tfds_cannot_serve_are_errors_that_say_where_it_looked(tmp_path):
     empty, out = tmp_path / "tfds", tmp_path / "out"
     empty.mkdir()
+    options = PretrainingDataOptions(input=WIKIPEDIA, output_dir=str(out), tfds_data_dir=str(empty))
     with pytest.raises(ValueError, match=r"'no_such_corpus/en' is neither a folder \(/.*no_such"):
-        create_pretraining_data("no_such_corpus/en", str(out), tfds_data_dir=str(empty))
+        create_pretraining_data(dataclasses.replace(options, input="no_such_corpus/en"))
     with pytest.raises(ValueError, match="BuilderConfig xx not found"):
-        create_pretraining_data("c4/xx", str(out), tfds_data_dir=str(empty))
+        create_pretraining_data(dataclasses.replace(options, input="c4/xx"))
     with pytest.raises(
         FileNotFoundError, match=f"not prepared in {empty} .*tfds build {WIKIPEDIA}"
     ):
-        create_pretraining_data(WIKIPEDIA, str(out), tfds_data_dir=str(empty))
+        create_pretraining_data(options)
     with pytest.raises(ValueError, match="no text feature 'body'; its features are title, text"):
-        create_pretraining_data(WIKIPEDIA, str(out), tfds_data_dir=str(empty), text_feature="body")
+        create_pretraining_data(dataclasses.replace(options, text_feature="body"))
     assert not os.listdir(empty) and not out.exists()
 
 
 def test_the_data_dir_defaults_to_tfds_own(tmp_path, monkeypatch):
     monkeypatch.setenv("TFDS_DATA_DIR", str(tmp_path / "tfds_home"))
     with pytest.raises(FileNotFoundError, match=f"not prepared in {tmp_path / 'tfds_home'} "):
-        create_pretraining_data(WIKIPEDIA, str(tmp_path / "out"))
+        create_pretraining_data(
+            PretrainingDataOptions(input=WIKIPEDIA, output_dir=str(tmp_path / "out"))
+        )
 
 
 @pytest.mark.slow(seconds=60)

