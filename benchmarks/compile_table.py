@@ -38,8 +38,9 @@ statistics' blocks solved as the host thread solves them and scaled to all of th
 per refresh and amortised per step: a CPU figure of this machine, not a TPU host's.
 
 The long-context rows (`LONG_CELLS`) are cells as above of BERT-base at 1,024-8,192 tokens a row
-(configs/bert_base_long.py), packed and padded, each with today's attention ("auto": splash on TPU,
-pallas_gpu on GPU) and with the platform's block-skipping kernel (`SKIPPING_KERNELS`). Their rows
+(configs/bert_base_long.py), packed and padded, each with the platform's flash kernel that visits
+every block (`DENSE_KERNELS`: splash on TPU, pallas_gpu on GPU, "auto"'s before the block-skipping
+ones) and with the block-skipping kernel (`SKIPPING_KERNELS`, "auto"'s now). Their rows
 come from the web-like long-context histogram (`program.PACKINGS["web_like"]`, the `lognormal_web`
 files of packing/data/) packed by the config's packer, which gives the packing factor, the share of
 block pairs the skipping kernel visits and the share of scores the sequences need (the sum of li^2
@@ -94,6 +95,7 @@ CELLS = [
 REMAT_CELLS = [("base", 512, "v5e-8", True), ("large", 512, "v5e-8", True)]
 # (model, length, target, packed) cells whose step the docs break down by op class.
 BREAKDOWN_CELLS = [("base", 512, "v5e-8", True), ("base", 512, "v6e-8", True),
+                   ("base", 512, "h100", True), ("base", 512, "h200", True),
                    ("large", 512, "v5e-8", True)]  # fmt: skip
 # Classes whose cost does not grow with the batch (`profile.classify`): the update of the state.
 PER_STEP_CLASSES = ("optimizer",)
@@ -104,21 +106,23 @@ OPTIMIZER_CONFIGS = {"lamb": bert_base_lamb, "shampoo": bert_base_shampoo, "soap
 # Statistics' blocks solved per (size, exponent) group to time the host's refresh.
 HOST_SAMPLE = 64
 # Long-context rows: (model, length, target, packed, attention_impl), every one packed and padded,
-# today's attention and the platform's block-skipping kernel.
+# with the platform's flash kernel that visits every block and with the one that skips blocks
+# ("auto"'s), per `targets.Target.platform`.
 LONG_PACKING = "web_like"  # `program.PACKINGS`: the long-context histogram the rows are packed from
-SKIPPING_KERNELS = {"tpu": "packed_tpu", "cuda": "packed_gpu"}  # per `targets.Target.platform`
+DENSE_KERNELS = {"tpu": "splash", "cuda": "pallas_gpu"}
+SKIPPING_KERNELS = {"tpu": "packed_tpu", "cuda": "packed_gpu"}
 LONG_CELLS = [
-    ("base", length, target, packed, attention)
+    ("base", length, target, packed, kernels[targets.target(target).platform])
     for length in (1024, 2048, 8192)
     for target in ("v5e-8", "v6e-8", "h100")
     for packed in (True, False)
-    for attention in ("auto", SKIPPING_KERNELS[targets.target(target).platform])
+    for kernels in (DENSE_KERNELS, SKIPPING_KERNELS)
 ]
 # The classes of attention's own work (`profile.classify`): scores, context, a fused kernel.
 ATTENTION_CLASSES = ("attention_scores", "attention_context", "attention_fused")
 # Stored with the results; a rerun keeps only cells of this method. Change it when what a cell
 # compiles or how it is read changes (the docstring).
-METHOD = "whole model, one compile at the recipe's rows, linear in the rows: version 2"
+METHOD = "whole model, one compile at the recipe's rows, linear in the rows: version 3"
 
 
 def cell_config(model: str, length: int, packed: bool, rows: int, target: targets.Target,
@@ -457,7 +461,7 @@ def attention_s_per_row(cell: dict) -> float:
 def long_table(cells: list[dict]) -> str:
     """The long-context rows, packed against padded with the same attention: the gain against
     the packing factor, attention's share of the packed step, and its time a row against what the
-    sequences need (today's kernel's time a row times the sum of li^2 over L^2)."""
+    sequences need (the dense kernel's time a row times the sum of li^2 over L^2)."""
     by_key = {_long_key(c): c for c in cells}
     lines = [
         "| length | slice | attention | packing factor | packed / padded sequences a second | "
@@ -472,13 +476,14 @@ def long_table(cells: list[dict]) -> str:
             continue
         gain = c["sequences_per_s"] / padded["sequences_per_s"]
         share = attention_s_per_row(c) * c["rows"] / c["step_s"]
-        today = by_key.get((model, length, target, True, "auto"))
+        dense = DENSE_KERNELS[targets.target(target).platform]
+        today = by_key.get((model, length, target, True, dense))
         over = "-"
         if today is not None:
             need = attention_s_per_row(today) * c["attention_needed_fraction"]
             over = f"{attention_s_per_row(c) / need:.2f}"
         lines.append(
-            f"| {length:,} | {target} | {c['compiled']['model']['attention']} ({attention}) | "
+            f"| {length:,} | {target} | {c['compiled']['model']['attention']} | "
             f"{c['packing_factor']:.2f} | {gain:.2f} | {gain / c['packing_factor']:.2f} | "
             f"{share:.0%} | {attention_s_per_row(c) * 1e3:.3f} | {over} |"
         )

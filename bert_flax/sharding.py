@@ -198,15 +198,23 @@ def _platform_name(platform: str) -> str:
     return "gpu" if platform in ("cuda", "rocm") else platform
 
 
+# XLA options every program for a platform is compiled with. GPU: LayerNorm as cuDNN's fused
+# kernel (forward and backward), which XLA's GPU fusion otherwise splits into several passes over
+# the activations (docs/compile.md, "The GPU step").
+COMPILER_OPTIONS: dict[str, dict[str, Any]] = {"gpu": {"xla_gpu_enable_cudnn_layer_norm": True}}
+
+
 def jit_partitioned(fn: Callable, mesh: Mesh, rules: Rules, **jit_kwargs: Any) -> Callable:
-    """`jax.jit(fn, **jit_kwargs)` with `fn` traced inside `partitioning(mesh, rules)`."""
+    """`jax.jit(fn, **jit_kwargs)` with `fn` traced inside `partitioning(mesh, rules)`, compiled
+    with the `COMPILER_OPTIONS` of `mesh`'s platform."""
 
     @functools.wraps(fn)
     def partitioned(*args: Any) -> Any:
         with partitioning(mesh, rules):
             return fn(*args)
 
-    return jax.jit(partitioned, **jit_kwargs)
+    options = COMPILER_OPTIONS.get(mesh_platform(mesh))
+    return jax.jit(partitioned, compiler_options=options, **jit_kwargs)
 
 
 # -- Batches -------------------------------------------------------------------------------------

@@ -251,22 +251,23 @@ FLASH_ATTENTION_FROM = 512
 
 def for_accelerators(config: ml_collections.ConfigDict) -> None:
     """The BERT presets' model settings for TPUs and GPUs (`configs/bert_base.py`,
-    `bert_large.py`): the compile table's best predicted step (docs/compile.md, "Naming the
-    traffic").
+    `bert_large.py`): the compile table's best predicted step (docs/compile.md, "The GPU step").
 
-    - The identical layers as one scan (one layer's compile; the optimizer steps layer by
-      layer), saving only the matrix products' outputs for the backward pass (LayerNorm, GELU
-      and dropout recomputed).
+    - The layers unrolled, with nothing recomputed for the backward pass: a scan stacks every
+      saved activation into a [layers, ...] buffer and slices it out again (copies of all of
+      them), and recomputing LayerNorm, GELU and dropout is a pass over the activations each.
+      BERT-base at 512 keeps its activations well inside a v5e's HBM at the recipe's rows.
     - From FLASH_ATTENTION_FROM tokens, `attention_impl="auto"`: the platform the program is
-      built for picks the flash kernel over segments (no [rows, heads, length, length] scores or
-      mask in HBM): splash on TPU, `pallas_gpu` (Triton) on GPU, XLA attention on CPU. None of
-      them has attention-probability dropout, so it is off: MosaicBERT and Cramming pre-train
-      without it, and on the CPU recipe it learns as well without
-      (benchmarks/studies/attention_dropout.py). Shorter rows keep the preset's XLA attention
-      with BERT's dropout: their scores are a quarter of 512's a token.
+      built for picks the flash kernel that skips the blocks a packed row's sequences never
+      share (no [rows, heads, length, length] scores or mask in HBM): `packed_tpu` on TPU,
+      `packed_gpu` on GPU, XLA attention on CPU. Attention-probability dropout is off, so the
+      model is the same on every platform: MosaicBERT and Cramming pre-train without it, and
+      on the CPU recipe it learns as well without (benchmarks/studies/attention_dropout.py).
+      Shorter rows keep the preset's XLA attention with BERT's dropout: their scores are a
+      quarter of 512's a token.
     """
-    config.model.scan_layers = True
-    config.model.remat_policy = "dots"
+    config.model.scan_layers = False
+    config.model.remat_policy = "none"
     if config.data.max_seq_length >= FLASH_ATTENTION_FROM:
         config.model.attention_impl = "auto"
         config.model.attention_dropout_rate = 0.0

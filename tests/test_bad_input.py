@@ -160,7 +160,7 @@ ROWS = [
      ["--config=configs/tiny.py", "--config.data.data_dir={t}/none"], "{t}/none"),
     ("compile: a GPU kernel for a TPU", "bert_flax.aot",
      ["--config=configs/tiny.py", "--config.model.attention_impl=pallas_gpu",
-      "--config.model.attention_dropout_rate=0"], "attention_impl='auto' (here 'splash')"),
+      "--config.model.attention_dropout_rate=0"], "attention_impl='auto' (here 'packed_tpu')"),
 ]  # fmt: skip
 
 TRAIN_CSV = "text,label\n" + "".join(

@@ -279,9 +279,10 @@ def _with_seeds(local: Callable[..., Array]) -> Callable[..., Array]:
     return lambda q, k, v, segment_ids, seeds: local(q, k, v, segment_ids, seeds=seeds)
 
 
-# `attention_impl="auto"`: the kernel for each platform the program targets; XLA on any other.
+# `attention_impl="auto"`: the kernel for each platform the program targets, the one that skips the
+# blocks a packed row's sequences never share; XLA on any other.
 AUTO = "auto"
-PLATFORM_KERNELS = {"tpu": "splash", "gpu": "pallas_gpu"}
+PLATFORM_KERNELS = {"tpu": "packed_tpu", "gpu": "packed_gpu"}
 
 
 def backend_for(impl: str, platform: str, length: int, interpret: bool = False) -> str:
@@ -477,7 +478,8 @@ BACKENDS: dict[str, Backend] = {
     AUTO: Backend(
         _auto,
         False,
-        "the platform's kernel (`PLATFORM_KERNELS`): splash on TPU, pallas_gpu on GPU, else xla",
+        "the platform's kernel (`PLATFORM_KERNELS`): packed_tpu on TPU, packed_gpu on GPU, "
+        "else xla",
     ),
 }
 

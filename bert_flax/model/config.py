@@ -62,9 +62,9 @@ class BertConfig:
         attention on TPU), "packed_tpu" (Pallas flash attention on TPU skipping the blocks that
         sequences never share), "pallas_gpu" (Pallas flash attention over segments on GPU),
         "packed_gpu" (the same, visiting only the blocks a row's sequences share) or "auto" (the
-        platform the program is built for picks: splash on TPU, pallas_gpu on GPU, xla on CPU
-        and for rows that are not a multiple of 128; like the kernels, without attention
-        dropout, so the model is the same whatever it resolves to). A Pallas kernel on the other
+        platform the program is built for picks: packed_tpu on TPU, packed_gpu on GPU, xla on
+        CPU and for rows that are not a multiple of 128; without attention dropout, so the
+        model is the same whatever it resolves to). A Pallas kernel on the other
         accelerator is an error (it could only run in interpret mode); on CPU it is interpreted.
       attention_interpret: run the Pallas kernels ("splash", "packed_tpu", "pallas_gpu",
         "packed_gpu", "auto"'s) in Pallas interpret mode on any platform: orders of magnitude

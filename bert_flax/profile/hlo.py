@@ -538,6 +538,8 @@ _BLOCK_SPARSE_KERNELS = ("block_sparse_product", "block_sparse_weight_grad")
 # fusion (`xla_gpu_enable_triton_gemm=false`, or its autotuner's pick on a device): the dot's
 # dimension numbers are in the backend config; the result is (product, workspace).
 _CUBLAS_TARGETS = re.compile(r"^__cublas\$(gemm|lt\$matmul)")
+# cuDNN's fused LayerNorm, forward or backward (`sharding.COMPILER_OPTIONS` on GPU).
+_CUDNN_NORM = "__cudnn$norm"
 # Custom calls that compute and move nothing (bookkeeping XLA inserts on TPU: views of adjacent
 # slices, an uninitialised buffer, index annotations).
 FREE_CUSTOM_CALLS = frozenset(
@@ -556,10 +558,10 @@ def kernel_flops(
     module: HloModule, inst: HloInstruction, visited: float = 1.0
 ) -> tuple[float, float] | None:
     """(FLOPs, transcendentals) of a known custom kernel (splash attention, Pallas GPU attention,
-    the block-skipping attention, cuBLAS's matrix products, the block-sparse matmul) from its
-    operands' shapes; None for a custom call it does not know. The block-skipping kernels are
-    charged `visited` of dense attention's (the share of block pairs they visit for the rows they
-    are given)."""
+    the block-skipping attention, cuBLAS's products, cuDNN's LayerNorm, the block-sparse matmul)
+    from its operands' shapes; None for a custom call it does not know. The block-skipping
+    kernels are charged `visited` of dense attention's (the share of block pairs they visit for
+    the rows they are given)."""
     operands = [module.instructions[o].shape for o in inst.operands]
     packed = _packed_attention_kernel(inst)
     if packed is not None:
@@ -590,6 +592,8 @@ def kernel_flops(
         dims = [int(d) for d in re.findall(r"\d+", contracting.group(1))] if contracting else []
         product = next(inst.shape.arrays())
         return 2.0 * product.size * math.prod(operands[0].dims[d] for d in dims), 0.0
+    if inst.custom_call_target == _CUDNN_NORM:  # memory-bound: one FLOP an element it moves
+        return float(sum(s.size for s in operands) + inst.shape.size), 0.0
     if any(name in inst.op_name or inst.name.startswith(name) for name in _BLOCK_SPARSE_KERNELS):
         # Every stored block [nnz, b, b] (an operand, or the weight gradient's result) meets
         # every row of the activations [rows, features] once.

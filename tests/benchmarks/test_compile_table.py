@@ -157,17 +157,18 @@ def test_the_host_refresh_is_timed_for_every_block_of_the_statistics(load_benchm
     assert bench.host_refresh(lamb) is None
 
 
-def test_the_long_cells_are_bert_base_at_long_rows_with_todays_and_the_skipping_kernel(
+def test_the_long_cells_are_bert_base_at_long_rows_with_the_dense_and_the_skipping_kernel(
     load_benchmark,
 ):
     bench = load_benchmark("compile_table")
-    kernels = {"v5e-8": "packed_tpu", "v6e-8": "packed_tpu", "h100": "packed_gpu"}
+    tpu, gpu = ("splash", "packed_tpu"), ("pallas_gpu", "packed_gpu")
+    kernels = {"v5e-8": tpu, "v6e-8": tpu, "h100": gpu}
     expected = {
         ("base", length, target, packed, attention)
         for length in (1024, 2048, 8192)
-        for target, skipping in kernels.items()
+        for target, pair in kernels.items()
         for packed in (True, False)
-        for attention in ("auto", skipping)
+        for attention in pair
     }
     assert len(bench.LONG_CELLS) == len(expected) == 36
     assert set(bench.LONG_CELLS) == expected
@@ -214,33 +215,32 @@ def test_the_web_like_packing_at_8192_packs_and_skips_most_blocks(load_benchmark
 
 
 def long_cell(attention, packed, sequences_per_s, rows, step_s, classes, needed=0.2):
-    kernel = "splash" if attention == "auto" else attention
     return {
         "model": "base", "length": 8192, "target": "v5e-8", "packed": packed,
         "attention_impl": attention, "packing_factor": 10.0 if packed else 1.0,
         "sequences_per_s": sequences_per_s, "rows": rows, "step_s": step_s,
         "attention_needed_fraction": needed,
-        "compiled": {"classes": classes, "model": {"attention": kernel}},
+        "compiled": {"classes": classes, "model": {"attention": attention}},
     }  # fmt: skip
 
 
 def test_the_long_table_reads_the_gain_the_share_and_the_need(load_benchmark):
     bench = load_benchmark("compile_table")
     cells = [
-        # Skipping: 0.4 s of attention over 4 rows, a 2 s step; today's: 2 s over 8 rows.
+        # Skipping: 0.4 s of attention over 4 rows, a 2 s step; the dense kernel: 2 s over 8 rows.
         long_cell("packed_tpu", True, 95.0, 4, 2.0,
                   {"attention_scores": 0.2, "attention_context": 0.2, "feed_forward": 1.0}),
         long_cell("packed_tpu", False, 10.0, 4, 2.0, {}),
-        long_cell("auto", True, 50.0, 8, 4.0, {"attention_fused": 2.0, "attention_output": 1.0}),
-        long_cell("auto", False, 10.0, 8, 4.0, {}),
+        long_cell("splash", True, 50.0, 8, 4.0, {"attention_fused": 2.0, "attention_output": 1.0}),
+        long_cell("splash", False, 10.0, 8, 4.0, {}),
     ]  # fmt: skip
     skipping, today = bench.long_table(cells).splitlines()[2:]
     # Gain 9.5 of a factor 10; 0.4 of 2 s; 0.1 s a row against 0.25 s x 0.2 needed.
     assert skipping == (
-        "| 8,192 | v5e-8 | packed_tpu (packed_tpu) | 10.00 | 9.50 | 0.95 | 20% | 100.000 | 2.00 |"
+        "| 8,192 | v5e-8 | packed_tpu | 10.00 | 9.50 | 0.95 | 20% | 100.000 | 2.00 |"
     )
-    assert today == "| 8,192 | v5e-8 | splash (auto) | 10.00 | 5.00 | 0.50 | 50% | 250.000 | 5.00 |"
-    assert "| - |" in bench.long_table(cells[:2])  # no today's cell: no need to read against
+    assert today == "| 8,192 | v5e-8 | splash | 10.00 | 5.00 | 0.50 | 50% | 250.000 | 5.00 |"
+    assert "| - |" in bench.long_table(cells[:2])  # no dense kernel's cell: no need to read against
 
 
 def test_long_context_compiles_only_the_long_cells_under_their_own_key(

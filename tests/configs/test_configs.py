@@ -69,7 +69,8 @@ def test_the_presets_use_the_platforms_flash_kernel_at_512_and_dense_below(name)
     phase1, phase2 = module.get_config("phase1").model, module.get_config("phase2").model
     assert (phase2.attention_impl, phase2.attention_dropout_rate) == ("auto", 0.0)
     assert phase1.attention_impl is None  # the preset's: XLA attention, with its dropout
-    assert phase1.scan_layers and phase2.scan_layers and phase2.remat_policy == "dots"
+    for phase in (phase1, phase2):  # unrolled, nothing recomputed: the best predicted step
+        assert (phase.scan_layers, phase.remat_policy) == (False, "none")
 
 
 def flat(tree: dict, prefix: str = "") -> dict:
@@ -89,7 +90,6 @@ def test_base_optimizer_recipes_differ_from_lambs_only_in_the_optimizer(name, ph
 
     lamb = bert_base_lamb.get_config(phase)
     other = importlib.import_module(f"configs.{name}").get_config(phase)
-    assert lamb.model.scan_layers and other.model.scan_layers
     a, b = flat(lamb.to_dict()), flat(other.to_dict())
     assert a.keys() == b.keys()
     differ = {key for key in a if a[key] != b[key]}

@@ -206,12 +206,13 @@ def test_bert_base_shapes_fit_and_count_the_model_flops():
     assert report.fits and report.model_flops_utilisation < 1
 
 
-# Each platform's flash kernel over segments, compiled: its custom call, its forward kernels and
-# those of its backward pass.
+# Each platform's flash kernel over segments, compiled ("auto"'s: the one that skips blocks): its
+# custom call, its forward kernels and those of its backward pass.
 PLATFORM_KERNELS = {
-    "tpu": ("splash", "tpu_custom_call", {"splash_mha_fwd"}, {"splash_mha_dkv", "splash_mha_dq"}),
-    "cuda": ("pallas_gpu", "__gpu$xla.gpu.triton", {"mha_forward"},
-             {"mha_preprocess_backward", "mha_backward"}),
+    "tpu": ("packed_tpu", "tpu_custom_call", {"packed_attention_fwd"},
+            {"packed_attention_dq", "packed_attention_dkv"}),
+    "cuda": ("packed_gpu", "__gpu$xla.gpu.triton", {"packed_attention_fwd"},
+             {"packed_attention_dq", "packed_attention_dkv"}),
 }  # fmt: skip
 
 
@@ -240,8 +241,9 @@ def narrow_512_preset(target: targets.Target):
 @pytest.mark.parametrize("target", [V5E_4, H100], ids=lambda t: t.name)
 def test_the_512_presets_compile_their_platforms_flash_kernel(target):
     """configs/bert_base.py at 512 ('auto' attention, narrowed to one layer of width 256 to
-    compile fast) gets splash on a v5e and the Triton kernel on an H100, compiled, never in
-    interpret mode (which would leave no kernel call: `interpret=True` lowers to plain HLO)."""
+    compile fast) gets the block-skipping kernel, Mosaic on a v5e and Triton on an H100,
+    compiled, never in interpret mode (which would leave no kernel call: `interpret=True` lowers
+    to plain HLO)."""
     config, devices = narrow_512_preset(target)
     assert config.model.attention_impl == "auto"
     steps = program.compile_steps(config, devices)
@@ -254,14 +256,37 @@ def test_the_512_presets_compile_their_platforms_flash_kernel(target):
 
 
 @pytest.mark.slow(seconds=30)
-def test_the_block_skipping_gpu_kernel_compiles_for_an_h100():
-    """attention_impl="packed_gpu" (`bert_flax.kernels.packed_attention_gpu`) on an H100: its
-    Triton kernels, the forward pass in both steps, dq and dk/dv in the train step's backward."""
-    config, devices = narrow_512_preset(H100)
-    config.model.attention_impl = "packed_gpu"
+@pytest.mark.parametrize("target", [V5E_4, H100], ids=lambda t: t.name)
+def test_gpu_programs_run_layer_norm_as_cudnn_kernels_and_charge_them(target):
+    """`sharding.COMPILER_OPTIONS`: an H100 program runs its LayerNorms (two a layer, the
+    embeddings' and the MLM head's; forward and backward) as cuDNN's fused kernel, which the
+    roofline knows; a TPU program has none."""
+    config, devices = narrow_512_preset(target)
+    steps = program.compile_steps(config, devices, evaluate=False)
+    norms = steps.train.as_text().count('custom_call_target="__cudnn$norm"')
+    assert norms == (2 * (2 + 2) if target.platform == "cuda" else 0)
+    assert program.report(steps, target).uncounted_kernels == []
+
+
+# The flash kernels that visit every block, which "auto" chose before the skipping ones: still
+# selectable, still compiled.
+DENSE_KERNELS = {
+    "splash": ("tpu_custom_call", {"splash_mha_fwd"}, {"splash_mha_dkv", "splash_mha_dq"}),
+    "pallas_gpu": ("__gpu$xla.gpu.triton", {"mha_forward"},
+                   {"mha_preprocess_backward", "mha_backward"}),
+}  # fmt: skip
+
+
+@pytest.mark.slow(seconds=30)
+@pytest.mark.parametrize(("impl", "target"), [("splash", V5E_4), ("pallas_gpu", H100)],
+                         ids=["splash v5e", "pallas_gpu H100"])  # fmt: skip
+def test_the_kernels_that_visit_every_block_compile_for_their_platform(impl, target):
+    """attention_impl="splash" on a v5e, "pallas_gpu" on an H100: the forward kernel in both
+    steps, the backward kernels in the train step."""
+    config, devices = narrow_512_preset(target)
+    config.model.attention_impl = impl
     steps = program.compile_steps(config, devices)
-    forward, backward = {"packed_attention_fwd"}, {"packed_attention_dq", "packed_attention_dkv"}
-    call_target = PLATFORM_KERNELS["cuda"][1]
+    call_target, forward, backward = DENSE_KERNELS[impl]
     assert pallas_kernels(steps.train, call_target, forward | backward) == forward | backward
     assert pallas_kernels(steps.eval, call_target, forward | backward) == forward
 

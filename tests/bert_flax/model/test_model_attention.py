@@ -298,8 +298,9 @@ def test_block_skipping_kernels_take_attention_dropout_but_not_its_variants(impl
 
 @pytest.mark.parametrize(
     ("platform", "length", "expected"),
-    [("tpu", 512, "splash"), ("gpu", 512, "pallas_gpu"), ("cpu", 512, "xla"),
-     ("tpu", 128, "splash"), ("gpu", 384, "pallas_gpu"), ("tpu", 200, "xla"), ("gpu", 64, "xla")],
+    [("tpu", 512, "packed_tpu"), ("gpu", 512, "packed_gpu"), ("cpu", 512, "xla"),
+     ("tpu", 128, "packed_tpu"), ("gpu", 384, "packed_gpu"), ("tpu", 200, "xla"),
+     ("gpu", 64, "xla")],
 )  # fmt: skip
 def test_auto_is_the_platforms_kernel_where_its_rows_fit(platform, length, expected):
     assert attention.backend_for("auto", platform, length) == expected
@@ -309,7 +310,7 @@ def test_auto_is_the_platforms_kernel_where_its_rows_fit(platform, length, expec
     ("impl", "platform"), [("splash", "gpu"), ("pallas_gpu", "tpu"), ("packed_gpu", "tpu")]
 )
 def test_a_kernel_for_the_other_accelerator_is_an_error_naming_the_fix(impl, platform):
-    fix = "splash" if platform == "tpu" else "pallas_gpu"
+    fix = "packed_tpu" if platform == "tpu" else "packed_gpu"
     with pytest.raises(ValueError, match=rf"interpret mode.*'auto' \(here '{fix}'\)"):
         attention.backend_for(impl, platform, 512)
     assert attention.backend_for(impl, platform, 512, interpret=True) == impl  # asked for
