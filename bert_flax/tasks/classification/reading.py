@@ -299,7 +299,7 @@ def read_labelled_files(
     is split by ``split_indices(seed, fractions)``. Class labels are names (ids in sorted order)
     or ints (kept when they are 0..K-1, else ids in sorted order), learnt on train; regression
     labels are floats. Example ids are record indices within their file. Bad input raises
-    ValueError naming the file, line and fix (train's first, then validation's, then test's).
+    ValueError naming the file, line and fix (train's faults first, then validation's, test's).
     """
     if validation is None and test is not None:
         raise ValueError(f"test={test!r} needs validation= too (or pass train alone to split it).")
