@@ -45,6 +45,7 @@ from benchmarks.lib.records import Read, publish
 from benchmarks.lib.render import Columns, items_table, source, times
 from bert_flax import tasks
 from bert_flax.tasks.classification import data as classification
+from bert_flax.tasks.classification import reading as classification_reading
 from bert_flax.train import loop
 from bert_flax.train.setup import create_train_setup
 from bert_flax.train.timing import side_by_side
@@ -60,7 +61,7 @@ FIRST_WORDS = 6
 
 
 def _bundled_reviews() -> classification.LabelledSplit:
-    splits = classification.rotten_tomatoes().splits
+    splits = classification_reading.rotten_tomatoes().splits
     whole = [splits[name] for name in classification.SPLIT_NAMES if name in splits]
     return classification.LabelledSplit(
         texts=[t for s in whole for t in s.texts],

@@ -101,12 +101,12 @@ def prepare_corpus(corpus: str, data_dir: str) -> None:
         PretrainingDataOptions,
         create_pretraining_data,
     )
-    from bert_flax.tasks.classification import data as classification
+    from bert_flax.tasks.classification import reading as classification_reading
 
     folder = f"{data_dir}_text"
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "snippets.txt"), "w") as f:
-        f.write("\n\n".join(classification.rotten_tomatoes().splits["train"].texts) + "\n")
+        f.write("\n\n".join(classification_reading.rotten_tomatoes().splits["train"].texts) + "\n")
     create_pretraining_data(
         PretrainingDataOptions(
             input=folder,

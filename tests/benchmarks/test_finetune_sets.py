@@ -11,6 +11,7 @@ import pytest
 
 from bert_flax.data import rows, tokenization
 from bert_flax.tasks.classification import data as classification
+from bert_flax.tasks.classification import reading as classification_reading
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -56,7 +57,7 @@ def test_sets_pack_at_about_2_4_and_8(sets):
 
 def test_sets_keep_labels_and_are_built_as_documented(sets):
     bench, records = sets
-    reviews = classification.rotten_tomatoes().splits
+    reviews = classification_reading.rotten_tomatoes().splits
     total = sum(len(s) for s in reviews.values())
     assert len(records["bundled"]) == len(records["first_words"]) == total
     assert total // 2 - 1 <= len(records["pairs"]) <= total // 2

@@ -354,7 +354,7 @@ def test_finetune_from_hugging_face_then_predict_a_file(tmp_path):
     user's file, in input order (through `bert_flax.finetune`, the command's old name)."""
     import transformers
 
-    from bert_flax.tasks.classification import data as classification
+    from bert_flax.tasks.classification import reading as classification_reading
 
     hf_dir = tmp_path / "hf"
     hf_config = transformers.BertConfig(
@@ -381,7 +381,7 @@ def test_finetune_from_hugging_face_then_predict_a_file(tmp_path):
     model = json.loads((workdir / "best" / "bert_config.json").read_text())
     assert (model["num_layers"], model["hidden_size"], model["intermediate_size"]) == (1, 32, 64)
     assert model["hidden_dropout_rate"] == 0.1  # the fine-tuning config's, set over the model's
-    test_ids = classification.rotten_tomatoes().splits["test"].ids.tolist()
+    test_ids = classification_reading.rotten_tomatoes().splits["test"].ids.tolist()
     lines = (workdir / "predictions_test.jsonl").read_text().splitlines()
     assert [json.loads(line)["id"] for line in lines] == test_ids
 

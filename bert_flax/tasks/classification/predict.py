@@ -17,7 +17,7 @@ from jax.sharding import Mesh
 from bert_flax.data import contract, tokenization
 from bert_flax.model.config import BertConfig
 from bert_flax.runs import parameters
-from bert_flax.tasks.classification import data, metrics
+from bert_flax.tasks.classification import data, metrics, reading
 from bert_flax.tasks.classification.model import BertForSequenceClassification
 from bert_flax.tasks.inference import predict_rows
 
@@ -128,7 +128,7 @@ def read_texts_of_task(path: str, workdir: str) -> Callable[[dict[str, Any]], da
     of the kind the model was fine-tuned on."""
 
     def read(head: dict[str, Any]) -> data.LabelledSplit:
-        split = data.read_texts(path)
+        split = reading.read_texts(path)
         check_kind(split, head, path, workdir)
         return split
 

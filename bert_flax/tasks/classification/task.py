@@ -1,5 +1,5 @@
 """Fine-tuning: `BertForSequenceClassification` (classification or regression) on packed rows of
-labelled text (`data.py`), one epoch of batches at a time."""
+labelled text (`data.py`, read by `reading.py`), one epoch of batches at a time."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from bert_flax.model import losses
 from bert_flax.model.config import BertConfig
 from bert_flax.tasks.base import Batch, data_identity, model_config_from
 from bert_flax.tasks.classification import data as classification
-from bert_flax.tasks.classification import metrics, predict
+from bert_flax.tasks.classification import metrics, predict, reading
 from bert_flax.tasks.classification.model import (
     CLASSIFICATION,
     BertForSequenceClassification,
@@ -44,7 +44,7 @@ def labelled_data(config: ml_collections.ConfigDict) -> classification.LabelledD
     (`config.data.train_file` [, `validation_file`, `test_file`])."""
     data = config.data
     if data.train_file:
-        return classification.read_labelled_files(
+        return reading.read_labelled_files(
             data.train_file,
             data.validation_file or None,
             data.test_file or None,
@@ -61,7 +61,7 @@ def labelled_data(config: ml_collections.ConfigDict) -> classification.LabelledD
         raise ValueError(
             "rotten_tomatoes is a classification set; set config.data.regression=False."
         )
-    return classification.rotten_tomatoes(seed=data.split_seed)
+    return reading.rotten_tomatoes(seed=data.split_seed)
 
 
 def metric_names(config: ml_collections.ConfigDict, num_labels: int) -> tuple[list[str], str]:

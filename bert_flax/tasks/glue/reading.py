@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 from absl import logging
 
-from bert_flax.tasks.classification.data import LabelledData, LabelledSplit, read_records
+from bert_flax.tasks.classification.data import LabelledData, LabelledSplit
+from bert_flax.tasks.classification.reading import read_records
 from bert_flax.tasks.glue.table import Spec
 
 # (where, record): "path:line" of a record, and its columns.

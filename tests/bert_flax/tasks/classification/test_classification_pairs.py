@@ -8,8 +8,7 @@ import re
 import numpy as np
 
 from bert_flax.data import corpus
-from bert_flax.tasks.classification import data as classification
-from bert_flax.tasks.classification import pairs
+from bert_flax.tasks.classification import pairs, reading
 
 SPEECH = corpus.Document(
     "speech.txt",
@@ -36,7 +35,7 @@ def test_labels_follow_the_rule_and_both_occur():
 def test_written_files_read_as_sentence_pairs(tmp_path):
     counts = pairs.write_sets(str(tmp_path))
     assert min(counts.values()) > 100
-    data = classification.read_labelled_files(
+    data = reading.read_labelled_files(
         str(tmp_path / "train.tsv"), str(tmp_path / "dev.tsv"), str(tmp_path / "test.tsv")
     )
     assert data.label_names == list(pairs.LABELS)
