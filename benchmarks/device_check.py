@@ -2,11 +2,11 @@
 
   python -m benchmarks.device_check            # one JSON line per check, then a summary line
 
-1. attention: the cuDNN (`jax.nn.dot_product_attention`), "auto" (the platform's Pallas
-   kernel: splash on TPU, pallas_gpu on GPU) and, on a GPU, the block-skipping "packed_gpu"
-   back-ends against XLA's dense-mask attention on packed segment ids, bfloat16, BERT-base
-   heads: max error and time of each (a back-end that does not run on this platform reports its
-   error).
+1. attention: the cuDNN (`jax.nn.dot_product_attention`), the platform's Pallas kernel that
+   visits every block (splash on TPU, pallas_gpu elsewhere) and "auto" (the one that skips the
+   blocks sequences never share: packed_tpu on TPU, packed_gpu on GPU) back-ends against XLA's
+   dense-mask attention on packed segment ids, bfloat16, BERT-base heads: max error and time of
+   each (a back-end that does not run on this platform reports its error).
 2. block_sparse: the Pallas block-sparse kernels compiled for blocks of 32 and 16 at 10%
    density, checked against the dense masked matmul, timed forward and forward+backward against
    the dense matmul (medians).
@@ -73,8 +73,8 @@ def check_attention() -> dict:
     real = np.asarray(segment_ids > 0)[..., None, None]
     results = {}
     reference = None
-    skipping = ("packed_gpu",) if jax.default_backend() in ("gpu", "cpu") else ()
-    for name in ("xla", "cudnn", "auto", *skipping):
+    dense = "splash" if jax.default_backend() == "tpu" else "pallas_gpu"
+    for name in ("xla", "cudnn", dense, "auto"):
         fn = jax.jit(lambda q, k, v, s, name=name: attention.attention(q, k, v, s, impl=name))
         try:
             out = np.asarray(fn(q, k, v, segment_ids), np.float32)

@@ -52,16 +52,17 @@ def test_compile_command_reports_fit_flops_collectives_and_a_roofline(tmp_path):
 
 @pytest.mark.slow(seconds=40)
 def test_compile_command_compiles_for_a_gpu_with_its_kernel(tmp_path):
-    """jax's CUDA plugin (`make venv`) found in a fresh process; 'auto' gets the Triton kernel."""
+    """jax's CUDA plugin (`make venv`) found in a fresh process; 'auto' gets the block-skipping
+    Triton kernel."""
     out = tmp_path / "tiny_h100.json"
     done = compile_command(
         "--target=h100", f"--json={out}", "--config.model.attention_impl=auto",
         "--config.model.attention_dropout_rate=0",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "attention=pallas_gpu" in done.stdout and "fits" in done.stdout
+    assert "attention=packed_gpu" in done.stdout and "fits" in done.stdout
     report = json.loads(out.read_text())
-    assert report["target"] == "h100" and report["model"]["attention"] == "pallas_gpu"
+    assert report["target"] == "h100" and report["model"]["attention"] == "packed_gpu"
     assert report["hlo_flops"] > 0 and not report["uncounted_kernels"]
 
 
