@@ -703,9 +703,21 @@ def compile_optimizers_block(read: Read) -> str:
     return optimizer_table(cells) if cells else "Not compiled yet: `--optimizers`."
 
 
+def compile_long_block(read: Read) -> str:
+    cells = read("compile_table").get("long_cells")
+    if not cells:
+        return "Not compiled yet: `--long_context`."
+    order = {key: i for i, key in enumerate(LONG_CELLS)}
+    cells = sorted(cells, key=lambda c: order.get(_long_key(c), len(order)))
+    todo = [key for key in LONG_CELLS if key not in {_long_key(c) for c in cells}]
+    missing = [f"{'packed' if p else 'padded'} {n:,} on {t} with {a}" for _, n, t, p, a in todo]
+    return long_table(cells) + ("\n\nNot compiled yet: " + ", ".join(missing) + "." if todo else "")
+
+
 BLOCKS: dict[str, Callable[[Read], str]] = {
     "compile_table": compile_block,
     "compile_table_optimizers": compile_optimizers_block,
+    "compile_table_long": compile_long_block,
 }
 README_ROW = (
     compile_row,

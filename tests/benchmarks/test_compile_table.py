@@ -243,6 +243,20 @@ def test_the_long_table_reads_the_gain_the_share_and_the_need(load_benchmark):
     assert "| - |" in bench.long_table(cells[:2])  # no dense kernel's cell: no need to read against
 
 
+def test_the_long_block_keeps_the_cells_order_and_names_those_not_compiled(load_benchmark):
+    bench = load_benchmark("compile_table")
+    skipping = long_cell("packed_tpu", True, 95.0, 4, 2.0, {"attention_fused": 0.4})
+    dense = long_cell("splash", True, 50.0, 8, 4.0, {"attention_fused": 2.0})
+    padded = [long_cell(k, False, 10.0, 8, 4.0, {}) for k in ("splash", "packed_tpu")]
+    block = bench.compile_long_block(lambda name: {"long_cells": [skipping, *padded, dense]})
+    rows = [line for line in block.splitlines() if line.startswith("| 8,192")]
+    assert [row.split(" | ")[2] for row in rows] == ["splash", "packed_tpu"]  # LONG_CELLS order
+    missing = block.split("Not compiled yet: ")[1]
+    assert missing.count(" with ") == len(bench.LONG_CELLS) - 4
+    assert "packed 8,192 on h100 with packed_gpu" in missing
+    assert "8,192 on v5e-8 with" not in missing  # the four given
+
+
 def test_long_context_compiles_only_the_long_cells_under_their_own_key(
     load_benchmark, monkeypatch, tmp_path
 ):
