@@ -13,7 +13,7 @@ its rules, optimizer, attention, remat policy, scanned layers) at the model's fu
 the recipe's rows: BERT's 256 sequences a step (packed: 256 / p rows, p from
 `packing.synthetic.corpus_like_histogram`, the figures of a real Wikipedia histogram), one
 micro-batch; a block-skipping attention kernel (packed_tpu, packed_gpu) is charged the share of
-block pairs it visits in that packing's rows (`program.attention_visited_fraction`).
+block pairs it visits in that packing's rows (`packings.attention_visited_fraction`).
 Two readings of that compile, both linear in the rows:
 - the largest batch: the train state's bytes are fixed, the temporaries grow with the rows, so
   the most rows a data shard takes is where fixed + temporaries per row x rows meets the chip's
@@ -41,10 +41,10 @@ The long-context rows (`LONG_CELLS`) are cells as above of BERT-base at 1,024-8,
 (configs/bert_base_long.py), packed and padded, each with the platform's flash kernel that visits
 every block (`DENSE_KERNELS`: splash on TPU, pallas_gpu on GPU, "auto"'s before the block-skipping
 ones) and with the block-skipping kernel (`SKIPPING_KERNELS`, "auto"'s now). Their rows
-come from the web-like long-context histogram (`program.PACKINGS["web_like"]`, the `lognormal_web`
+come from the web-like long-context histogram (`packings.PACKINGS["web_like"]`, the `lognormal_web`
 files of packing/data/) packed by the config's packer, which gives the packing factor, the share of
 block pairs the skipping kernel visits and the share of scores the sequences need (the sum of li^2
-over L^2, `program.attention_needed_fraction`). `long_table` reads packed over padded sequences a
+over L^2, `packings.attention_needed_fraction`). `long_table` reads packed over padded sequences a
 second against the factor, attention's share of the step, and the skipping kernel's attention time
 against what that need costs at today's kernel's rate.
 """
@@ -64,7 +64,7 @@ import jax
 import numpy as np
 
 from benchmarks.lib.records import Read, commit, now
-from bert_flax.aot import program, targets
+from bert_flax.aot import packings, program, roofline, targets
 from bert_flax.model import config as config_lib
 from configs import (
     bert_base,
@@ -97,7 +97,7 @@ REMAT_CELLS = [("base", 512, "v5e-8", True), ("large", 512, "v5e-8", True)]
 BREAKDOWN_CELLS = [("base", 512, "v5e-8", True), ("base", 512, "v6e-8", True),
                    ("base", 512, "h100", True), ("base", 512, "h200", True),
                    ("large", 512, "v5e-8", True)]  # fmt: skip
-# Classes whose cost does not grow with the batch (`profile.classify`): the update of the state.
+# Classes whose cost does not grow with the batch (`hlo.classify`): the update of the state.
 PER_STEP_CLASSES = ("optimizer",)
 # Optimizer rows: BERT-base packed at 128 (the race's phase 1) on a v5e-8, one per optimizer.
 REFERENCE_OPTIMIZER = "sgd"  # no momentum: the update costs next to nothing
@@ -108,7 +108,7 @@ HOST_SAMPLE = 64
 # Long-context rows: (model, length, target, packed, attention_impl), every one packed and padded,
 # with the platform's flash kernel that visits every block and with the one that skips blocks
 # ("auto"'s), per `targets.Target.platform`.
-LONG_PACKING = "web_like"  # `program.PACKINGS`: the long-context histogram the rows are packed from
+LONG_PACKING = "web_like"  # `packings.PACKINGS`: the long-context histogram of the rows
 DENSE_KERNELS = {"tpu": "splash", "cuda": "pallas_gpu"}
 SKIPPING_KERNELS = {"tpu": "packed_tpu", "cuda": "packed_gpu"}
 LONG_CELLS = [
@@ -118,7 +118,7 @@ LONG_CELLS = [
     for packed in (True, False)
     for kernels in (DENSE_KERNELS, SKIPPING_KERNELS)
 ]
-# The classes of attention's own work (`profile.classify`): scores, context, a fused kernel.
+# The classes of attention's own work (`hlo.classify`): scores, context, a fused kernel.
 ATTENTION_CLASSES = ("attention_scores", "attention_context", "attention_fused")
 # Stored with the results; a rerun keeps only cells of this method. Change it when what a cell
 # compiles or how it is read changes (the docstring).
@@ -155,10 +155,10 @@ class Compiled:
     collective_bytes: float
     classes: dict[str, float]  # roofline seconds per op class
     collective_s: float
-    model_flops: float  # per step, all devices (`program.model_flops_per_step`)
-    model: dict  # layers, parameters, attention, ... (`program.Report.model`)
+    model_flops: float  # per step, all devices (`roofline.model_flops_per_step`)
+    model: dict  # layers, parameters, attention, ... (`roofline.Report.model`)
     compile_s: float
-    attention_visited_fraction: float = 1.0  # `program.Report`'s: the skipping kernels' charge
+    attention_visited_fraction: float = 1.0  # `roofline.Report`'s: the skipping kernels' charge
 
     @property
     def step_s(self) -> float:
@@ -191,7 +191,7 @@ def compile_cell(
             raise
         config.train.batch_size = config.eval.batch_size = shards * (rows // shards // 2)
         return compile_cell(config, target, devices, factor, visited)
-    report = program.report(steps, target)
+    report = roofline.report(steps, target)
     memory = report.train_memory
     return Compiled(
         rows=report.rows_per_step,
@@ -252,7 +252,7 @@ class Cell:
 
 
 def packing_spec(length: int) -> str:
-    """The `program.PACKINGS` name a cell's rows are packed from."""
+    """The `packings.PACKINGS` name a cell's rows are packed from."""
     return LONG_PACKING if length > 512 else "corpus_like"
 
 
@@ -266,8 +266,8 @@ def measure_cell(
         model, length, packed, rows, target, remat, attention
     )
     spec = packing_spec(length)
-    factor = program.packing_factor(build(shards), spec)
-    visited = program.attention_visited_fraction(build(shards), spec)
+    factor = packings.packing_factor(build(shards), spec)
+    visited = packings.attention_visited_fraction(build(shards), spec)
     recipe = shards * math.ceil(RECIPE_SEQUENCES / factor / shards)
     compiled = compile_cell(build(recipe), target, devices, factor, visited)
     largest = compiled.largest_rows(target.chip.hbm_bytes, shards)
@@ -298,7 +298,7 @@ def measure_long_cell(model: str, length: int, target_name: str, packed: bool,
     """A `LONG_CELLS` row: the cell with `attention`, and the share of dense attention's scores
     its rows' sequences need."""
     config = cell_config(model, length, packed, 1, targets.target(target_name), None, attention)
-    needed = program.attention_needed_fraction(config, LONG_PACKING)
+    needed = packings.attention_needed_fraction(config, LONG_PACKING)
     cell = measure_cell(model, length, target_name, packed, attention).as_dict()
     return cell | {"attention_impl": attention, "attention_needed_fraction": needed}
 
@@ -372,9 +372,9 @@ def measure_optimizer_cell(model: str, length: int, target_name: str, optimizer:
     config.data.synthetic = True
     config.train.accumulation, config.train.batch_size = 1, micro
     config.eval.batch_size = micro
-    factor = program.packing_factor(config, "corpus_like")
+    factor = packings.packing_factor(config, "corpus_like")
     steps = program.compile_steps(config, devices, factor, evaluate=False)
-    report = program.report(steps, target)
+    report = roofline.report(steps, target)
     classes = {name: c.seconds for name, c in report.classes.items()}
     compiled = Compiled(
         rows=report.rows_per_step, memory=report.train_memory.total,
@@ -563,7 +563,7 @@ def remat_table(cells: list[dict]) -> str:
 
 
 def breakdown(cells: list[dict], key: tuple[str, int, str, bool]) -> str:
-    """Where the step of one cell goes, by op class (`profile.classify`)."""
+    """Where the step of one cell goes, by op class (`hlo.classify`)."""
     (cell,) = [c for c in cells if _key(c) == key] or [None]
     if cell is None:
         return ""

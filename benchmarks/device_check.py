@@ -157,7 +157,7 @@ def check_profile() -> dict:
 
 
 def check_prediction() -> dict:
-    from bert_flax.aot import program, targets
+    from bert_flax.aot import program, roofline, targets
     from bert_flax.train import setup as train_setup
     from configs import bert_base, tiny
 
@@ -169,7 +169,8 @@ def check_prediction() -> dict:
     if not SMALL:
         config.model.num_layers, config.train.packing_hparams = 4, "none"
         config.train.batch_size = config.eval.batch_size = 32 * jax.device_count()
-    predicted = program.report(program.compile_steps(config, jax.devices(), evaluate=False), target)
+    steps = program.compile_steps(config, jax.devices(), evaluate=False)
+    predicted = roofline.report(steps, target)
     setup = train_setup.create_train_setup(config)
     state, batch = setup.state, setup.make_batch()
     times = []

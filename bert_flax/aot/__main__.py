@@ -10,7 +10,7 @@ The train and eval steps are compiled exactly as a run builds them (`--config.FI
 abstract shapes: no accelerator, parameter or batch is needed. Without
 `--config.data.data_dir` the rows are synthetic, of the config's shapes. The report gives HBM per
 device against the chip's, FLOPs, the collectives in the program, and a roofline step time with
-the sequences per second it implies (a prediction: `bert_flax.aot.program`). `--largest_batch`
+the sequences per second it implies (a prediction: `bert_flax.aot.roofline`). `--largest_batch`
 bisects over compiles for the most rows per step that fit. A user error ends as one line, exit
 status 2.
 """
@@ -24,7 +24,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from bert_flax import errors
-from bert_flax.aot import program, targets
+from bert_flax.aot import largest_batch, packings, roofline, targets
 from bert_flax.train import overrides
 
 config_flags.DEFINE_config_file("config", None, "Config file (e.g. configs/bert_base.py:phase2).")
@@ -33,9 +33,9 @@ _PACKING_FACTOR = flags.DEFINE_string(
     "packing_factor",
     "",
     "Sequences per row to adapt the batch to and report sequences/s by: empty for the task's "
-    f"data, a number, or one of {sorted(program.PACKINGS)}: the config's packer (data.algorithm, "
+    f"data, a number, or one of {sorted(packings.PACKINGS)}: the config's packer (data.algorithm, "
     "data.max_sequences_per_pack) on that length histogram at the config's length "
-    "(bert_flax.aot.program.PACKINGS: corpus_like, the figures of a real Wikipedia histogram at "
+    "(bert_flax.aot.packings.PACKINGS: corpus_like, the figures of a real Wikipedia histogram at "
     "128 and 512; web_like, the bundled lognormal_web long-context histogram, 1,024-8,192). The "
     "block-skipping attention is charged the block pairs it visits in those rows.",
 )
@@ -55,18 +55,18 @@ def main(argv: list[str]) -> None:
         config.data.synthetic = True
     target = targets.target(_TARGET.value)
     devices = targets.compile_only_devices(target)  # before jax runs anything (the fraction)
-    factor = program.packing_factor(config, _PACKING_FACTOR.value)
-    visited = program.attention_visited_fraction(config, _PACKING_FACTOR.value)
+    factor = packings.packing_factor(config, _PACKING_FACTOR.value)
+    visited = packings.attention_visited_fraction(config, _PACKING_FACTOR.value)
     largest = None
     if _LARGEST_BATCH.value:
-        largest, report = program.largest_batch(
+        largest, report = largest_batch.largest_batch(
             config, target, factor, attention_visited_fraction=visited
         )
         if report is None:
             raise ValueError(f"Not one row per data shard fits on {target.name}.")
     else:
-        report = program.compile_for(config, target, factor, devices, visited)
-    print(program.format_report(report, largest))
+        report = roofline.compile_for(config, target, factor, devices, visited)
+    print(roofline.format_report(report, largest))
     if _JSON.value:
         out = report.as_dict() | {"largest_batch": largest}
         with open(_JSON.value, "w", encoding="utf-8") as f:

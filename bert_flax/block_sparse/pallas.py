@@ -62,7 +62,7 @@ def _grouped_product(a2, w_blocks, plan: GroupedPlan, bs: int, out_features: int
     full = lambda arr: pl.BlockSpec(arr.shape, lambda t, j, nd=arr.ndim: (0,) * nd)
     out = pl.pallas_call(
         functools.partial(_grouped_kernel, bs=bs),
-        name="block_sparse_product",  # the roofline knows it by name (profile.hlo)
+        name="block_sparse_product",  # the roofline knows it by name (bert_flax.hlo.cost)
         out_shape=jax.ShapeDtypeStruct((a2.shape[0], out_features), a2.dtype),
         grid=(a2.shape[0] // tile, out_features // bs),
         in_specs=[
@@ -121,7 +121,7 @@ def backward(x2, blocks, g2, layout: BlockSparseLayout, *, interpret: bool = Fal
     full = lambda arr: pl.BlockSpec(arr.shape, lambda n, nd=arr.ndim: (0,) * nd)
     dblocks = pl.pallas_call(
         functools.partial(_weight_grad_kernel, bs=bs, tile=tile, n_tiles=xp.shape[0] // tile),
-        name="block_sparse_weight_grad",  # the roofline knows it by name (profile.hlo)
+        name="block_sparse_weight_grad",  # the roofline knows it by name (bert_flax.hlo.cost)
         out_shape=jax.ShapeDtypeStruct(blocks.shape, blocks.dtype),
         grid=(layout.nnz,),
         in_specs=[full(rows), full(cols), full(xp), full(gp)],

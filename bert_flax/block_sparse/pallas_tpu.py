@@ -78,7 +78,7 @@ def _grouped_product(a2, w_blocks, plan: GroupedPlan, out_features: int, interpr
     )
     out = pl.pallas_call(
         _product_kernel,
-        name="block_sparse_product",  # the roofline knows it by name (profile.hlo)
+        name="block_sparse_product",  # the roofline knows it by name (bert_flax.hlo.cost)
         out_shape=jax.ShapeDtypeStruct((padded.shape[0], out_features), a2.dtype),
         grid_spec=grid_spec,
         compiler_params=pltpu.CompilerParams(
@@ -138,7 +138,7 @@ def backward(x2, blocks, g2, layout: BlockSparseLayout, *, interpret: bool = Fal
     )
     dblocks = pl.pallas_call(
         _weight_grad_kernel,
-        name="block_sparse_weight_grad",  # the roofline knows it by name (profile.hlo)
+        name="block_sparse_weight_grad",  # the roofline knows it by name (bert_flax.hlo.cost)
         out_shape=jax.ShapeDtypeStruct(blocks.shape, blocks.dtype),
         grid_spec=grid_spec,
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),

@@ -8,9 +8,9 @@ CLI for a configured BERT training step: `python -m bert_flax.profile --config=c
 See docs/profile.md.
 """
 
-from bert_flax.profile import ceilings, classify, hlo, report, trace
+from bert_flax.hlo.classify import CLASSES, LABELS, MATMUL_CLASSES, NON_MATMUL_CLASSES
+from bert_flax.profile import ceilings, report, trace
 from bert_flax.profile.ceilings import Ceilings
-from bert_flax.profile.classify import CLASSES, LABELS, MATMUL_CLASSES, NON_MATMUL_CLASSES
 from bert_flax.profile.profiler import ClassStats, OpRecord, StepProfile, analyse, profile_step
 
 __all__ = [
@@ -24,8 +24,6 @@ __all__ = [
     "StepProfile",
     "analyse",
     "ceilings",
-    "classify",
-    "hlo",
     "profile_step",
     "report",
     "trace",

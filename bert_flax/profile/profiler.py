@@ -11,13 +11,15 @@ from __future__ import annotations
 import collections
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import jax
 
+from bert_flax import hlo
+from bert_flax.hlo import classify
 from bert_flax.profile import ceilings as ceilings_lib
-from bert_flax.profile import classify, hlo, trace
+from bert_flax.profile import trace
 
 
 @dataclasses.dataclass
@@ -143,17 +145,6 @@ class StepProfile:
         return t / self.step_ms
 
 
-def _xla_totals(compiled) -> dict[str, float]:
-    try:
-        cost = compiled.cost_analysis()
-    except Exception:  # some backends do not implement it
-        return {}
-    if isinstance(cost, Sequence) and not isinstance(cost, dict):
-        cost = cost[0] if cost else {}
-    keys = ("flops", "transcendentals", "bytes accessed")
-    return {k: float(cost[k]) for k in keys if cost and k in cost}
-
-
 def analyse(
     module: hlo.HloModule,
     times: trace.TraceTimes,
@@ -161,20 +152,16 @@ def analyse(
     vocab_size: int | None = None,
 ) -> tuple[list[OpRecord], list[ClassStats]]:
     """Join trace times with HLO costs and classes."""
-    executed = module.executed_ops()
-    classes = classify.Classifier(module, vocab_size=vocab_size).classify(executed)
     records = []
-    for e in executed:
-        inst = e.instruction
-        cost = hlo.op_cost(module, inst)
-        count = e.count if e.count is not None else times.op_count.get(inst.name, 1.0)
-        c = classes[inst.name]
+    for costed in classify.costed_ops(module, module.executed_ops(), vocab_size=vocab_size):
+        name, cost, c = costed.op.instruction.name, costed.cost, costed.op_class
+        count = costed.op.count if costed.op.count is not None else times.op_count.get(name, 1.0)
         records.append(
             OpRecord(
-                inst.name,
+                name,
                 c.op_class,
                 c.reason,
-                times.op_us.get(inst.name, 0.0) * 1e-3,
+                times.op_us.get(name, 0.0) * 1e-3,
                 count,
                 cost.flops * count,
                 cost.bytes * count,
@@ -260,6 +247,6 @@ def profile_step(
         classes=stats,
         ops=sorted(records, key=lambda r: -r.time_ms),
         ceilings=ceilings or None,
-        xla_cost=_xla_totals(compiled),
+        xla_cost=hlo.xla_cost_analysis(compiled),
         trace_file=times.trace_file,
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from bert_flax.profile import classify
+from bert_flax.hlo import classify
 from bert_flax.profile.profiler import ClassStats, StepProfile
 
 _HEADER = ("class", "time %", "ms", "GFLOP", "GB", "FLOP/B", "GFLOP/s", "% ceil")

@@ -120,7 +120,7 @@ class TrainSetup(TrainProgram):
 
     @property
     def num_params(self) -> int:
-        return sum(int(x.size) for x in jax.tree_util.tree_leaves(self.state.params))
+        return parameter_count(self.state.params)
 
     def loop_step(
         self, state: TrainState, batch: Any, rng: jax.Array, step: int
@@ -309,6 +309,11 @@ def jit_steps(
         out_shardings=replicated,
     )
     return train, evaluate
+
+
+def parameter_count(params: Any) -> int:
+    """The number of parameters in `params` (arrays or abstract ones)."""
+    return sum(math.prod(x.shape) for x in jax.tree_util.tree_leaves(params))
 
 
 # -- Config --------------------------------------------------------------------------------------

@@ -194,21 +194,21 @@ def test_a_long_cell_builds_its_length_position_table_and_kernel(load_benchmark,
 
 def test_the_web_like_packing_at_8192_packs_and_skips_most_blocks(load_benchmark):
     import packing
-    from bert_flax.aot import program, targets
+    from bert_flax.aot import packings, targets
 
     bench = load_benchmark("compile_table")
     spec = bench.packing_spec(8192)
     config = bench.cell_config("base", 8192, True, 8, targets.target("v5e-8"), None, "packed_tpu")
-    factor = program.packing_factor(config, spec)
-    visited = program.attention_visited_fraction(config, spec)
-    needed = program.attention_needed_fraction(config, spec)
+    factor = packings.packing_factor(config, spec)
+    visited = packings.attention_visited_fraction(config, spec)
+    needed = packings.attention_needed_fraction(config, spec)
     assert factor > 4 and 0 < needed <= visited < 0.5  # the blocks visited hold every score needed
     # Padded: a document a row, so the need is the histogram's mean l^2 over L^2.
     config.data.packed = False
     hist = packing.histogram.long_context_histogram("lognormal_web", 8192)
     lengths = np.arange(hist.size)
-    assert program.packing_factor(config, spec) == 1.0
-    assert program.attention_needed_fraction(config, spec) == pytest.approx(
+    assert packings.packing_factor(config, spec) == 1.0
+    assert packings.attention_needed_fraction(config, spec) == pytest.approx(
         (hist * lengths**2).sum() / hist.sum() / 8192**2
     )
     assert bench.packing_spec(512) == "corpus_like"

@@ -23,9 +23,9 @@ CALLED = [
     "bert_flax.demo.finetuning_config",
     "bert_flax.profile.report.format_table",
     "bert_flax.profile.configured.profile_config",
-    "bert_flax.aot.program.compile_for",
+    "bert_flax.aot.roofline.compile_for",
     "bert_flax.aot.targets.target",
-    "bert_flax.aot.program.format_report",
+    "bert_flax.aot.roofline.format_report",
     "configs.bert_base.get_config",
 ]
 CONFIG_FIELDS = [

@@ -16,9 +16,9 @@ import sys
 import numpy as np
 import pytest
 
-from bert_flax import sharding
-from bert_flax.aot import program, targets
-from bert_flax.profile import classify, hlo
+from bert_flax import hlo, sharding
+from bert_flax.aot import largest_batch, packings, program, roofline, targets
+from bert_flax.hlo import classify
 from bert_flax.train.setup import create_train_program
 from configs import bert_base, tiny
 
@@ -46,13 +46,13 @@ def tiny_config(mesh=(4, 1, 1), **model):
     return config
 
 
-def compiled(config) -> tuple[program.Compiled, program.Report]:
+def compiled(config) -> tuple[program.Compiled, roofline.Report]:
     steps = program.compile_steps(config, list(v5e_devices()))
-    return steps, program.report(steps, V5E_4)
+    return steps, roofline.report(steps, V5E_4)
 
 
 @functools.cache
-def compiled_tiny(mesh=(4, 1, 1), optimizer="adamw") -> tuple[program.Compiled, program.Report]:
+def compiled_tiny(mesh=(4, 1, 1), optimizer="adamw") -> tuple[program.Compiled, roofline.Report]:
     """The tiny config's steps on v5e-4 (shared by the tests of one worker)."""
     config = tiny_config(mesh)
     config.optimizer.name = optimizer
@@ -67,7 +67,7 @@ def custom_calls(executable) -> set[str]:
     }
 
 
-def kinds(report: program.Report) -> set[str]:
+def kinds(report: roofline.Report) -> set[str]:
     return {c.kind for c in report.collectives}
 
 
@@ -156,7 +156,7 @@ def test_block_sparse_ffn_compiles_its_mosaic_kernels():
 def test_fsdp_gathers_parameters_and_scatters_gradients():
     _, data = compiled_tiny((4, 1, 1))
     _, fsdp = compiled_tiny((1, 4, 1))
-    # TPU writes a reduce-scatter as an "all-reduce-scatter" fusion (`program.collectives`).
+    # TPU writes a reduce-scatter as an "all-reduce-scatter" fusion (`roofline.collectives`).
     assert {"all-gather", "reduce-scatter"} <= kinds(fsdp)
     assert "all-gather" not in kinds(data)
     # Parameters and Adam's moments are split four ways along the embed dim.
@@ -249,7 +249,7 @@ def test_the_512_presets_compile_their_platforms_flash_kernel(target):
     steps = program.compile_steps(config, devices)
     kernel, call_target, forward, backward = PLATFORM_KERNELS[target.platform]
     assert steps.program.attention_impl == kernel
-    assert program.report(steps, target).model["attention"] == kernel
+    assert roofline.report(steps, target).model["attention"] == kernel
     names = forward | backward
     assert pallas_kernels(steps.train, call_target, names) == names
     assert pallas_kernels(steps.eval, call_target, names) == forward
@@ -265,7 +265,7 @@ def test_gpu_programs_run_layer_norm_as_cudnn_kernels_and_charge_them(target):
     steps = program.compile_steps(config, devices, evaluate=False)
     norms = steps.train.as_text().count('custom_call_target="__cudnn$norm"')
     assert norms == (1 + 2 + 1 if target.platform == "cuda" else 0)
-    assert program.report(steps, target).uncounted_kernels == []
+    assert roofline.report(steps, target).uncounted_kernels == []
 
 
 # The flash kernels that visit every block, which "auto" chose before the skipping ones: still
@@ -317,11 +317,11 @@ def test_a_sliding_window_is_charged_only_the_blocks_within_it():
     are charged 10 with it, and the task's synthetic packed rows less than without it."""
     config = bert_base.get_config("phase2")
     config.data.synthetic = True
-    visited = program.attention_visited_fraction(config, "")
-    assert 0 < program.attention_visited_fraction(config, "", window=128) < visited
+    visited = packings.attention_visited_fraction(config, "")
+    assert 0 < packings.attention_visited_fraction(config, "", window=128) < visited
     config.data.packed = False
-    assert program.attention_visited_fraction(config, "") == 1.0
-    assert program.attention_visited_fraction(config, "", window=128) == 10 / 16
+    assert packings.attention_visited_fraction(config, "") == 1.0
+    assert packings.attention_visited_fraction(config, "", window=128) == 10 / 16
 
 
 @pytest.mark.slow(seconds=40)
@@ -334,10 +334,10 @@ def test_block_skipping_attention_is_charged_the_blocks_it_visits(impl, target):
     cache), as for the kernels that visit every block."""
     config, devices = narrow_512_preset(target)
     config.model.update(attention_impl=impl, attention_dropout_rate=0.0)
-    visited = program.attention_visited_fraction(config, "")
+    visited = packings.attention_visited_fraction(config, "")
     assert 0 < visited < 0.9
     steps = program.compile_steps(config, devices, attention_visited_fraction=visited)
-    report = program.report(steps, target)
+    report = roofline.report(steps, target)
     assert report.uncounted_kernels == []
     assert report.attention_visited_fraction == visited
     module = hlo.parse_module(steps.train.as_text())
@@ -381,14 +381,14 @@ def test_largest_batch_bisects_to_the_last_fitting_size(monkeypatch, caplog):
     def fake_compile_for(config, target, packing_factor, devices, attention_visited_fraction):
         rows = config.train.batch_size
         compiled_rows.append(rows)
-        memory = program.Memory(0, 0, 0, rows * targets.GIB / 4, 0)
+        memory = roofline.Memory(0, 0, 0, rows * targets.GIB / 4, 0)
         return type("R", (), {"fits": rows <= 44, "train_memory": memory, "eval_memory": None,
                               "compile_s": {"train": 1.0}})()  # fmt: skip
 
     monkeypatch.setattr(program, "compile_for", fake_compile_for)
     config = tiny_config((4, 1, 1))
     with caplog.at_level(logging.INFO):
-        rows, report = program.largest_batch(config, V5E_4)
+        rows, report = largest_batch.largest_batch(config, V5E_4)
     assert rows == 44 and report.fits  # 11 rows on each of 4 data shards
     assert max(compiled_rows) == 64 and len(compiled_rows) <= 8
     assert config.train.batch_size == 8  # the caller's config is left as it was
@@ -403,4 +403,4 @@ def test_model_flops_match_a_hand_count():
               "layer": {"kernel": np.zeros((4, 4))}}  # fmt: skip
     row = type("S", (), {"max_seq_length": 8, "max_predictions_per_pack": 3})()
     # per token 6 * 16 + 12 * 2 * 4 * 8 = 864; 8 tokens; decoder 6 * 10 * 4 * 3 = 720; 2 rows
-    assert program.model_flops_per_step(params, cfg, 2, row) == 2 * (864 * 8 + 720)
+    assert roofline.model_flops_per_step(params, cfg, 2, row) == 2 * (864 * 8 + 720)

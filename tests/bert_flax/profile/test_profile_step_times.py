@@ -10,8 +10,9 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from bert_flax import profile
-from bert_flax.profile import classify, hlo, profiler, report, trace
+from bert_flax import hlo, profile
+from bert_flax.hlo import classify
+from bert_flax.profile import profiler, report, trace
 
 B, L, H, HEADS = 4, 64, 64, 2  # conftest's ToyBlock: x is (4, 64, 64), 2 heads, FFN 4 * H
 

@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from bert_flax.profile import hlo
+from bert_flax import hlo
 
 
 def compiled_module(fn, *args):

@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from bert_flax.profile import hlo
+from bert_flax import hlo
 
 MATMUL_CLASSES = (
     "attention_scores",
@@ -452,3 +452,29 @@ class Classifier:
         if opcodes & {"concatenate", "pad"}:
             return OpClass("concat_pad", what)
         return OpClass("data_movement", what)
+
+
+@dataclasses.dataclass(frozen=True)
+class CostedOp:
+    """An executed op, its class and its cost (one execution's)."""
+
+    op: hlo.ExecutedOp
+    op_class: OpClass
+    cost: hlo.OpCost
+
+
+def costed_ops(
+    module: hlo.HloModule,
+    executed: list[hlo.ExecutedOp],
+    *,
+    vocab_size: int | None = None,
+    visited: float = 1.0,
+) -> list[CostedOp]:
+    """Each of `executed` with its class and its cost (`hlo.op_cost`; the block-skipping
+    attention at the `visited` share of its block pairs): what the compile report's roofline and
+    the profiler's measured classes both add up by class."""
+    classes = Classifier(module, vocab_size=vocab_size).classify(executed)
+    return [
+        CostedOp(op, classes[op.instruction.name], hlo.op_cost(module, op.instruction, visited))
+        for op in executed
+    ]

@@ -3,8 +3,9 @@
 shapes and layouts XLA's TPU compiler prints): only off-chip bytes count, and a conditional is
 charged the branch a finite train step takes."""
 
-from bert_flax.aot import program, targets
-from bert_flax.profile import classify, hlo
+from bert_flax import hlo
+from bert_flax.aot import roofline, targets
+from bert_flax.hlo import classify
 
 # A prefetch of p0 into VMEM (S(1)), a fusion reading the prefetched copy and writing HBM, and a
 # slice of p0 into VMEM followed by its ConcatBitcast (a free view of the slices side by side).
@@ -87,7 +88,7 @@ def test_a_conditional_is_charged_the_branch_that_does_arithmetic():
     module = hlo.parse_module(CONDITIONAL)
     assert {op.instruction.name for op in module.executed_ops()} >= {"add", "copy"}
     chip = targets.target("v5e-8").chip
-    classes = program.roofline_by_class(module, chip, vocab_size=30522)
+    classes = roofline.roofline_by_class(module, chip, vocab_size=30522)
     assert sum(c.flops for c in classes.values()) == 4096
     assert sum(c.bytes for c in classes.values()) == 2 * 4 * 4096  # the add's, not the copy's
 

@@ -4,9 +4,10 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from bert_flax import hlo
+from bert_flax.hlo import classify
 from bert_flax.model.config import BertConfig
 from bert_flax.model.layers import BertLayer
-from bert_flax.profile import classify, hlo
 
 L, H, HEADS = 32, 64, 4
 

@@ -6,8 +6,8 @@ import jax.numpy as jnp
 import optax
 import pytest
 
-from bert_flax import profile
-from bert_flax.profile import classify, hlo
+from bert_flax import hlo, profile
+from bert_flax.hlo import classify
 
 
 def class_flops(fn, *args, vocab_size=None):
