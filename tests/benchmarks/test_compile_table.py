@@ -99,7 +99,7 @@ def test_a_program_too_big_for_the_hbm_is_compiled_at_half_its_rows(load_benchma
         )  # fmt: skip
 
     monkeypatch.setattr(bench.program, "compile_steps", compile_steps)
-    monkeypatch.setattr(bench.program, "report", report)
+    monkeypatch.setattr(bench.roofline, "report", report)
     config = ml_collections.ConfigDict({"train": {"batch_size": 128}, "eval": {"batch_size": 128}})
     assert bench.compile_cell(config, None, devices=[0] * 8, factor=2.0).rows == 32
     assert tried == [128, 64, 32]
