@@ -176,8 +176,6 @@ def initial_state(
             state = with_pretrained_params(setup, config.init_from, config.init_from_step)
         return state, progress
     state, saved = restored
-    # Checkpoints from before the counters existed (the first step adds compile_seconds).
-    saved = {"train_seconds": 0.0, "compile_seconds": 0.0, **saved}
     if config.init_from:
         logging.info("Resuming from %s's checkpoint; config.init_from is not used.", workdir)
     if saved.get("seed") != config.seed:
@@ -194,8 +192,13 @@ def initial_state(
             workdir,
         )
         phases = [*saved.get("phases", []), {"step": step, "data": data}]
-        return state, {**saved, "data_position": 0, "data": data, "phases": phases}
-    return state, saved
+        progress = {**saved, "data_position": 0, "data": data, "phases": phases}
+    else:
+        progress = {"train_seconds": 0.0, **saved}
+    # Checkpoints from before the counters existed; each key where their runs' saves put it.
+    progress.setdefault("train_seconds", 0.0)
+    progress.setdefault("compile_seconds", 0.0)
+    return state, progress
 
 
 def with_pretrained_params(setup: TrainSetup, path: str, step: int | None) -> TrainState:
