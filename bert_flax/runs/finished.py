@@ -5,8 +5,6 @@ read back when it ended on its own (`ended_run`), and reused by a driver when it
     final = finished.reusable_run(workdir, config, task) or loop.train_and_evaluate(config, workdir)
 """
 
-from __future__ import annotations
-
 import json
 import os
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
@@ -20,6 +18,8 @@ if TYPE_CHECKING:
     from bert_flax.tasks import Task
 
 FINAL_METRICS = "final_metrics.json"
+
+# No `from __future__ import annotations` here: it would hide `NotRequired` from TypedDict.
 
 
 class FinalMetrics(TypedDict):
@@ -62,7 +62,7 @@ def ended_run(workdir: str) -> FinalMetrics | None:
 
 
 def reusable_run(
-    workdir: str, config: ml_collections.ConfigDict, task: Task
+    workdir: str, config: ml_collections.ConfigDict, task: "Task"
 ) -> FinalMetrics | None:
     """The final metrics of the run in `workdir`, marked `"reused": True`, if it ended on its own
     (`ended_run`) and is the same run: its fingerprint (`fingerprint`: config, data, code) is that

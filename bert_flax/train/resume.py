@@ -13,8 +13,6 @@ of memory) leaves it in place and stops the run, so a rerun retries it. With sev
 all restore the same step and act on what the worst-off of them met.
 """
 
-from __future__ import annotations
-
 import enum
 import os
 import shutil
@@ -44,7 +42,8 @@ class Phase(TypedDict):
 
 
 class Progress(TypedDict):
-    """Where the run stands, saved beside the state in each checkpoint (its JSON item)."""
+    """Where the run stands, saved beside the state in each checkpoint (its JSON item). (No
+    `from __future__ import annotations` in this module: it would hide `NotRequired` here.)"""
 
     data_position: int  # batches of this phase's data consumed
     sequences_seen: float
@@ -330,7 +329,7 @@ class PreemptionGuard:
             logging.flush()
             os._exit(128 + data[0])
 
-    def __enter__(self) -> PreemptionGuard:
+    def __enter__(self) -> "PreemptionGuard":
         for sig in self.signals:
             try:
                 self._previous[sig] = signal.signal(sig, self._handle)

@@ -17,6 +17,7 @@ import pytest
 from bert_flax.runs.metrics import read_metrics
 from bert_flax.tasks.pretraining import task as pretraining
 from bert_flax.train import loop, resume
+from bert_flax.train.resume import Progress
 from bert_flax.train.setup import create_train_setup
 
 N = 3
@@ -66,6 +67,7 @@ def test_resume_reproduces_straight_run(
         k: v for k, v in progress_b.items() if k not in timed
     }  # data position, sequences seen, seed
     assert progress_b["train_seconds"] > 0
+    assert set(progress_b) == Progress.__required_keys__  # what the type says a checkpoint holds
     assert progress_a["data_position"] == 2 * N
     for a, b in zip(jax.tree_util.tree_leaves(params_a), jax.tree_util.tree_leaves(params_b)):
         np.testing.assert_array_equal(a, b)

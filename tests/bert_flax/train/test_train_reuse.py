@@ -9,7 +9,7 @@ import logging
 import os
 
 from bert_flax.runs import fingerprint
-from bert_flax.runs.finished import FINAL_METRICS, reusable_run
+from bert_flax.runs.finished import FINAL_METRICS, FinalMetrics, reusable_run
 from bert_flax.tasks import PreTrainingTask
 from bert_flax.train import loop
 
@@ -27,6 +27,8 @@ def test_a_finished_run_is_reused_and_one_of_another_config_trained_afresh(
 ):
     workdir = str(tmp_path / "run")
     loop.train_and_evaluate(make_config(**{"train.steps": 2}), workdir)
+    with open(os.path.join(workdir, FINAL_METRICS)) as f:
+        assert set(json.load(f)) == FinalMetrics.__required_keys__  # what the type says it holds
 
     reused = reusable(workdir, make_config(**{"train.steps": 2}))  # an equal config
     assert reused["reused"] and reused["step"] == 2
