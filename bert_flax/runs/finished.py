@@ -2,7 +2,10 @@
 read back when it ended on its own (`ended_run`), and reused by a driver when it is the same run
 (`reusable_run`; a workdir of another run is moved aside, `set_aside`).
 
-    final = finished.reusable_run(workdir, config, task) or loop.train_and_evaluate(config, workdir)
+    task = tasks.task_class(config.task)(config)
+    final = finished.reusable_run(workdir, config, task) or loop.train_and_evaluate(
+        config, workdir, task=task
+    )
 """
 
 import json
