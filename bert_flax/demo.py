@@ -23,7 +23,7 @@ r"""`make demo`: what packing buys, and a BERT that learns, on 2 CPU cores in ab
 
 SIGTERM saves the running run and stops the demo. Rerunning reuses the prepared data (if
 prepared with the same options: other options are an error) and the runs that ended on their own
-and are the same run (`loop.reusable_run`: same config, data and code; a pre-training run cut by
+and are the same run (`finished.reusable_run`: same config, data and code; a pre-training run cut by
 its clock is not given another budget); a run of another config, data or code is moved aside
 (`<run>.stale-N`) and trained afresh; an interrupted run resumes (with a fresh clock). Delete the
 workdir to start over.
@@ -43,9 +43,10 @@ from absl import flags, logging
 import optim
 from bert_flax import errors
 from bert_flax.data.contract import SUMMARY_FILE, PreparedData
+from bert_flax.runs import finished
 from bert_flax.runs.metrics import learning_curve
 from bert_flax.runs.plots import plot_packed_vs_padded
-from bert_flax.tasks import ClassificationTask
+from bert_flax.tasks import ClassificationTask, PreTrainingTask
 from bert_flax.train import loop
 from bert_flax.train.setup import create_train_setup
 from bert_flax.train.timing import side_by_side
@@ -145,7 +146,8 @@ def pretrain(
     for layout in LAYOUTS:
         config = pretraining_config(data_dir, layout == "packed", minutes, **options)
         run_dir = os.path.join(workdir, layout)
-        final = loop.reusable_run(run_dir, config) or loop.train_and_evaluate(config, run_dir)
+        reused = finished.reusable_run(run_dir, config, PreTrainingTask(config))
+        final = reused or loop.train_and_evaluate(config, run_dir)
         loop.exit_if_preempted(final)  # SIGTERM stops the demo, not only the run it hit
         runs[layout] = {"workdir": run_dir, "final": final}
         runs[layout]["curve"] = learning_curve(run_dir)
@@ -164,7 +166,7 @@ def pretrained_model(workdir: str, steps: int) -> str:
     prepare_data(data_dir, dupe_factor=DUPE_FACTOR)
     config = pretraining_config(data_dir, True, 0.0, steps)
     run_dir = os.path.join(workdir, "pretrained")
-    if not loop.reusable_run(run_dir, config):
+    if not finished.reusable_run(run_dir, config, PreTrainingTask(config)):
         loop.exit_if_preempted(loop.train_and_evaluate(config, run_dir))
     return run_dir
 
@@ -197,7 +199,7 @@ def finetune_both(
     workdir: str, data_dir: str, pretrained: str, epochs: float, seed: int = 0
 ) -> dict[str, dict]:
     """Fine-tuning from `pretrained` and from random initialisation, same recipe and steps
-    (each reused when its workdir holds the same finished run: `loop.reusable_run`)."""
+    (each reused when its workdir holds the same finished run: `finished.reusable_run`)."""
     tuned = {}
     for start in FINETUNE_STARTS:
         config = finetuning_config(
@@ -205,7 +207,7 @@ def finetune_both(
         )
         run_dir = finetune_dir(workdir, start, seed)
         task = ClassificationTask(config)
-        tuned[start] = loop.reusable_run(run_dir, config, task) or loop.train_and_evaluate(
+        tuned[start] = finished.reusable_run(run_dir, config, task) or loop.train_and_evaluate(
             config, run_dir, task=task
         )
         loop.exit_if_preempted(tuned[start])

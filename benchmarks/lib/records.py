@@ -117,13 +117,13 @@ def publish_run(workdir: str, name: str, command: str) -> str:
     """A training run's final metrics (a run that ended on its own), or the summary of a demo
     (`make demo`'s workdir), as `<name>.json`."""
     from bert_flax import demo
-    from bert_flax.train import loop  # TensorFlow and JAX: only for this
+    from bert_flax.runs import finished
 
     demo_summary = os.path.join(workdir, demo.DEMO_SUMMARY_FILE)
     if os.path.exists(demo_summary):
         with open(demo_summary) as f:
             return write(name, command, json.load(f))
-    final = loop.ended_run(workdir)
+    final = finished.ended_run(workdir)
     if final is None:
         raise SystemExit(f"{workdir}: no run that ended on its own (final_metrics.json)")
     return write(name, command, final)

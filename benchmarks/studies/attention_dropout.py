@@ -10,7 +10,7 @@ each --rates value of `model.attention_dropout_rate` for the same --steps and se
 rate held at its peak after the warm-up, as in `make demo`), and reports the final eval
 masked-LM accuracy per rate: median, min and max over seeds, against the most-frequent-token
 baseline (a comparison on the unigram plateau would say nothing). Finished runs of the same
-config, data and code are reused (`loop.reusable_run`).
+config, data and code are reused (`finished.reusable_run`).
 
 With --json the last line is a JSON object: per rate the seeds' accuracies and their median,
 the baseline and the steps (benchmarks/results/attention_dropout.json).
@@ -28,6 +28,8 @@ from benchmarks.lib import recipe_data
 from benchmarks.lib.records import Read, publish
 from benchmarks.lib.render import Columns, items_table, source
 from bert_flax import demo
+from bert_flax.runs import finished
+from bert_flax.tasks import PreTrainingTask
 from bert_flax.train import loop
 from configs import cpu_pretrain
 
@@ -49,7 +51,8 @@ def run(args, data_dir: str, rate: float, seed: int) -> dict:
     config = demo.pretraining_config(data_dir, True, 0.0, args.steps, seed, recipe=cpu_pretrain)
     config.model.attention_dropout_rate = rate
     workdir = os.path.join(args.workdir, f"rate{rate:g}_seed{seed}")
-    final = loop.reusable_run(workdir, config) or loop.train_and_evaluate(config, workdir)
+    reused = finished.reusable_run(workdir, config, PreTrainingTask(config))
+    final = reused or loop.train_and_evaluate(config, workdir)
     loop.exit_if_preempted(final)
     return final
 

@@ -27,7 +27,7 @@ Per setting: parameters, the training step timed side by side after the runs
 dense products'), and eval masked-LM accuracy at equal seconds (each run's last evaluation,
 after the same minutes) and at equal steps (the last step a setting's runs and dense's all
 evaluated, dense's accuracy there beside it), medians over seeds, beside the most-frequent-token
-baseline. A finished run of the same config, data and code is reused (`loop.reusable_run`). A
+baseline. A finished run of the same config, data and code is reused (`finished.reusable_run`). A
 plot of accuracy against seconds and against sequences, with the step rates, goes to
 --workdir/block_sparse_learning.png (--plot copies it). With --json the last line is a JSON
 object: baseline, minutes, settings (per setting: learning_rate, parameters, step_seconds,
@@ -54,8 +54,10 @@ from benchmarks.lib.render import Columns, items_table, points, source, times
 from bert_flax import demo
 from bert_flax.model.config import BertConfig
 from bert_flax.model.layers import BertFeedForward
+from bert_flax.runs import finished
 from bert_flax.runs.metrics import learning_curve
 from bert_flax.runs.plots import plot_packed_vs_padded
+from bert_flax.tasks import PreTrainingTask
 from bert_flax.train import loop
 from bert_flax.train.setup import create_train_setup
 from bert_flax.train.timing import Timing, in_turns, side_by_side
@@ -113,7 +115,8 @@ def run(args: argparse.Namespace, data_dir: str, setting: str, seed: int, factor
     """One run's learning curve and final metrics (reused when it is the same run)."""
     config = setting_config(args, data_dir, setting, seed, factor)
     workdir = os.path.join(args.workdir, f"{setting}_lr{factor:g}_seed{seed}")
-    final = loop.reusable_run(workdir, config) or loop.train_and_evaluate(config, workdir)
+    reused = finished.reusable_run(workdir, config, PreTrainingTask(config))
+    final = reused or loop.train_and_evaluate(config, workdir)
     loop.exit_if_preempted(final)
     return {
         "config": config,

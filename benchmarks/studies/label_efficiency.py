@@ -21,7 +21,7 @@ Learning rate: each start's is the one of --grid with the best validation accura
 --tune_size examples (seed 0), then used at every size and seed. Per size: the median over
 seeds of each start's best validation accuracy (and test accuracy), the gain (pre-trained minus
 random, of the medians) and the majority-class baseline. A finished run of the same config, data
-and code is reused (`loop.reusable_run`) and listed in `reused`. With --json the last line is a
+and code is reused (`finished.reusable_run`) and listed in `reused`. With --json the last line is a
 JSON object: sizes, learning_rates, per size `pretrained`, `random` (medians), `gain`,
 `test_gain`, `runs` (every seed's figures), and `baseline`; a plot of both curves is written to
 --workdir/label_efficiency.png (--plot copies it, e.g. into docs/images/).
@@ -37,6 +37,7 @@ from collections.abc import Callable
 from benchmarks.lib.records import Read, finish
 from benchmarks.lib.render import Columns, items_table, points, source
 from bert_flax import demo
+from bert_flax.runs import finished
 from bert_flax.runs.pretrained import pretrained_vocab_file
 from bert_flax.tasks import ClassificationTask
 from bert_flax.train import loop
@@ -75,7 +76,7 @@ def finetuned(args, pretrained: str, start: str, size: int, rate: float, seed: i
     name = f"{start.replace('-', '')}_n{size or 'all'}_lr{rate:g}_seed{seed}"
     workdir = os.path.join(args.workdir, name)
     task = ClassificationTask(config)
-    final = loop.reusable_run(workdir, config, task) or loop.train_and_evaluate(
+    final = finished.reusable_run(workdir, config, task) or loop.train_and_evaluate(
         config, workdir, task=task
     )
     loop.exit_if_preempted(final)

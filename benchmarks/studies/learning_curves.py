@@ -17,7 +17,7 @@ Then fine-tuning on the bundled sentiment set (`bert_flax.demo.finetune_both`, -
 from each seed's packed model and from random initialisation: median best validation accuracy.
 
 A run whose workdir holds it finished, of the same config, data and code, is reused
-(`loop.reusable_run`); a workdir of another run is moved aside and trained afresh.
+(`finished.reusable_run`); a workdir of another run is moved aside and trained afresh.
 
 With --json the last line is a JSON object: packing_factor, mlm_accuracy_packed,
 mlm_accuracy_padded (final medians), max_curve_gap (None when no evaluation passed the plateau),
@@ -38,7 +38,9 @@ from benchmarks.lib import recipe_data
 from benchmarks.lib.records import Read, publish
 from benchmarks.lib.render import Columns, items_table, source
 from bert_flax import demo
+from bert_flax.runs import finished
 from bert_flax.runs.metrics import learning_curve
+from bert_flax.tasks import PreTrainingTask
 from bert_flax.train import loop
 
 METRIC = "masked_lm_accuracy"
@@ -75,7 +77,8 @@ def pretrain(args, data_dir: str, layout: str, seed: int) -> tuple[str, dict]:
         recipe=importlib.import_module(f"configs.{args.recipe}"),
     )
     workdir = os.path.join(args.workdir, f"{layout}_seed{seed}")
-    final = loop.reusable_run(workdir, config) or loop.train_and_evaluate(config, workdir)
+    reused = finished.reusable_run(workdir, config, PreTrainingTask(config))
+    final = reused or loop.train_and_evaluate(config, workdir)
     loop.exit_if_preempted(final)  # SIGTERM stops the benchmark, not only the run it hit
     return workdir, final
 

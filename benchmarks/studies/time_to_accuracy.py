@@ -46,8 +46,8 @@ speedup_vs_padded_lamb; race (the best second-order packed row over the best fir
 in steps and in seconds, and which rows those are);
 step_time_over_packed_lamb (each packed row's training-loop step, host work included, over packed +
 LAMB's, timed in turns on the same batches: [median, relative error]); reused (the workdirs of runs
-reused as they were: `loop.reusable_run`, finished and of the same config, data and code; a workdir
-of another run is moved aside and trained afresh).
+reused as they were: `finished.reusable_run`, finished and of the same config, data and code; a
+workdir of another run is moved aside and trained afresh).
 """
 
 from __future__ import annotations
@@ -64,7 +64,9 @@ from benchmarks.lib.records import Read, publish
 from benchmarks.lib.render import Columns, items_table, source, times
 from bert_flax import demo
 from bert_flax.data.contract import PreparedData
+from bert_flax.runs import finished
 from bert_flax.runs.metrics import learning_curve
+from bert_flax.tasks import PreTrainingTask
 from bert_flax.train import loop
 from bert_flax.train.overrides import load_config_file
 from bert_flax.train.setup import create_train_setup
@@ -217,7 +219,7 @@ def run(args, data_dir: str, row: str, learning_rate: float, seed: int) -> dict:
     would train on past its target), else trained (resumed if interrupted)."""
     config = row_config(args, data_dir, row, learning_rate, seed)
     workdir = os.path.join(args.workdir, row, f"lr{learning_rate:.2e}_seed{seed}")
-    reused = loop.reusable_run(workdir, config)
+    reused = finished.reusable_run(workdir, config, PreTrainingTask(config))
     final = reused or loop.train_and_evaluate(config, workdir)
     loop.exit_if_preempted(final)  # SIGTERM stops the benchmark, not only the run it hit
     curve = learning_curve(workdir, METRIC)

@@ -30,7 +30,7 @@ from absl import app, flags, logging
 from bert_flax import errors
 from bert_flax.convert import finetuned, google_bert, hugging_face, tables
 from bert_flax.model.config import BertConfig
-from bert_flax.runs import checkpoints, parameters, pretrained
+from bert_flax.runs import checkpoint_files, parameters, pretrained
 
 FLAGS = flags.FLAGS
 
@@ -73,7 +73,7 @@ def main(argv: list[str]) -> None:
     elif FLAGS.from_tf:
         config, params = google_bert.load_tf_checkpoint(FLAGS.from_tf, FLAGS.tf_config)
     elif FLAGS.from_workdir:
-        config, params = checkpoints.load_workdir(FLAGS.from_workdir, FLAGS.step)
+        config, params = checkpoint_files.load_workdir(FLAGS.from_workdir, FLAGS.step)
     else:
         config, params = parameters.load_params(FLAGS.from_flax)
     count = sum(v.size for v in tables.flatten(params).values())

@@ -18,13 +18,13 @@ import os
 from bert_flax.convert import google_bert, hugging_face
 from bert_flax.data.contract import SUMMARY_FILE, PreparedData
 from bert_flax.model.config import BertConfig
-from bert_flax.runs import checkpoints, parameters
+from bert_flax.runs import checkpoint_files, parameters
 from bert_flax.runs.parameters import Params
 
 
 def checkpoint_kind(path: str) -> str:
     """ "workdir", "bert_flax", "hf" or "tf": what `path` holds."""
-    if os.path.isdir(checkpoints.checkpoint_dir(path)):
+    if os.path.isdir(checkpoint_files.checkpoint_dir(path)):
         return "workdir"
     if os.path.isfile(os.path.join(path, parameters.PARAMS_FILE)):
         return "bert_flax"
@@ -101,7 +101,7 @@ def load_pretrained(path: str, step: int | None = None) -> tuple[BertConfig, Par
     if step is not None and kind != "workdir":
         raise ValueError(f"A step ({step}) selects a workdir's checkpoint; {path!r} is {kind}.")
     if kind == "workdir":
-        return checkpoints.load_workdir(path, step)
+        return checkpoint_files.load_workdir(path, step)
     if kind == "bert_flax":
         return parameters.load_params(path)
     if kind == "hf":

@@ -28,12 +28,12 @@ callable from a notebook.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from absl import app, flags
 from ml_collections import config_flags
 
 from bert_flax import errors
+from bert_flax.runs.finished import FinalMetrics
 from bert_flax.tasks import run_task, task_class
 from bert_flax.train import loop, overrides
 
@@ -63,7 +63,7 @@ def predict(workdir: str, path: str, output: str | None, null_threshold: float |
     return task_class(run_task(workdir)).predict_file(workdir, path, output, **options)
 
 
-def summary_lines(final: dict[str, Any]) -> list[str]:
+def summary_lines(final: FinalMetrics) -> list[str]:
     """A fine-tuning run's result: its best evaluation, test split and submission files."""
     best = final["best"]
     if not best:

@@ -41,9 +41,11 @@ from bert_flax import errors, sharding
 from bert_flax.block_sparse import resolve_impl
 from bert_flax.model import bert as bert_model
 from bert_flax.model.config import BertConfig, resolved_config_section
-from bert_flax.runs import metrics, parameters, pretrained
+from bert_flax.runs import fingerprint, metrics, parameters, pretrained
+from bert_flax.runs.finished import FinalMetrics, write_final
 from bert_flax.tasks import Task, task_class
-from bert_flax.train import checkpointing, fingerprint
+from bert_flax.train import resume
+from bert_flax.train.resume import Progress
 from bert_flax.train.setup import TrainSetup, create_train_setup
 from bert_flax.train.step import TrainState
 
@@ -153,20 +155,20 @@ def describe(setup: TrainSetup) -> dict[str, Any]:
 
 
 def initial_state(
-    setup: TrainSetup, checkpointer: checkpointing.Checkpointer, workdir: str
-) -> tuple[TrainState, dict[str, Any]]:
+    setup: TrainSetup, checkpointer: resume.Checkpointer, workdir: str
+) -> tuple[TrainState, Progress]:
     """(state, progress) to start from: the workdir's latest checkpoint if it has one (and if it
     was reading other data, a new phase: same parameters, optimizer state and step, this data
     from its beginning); else `config.init_from`'s parameters or the fresh initialisation."""
     config, data = setup.config, setup.task.identity()
-    progress = {
-        "data_position": 0,
-        "sequences_seen": 0.0,
-        "train_seconds": 0.0,  # wall-clock seconds in training steps (evaluations excluded)
-        "compile_seconds": 0.0,  # compiling the train step, once per process (not training)
-        "seed": config.seed,
-        "data": data,
-    }
+    progress = Progress(
+        data_position=0,
+        sequences_seen=0.0,
+        train_seconds=0.0,
+        compile_seconds=0.0,
+        seed=config.seed,
+        data=data,
+    )
     restored = checkpointer.restore_latest(setup.state, setup.state_shardings)
     if restored is None:
         state = setup.state
@@ -190,8 +192,13 @@ def initial_state(
             workdir,
         )
         phases = [*saved.get("phases", []), {"step": step, "data": data}]
-        return state, {**saved, "data_position": 0, "data": data, "phases": phases}
-    return state, {"train_seconds": 0.0, **saved}  # checkpoints before train_seconds existed
+        progress = {**saved, "data_position": 0, "data": data, "phases": phases}
+    else:
+        progress = {"train_seconds": 0.0, **saved}
+    # Checkpoints from before the counters existed; each key where their runs' saves put it.
+    progress.setdefault("train_seconds", 0.0)
+    progress.setdefault("compile_seconds", 0.0)
+    return state, progress
 
 
 def with_pretrained_params(setup: TrainSetup, path: str, step: int | None) -> TrainState:
@@ -210,7 +217,7 @@ def with_pretrained_params(setup: TrainSetup, path: str, step: int | None) -> Tr
 
 def train_and_evaluate(
     config: ml_collections.ConfigDict, workdir: str, *, task: Task | None = None
-) -> dict[str, Any]:
+) -> FinalMetrics:
     """Trains `task` (default: the config's, `config.task`), resuming from `workdir` if it holds
     checkpoints; then (process 0, unless preempted) predicts the task's test split with the best
     parameters (`Task.predict_test`). Returns the final metrics. `config` is not changed: what
@@ -219,7 +226,7 @@ def train_and_evaluate(
     maybe_initialize_distributed(config)
     task = task or task_class(config.task)(config)
     grace = config.checkpoint.preemption_grace_seconds
-    with checkpointing.PreemptionGuard(grace_seconds=grace) as guard:
+    with resume.PreemptionGuard(grace_seconds=grace) as guard:
         final = _train(config, workdir, guard, task)
     if jax.process_index() == 0 and not final["preempted"]:
         final.update(task.predict_test(workdir))
@@ -231,11 +238,11 @@ def train_and_evaluate(
 def _train(
     config: ml_collections.ConfigDict,
     workdir: str,
-    guard: checkpointing.PreemptionGuard,
+    guard: resume.PreemptionGuard,
     task: Task,
-) -> dict[str, Any]:
+) -> FinalMetrics:
     setup = create_train_setup(config, task=task)
-    checkpointer = checkpointing.Checkpointer(
+    checkpointer = resume.Checkpointer(
         workdir,
         every_steps=setup.run_length.checkpoint_every_steps,
         keep=config.checkpoint.keep,
@@ -254,23 +261,23 @@ def _train(
     start_step = int(jax.device_get(state.step))
     writer = metrics.MetricsWriter(workdir)
     info = write_run_config(config, setup, workdir, writer)
-    loop = Loop(
-        config,
-        setup,
-        writer,
-        checkpointer,
-        guard,
-        eval_set,
-        baseline,
-        state,
-        progress,
-        parameters.BestParams(
-            workdir,
-            metric=task.eval_metric,
-            mode=task.eval_metric_mode,
-            enabled=config.checkpoint.keep_best and writer.enabled,
-        ),
+    best = parameters.BestParams(
+        workdir,
+        metric=task.eval_metric,
+        mode=task.eval_metric_mode,
+        enabled=config.checkpoint.keep_best and writer.enabled,
     )
+    parts = LoopParts(
+        config=config,
+        setup=setup,
+        writer=writer,
+        checkpointer=checkpointer,
+        guard=guard,
+        best=best,
+        eval_set=eval_set,
+        baseline=baseline,
+    )
+    loop = Loop(parts, state=state, progress=progress)
     started = time.perf_counter()
     step, preempted, target_reached = loop.run(start_step, train_iter)
     if preempted:  # closing it waits on tf.data's generator thread (seconds): leave it to exit
@@ -281,24 +288,26 @@ def _train(
     if loop.diverged:
         raise errors.TrainingDiverged(loop.diverged)
 
-    final = {
-        "step": step,
-        "steps_this_run": step - start_step,
-        "seconds_this_run": time.perf_counter() - started,
-        "preempted": preempted,
-        "target_reached": target_reached,
-        "sequences_seen": progress["sequences_seen"],
-        "train_seconds": progress["train_seconds"],
-        "compile_seconds": progress.get("compile_seconds", 0.0),
-        "baseline": baseline,
-        "baseline_name": baseline_name,
-        "train": loop.train_summary,
-        "eval": loop.eval_summary,
-        "best": loop.best.record,
-        "setup": info,
-    }
+    final = FinalMetrics(
+        step=step,
+        steps_this_run=step - start_step,
+        seconds_this_run=time.perf_counter() - started,
+        preempted=preempted,
+        target_reached=target_reached,
+        sequences_seen=progress["sequences_seen"],
+        train_seconds=progress["train_seconds"],
+        compile_seconds=progress["compile_seconds"],
+        baseline=baseline,
+        baseline_name=baseline_name,
+        train=loop.train_summary,
+        eval=loop.eval_summary,
+        best=best.record,
+        setup=info,
+    )
     if writer.enabled:
-        write_final(final, workdir, task if config.log.plots and not preempted else None)
+        write_final(final, workdir)
+        if config.log.plots and not preempted:
+            task.plot(workdir)
     return final
 
 
@@ -312,65 +321,6 @@ def evaluation_set(config: ml_collections.ConfigDict, setup: TrainSetup) -> tupl
         "Eval: %d batches; %s scores %s %.4f", len(eval_set), name, task.eval_metric, baseline
     )
     return eval_set, name, baseline
-
-
-FINAL_METRICS = "final_metrics.json"
-
-
-def write_final(final: dict[str, Any], workdir: str, plotting: Task | None) -> None:
-    """`final_metrics.json`, and the task's plots when `plotting` is given."""
-    with open(os.path.join(workdir, FINAL_METRICS), "w") as f:
-        json.dump(final, f, indent=2, default=float)
-    if plotting is not None:
-        plotting.plot(workdir)
-
-
-def ended_run(workdir: str) -> dict[str, Any] | None:
-    """The final metrics of the run in `workdir` if it ended on its own (its steps, its clock or
-    its eval target), else None (never started, or interrupted: training it again resumes it);
-    whichever config, data or code made it (`reusable_run` checks that)."""
-    path = os.path.join(workdir, FINAL_METRICS)
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        final = json.load(f)
-    return None if final["preempted"] else final
-
-
-def reusable_run(
-    workdir: str, config: ml_collections.ConfigDict, task: Task | None = None
-) -> dict[str, Any] | None:
-    """The final metrics of the run in `workdir`, marked `"reused": True`, if it ended on its own
-    (`ended_run`) and is the same run: its fingerprint (`bert_flax.train.fingerprint`: config, data,
-    code) is that of `config` and `task` (default: the config's). Else None, for the caller to
-    train: no run there, or an interrupted one of the same fingerprint (training resumes it). A
-    run of another fingerprint, finished or not, is moved aside (`set_aside`) with a warning
-    naming what differs. For drivers that must not train a finished run further (a rerun would
-    give it a new clock) nor reuse one that other config, data or code made."""
-    if not os.path.isdir(workdir) or not os.listdir(workdir):
-        return None
-    expected = fingerprint.of_run(config, task or task_class(config.task)(config))
-    differs = fingerprint.differences(fingerprint.load(workdir), expected)
-    if differs:
-        stale = set_aside(workdir)
-        logging.warning(
-            "%s held another run (%s): moved it to %s; training afresh.",
-            workdir,
-            "; ".join(differs),
-            stale,
-        )
-        return None
-    final = ended_run(workdir)
-    return final and {**final, "reused": True}
-
-
-def set_aside(workdir: str) -> str:
-    """Renames `workdir` to the first free `<workdir>.stale-N` (never deletes); returns it."""
-    n = 1
-    while os.path.exists(f"{workdir}.stale-{n}"):
-        n += 1
-    os.rename(workdir, f"{workdir}.stale-{n}")
-    return f"{workdir}.stale-{n}"
 
 
 def write_run_config(
@@ -398,32 +348,45 @@ def write_run_config(
     return info
 
 
-@dataclasses.dataclass
-class Loop:
-    """The training loop of one run and what it carries between steps: the state, the data
-    position and counters (`progress`, what a checkpoint saves beside the state), the metrics
-    not yet logged, and the last train and eval summaries."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LoopParts:
+    """What one run's loop works with and never replaces: the config and the train setup, where
+    it writes (metrics, checkpoints, the best parameters), the preemption guard, and the eval set
+    with the score of the task's trivial predictor on it."""
 
     config: ml_collections.ConfigDict
     setup: TrainSetup
     writer: metrics.MetricsWriter
-    checkpointer: checkpointing.Checkpointer
-    guard: checkpointing.PreemptionGuard
+    checkpointer: resume.Checkpointer
+    guard: resume.PreemptionGuard
+    best: parameters.BestParams
     eval_set: list[dict[str, np.ndarray]]
     baseline: float
+
+
+@dataclasses.dataclass
+class Loop:
+    """The training loop of one run (`parts`) and what it carries between steps: the state, the
+    data position and counters (`progress`, what a checkpoint saves beside the state), the
+    metrics not yet logged, and the last train and eval summaries."""
+
+    parts: LoopParts
     state: TrainState
-    progress: dict[str, Any]
-    best: parameters.BestParams
+    progress: Progress
     pending: list[dict[str, jax.Array]] = dataclasses.field(default_factory=list)
     throughput: metrics.Throughput = dataclasses.field(default_factory=metrics.Throughput)
     train_summary: dict[str, float] = dataclasses.field(default_factory=dict)
     eval_summary: dict[str, float] = dataclasses.field(default_factory=dict)
     diverged: str = ""  # the error message once too many non-finite steps came in a row
 
+    @property
+    def task(self) -> Task:
+        return self.parts.setup.task
+
     def run(self, start_step: int, train_iter: Iterator[dict]) -> tuple[int, bool, bool]:
         """Steps from `start_step` until the last step, the clock, the eval target, divergence
         or preemption; returns (last step, preempted, target reached)."""
-        config, setup, task = self.config, self.setup, self.setup.task
+        parts, config, setup, task = self.parts, self.parts.config, self.parts.setup, self.task
         length = setup.run_length
         preempted = target_reached = False
         max_seconds = 60.0 * config.train.max_minutes
@@ -447,20 +410,20 @@ class Loop:
                 step % config.log.every_steps == 0
                 or evaluate_now
                 or save_now
-                or self.guard.requested
+                or parts.guard.requested
             ):
                 self.flush(step)  # before evaluating, so the throughput covers training only
             if self.diverged:
                 break
-            if evaluate_now and not self.guard.requested:
+            if evaluate_now and not parts.guard.requested:
                 self.evaluate(step)
                 target_reached = reached(
                     config.eval.stop_at, self.eval_summary.get(task.eval_metric)
                 )
                 last = last or target_reached
-            stop = self.guard.requested or self.checkpointer.reached_preemption(step)
+            stop = parts.guard.requested or parts.checkpointer.reached_preemption(step)
             if (save_now or last or stop) and finite_state(self.state, step):
-                self.checkpointer.save(step, self.state, dict(self.progress), force=last or stop)
+                parts.checkpointer.save(step, self.state, self.progress.copy(), force=last or stop)
             if stop:
                 preempted = True
                 logging.warning("Stopping at step %d after saving (preemption).", step)
@@ -471,10 +434,10 @@ class Loop:
     def compile(self, batch: dict[str, jax.Array], step: int) -> None:
         """Compiles the train step before the clock starts (the jitted step then finds it in
         its cache): its seconds count in `compile_seconds`, not `train_seconds`."""
-        started = time.perf_counter()
-        self.setup.train_step.lower(self.state, batch, self.setup.step_key(step - 1)).compile()
+        started, setup = time.perf_counter(), self.parts.setup
+        setup.train_step.lower(self.state, batch, setup.step_key(step - 1)).compile()
         seconds = time.perf_counter() - started
-        self.progress["compile_seconds"] = self.progress.get("compile_seconds", 0.0) + seconds
+        self.progress["compile_seconds"] += seconds
         logging.info("Compiled the train step in %.1f s", seconds)
         self.throughput.reset()
 
@@ -484,7 +447,7 @@ class Loop:
             return
         total = metrics.sum_metrics(self.pending)
         self.pending = []
-        progress, setup = self.progress, self.setup
+        progress, parts, setup = self.progress, self.parts, self.parts.setup
         progress["sequences_seen"] += total.get("sequences", 0.0)
         host = optim.host_metrics(setup.tx, self.state.opt_state)
         summary = {**metrics.summarize(total), **self.throughput.measure(total), **host}
@@ -492,26 +455,26 @@ class Loop:
         summary["sequences_seen"] = progress["sequences_seen"]
         summary["train_seconds"] = progress["train_seconds"]
         self.train_summary = summary
-        self.writer.write("train", step, summary)
-        shown = setup.task.train_metrics_shown
+        parts.writer.write("train", step, summary)
+        shown = self.task.train_metrics_shown
         line = metrics.progress_line(step, setup.run_length.steps, summary, host, shown)
         logging.info("%s", line)
-        self.diverged = self.diverged or divergence(self.config, step, summary, self.checkpointer)
+        self.diverged = self.diverged or divergence(parts.config, step, summary, parts.checkpointer)
 
     def evaluate(self, step: int) -> None:
         """Evaluates the current parameters on the eval set; offers them as the best."""
-        task, t0 = self.setup.task, time.perf_counter()
+        parts, task, t0 = self.parts, self.task, time.perf_counter()
         summary, complete = evaluate(
-            self.setup,
+            parts.setup,
             self.state.params,
-            self.eval_set,
-            stop_requested=lambda: self.guard.requested,
-            max_minutes=self.config.eval.max_minutes,
+            parts.eval_set,
+            stop_requested=lambda: parts.guard.requested,
+            max_minutes=parts.config.eval.max_minutes,
         )
         if not summary.get("eval_batches"):
             return
-        self.eval_summary = {**summary, "baseline": self.baseline, "complete": float(complete)}
-        self.writer.write("eval", step, self.eval_summary)
+        self.eval_summary = {**summary, "baseline": parts.baseline, "complete": float(complete)}
+        parts.writer.write("eval", step, self.eval_summary)
         shown = " | ".join(
             f"{k} {self.eval_summary.get(k, float('nan')):.4f}" for k in task.eval_metrics_shown
         )
@@ -520,18 +483,18 @@ class Loop:
             step,
             task.eval_metric,
             self.eval_summary.get(task.eval_metric, float("nan")),
-            self.baseline,
+            parts.baseline,
             shown,
             summary["eval_batches"],
             time.perf_counter() - t0,
         )
         if complete:
-            self.best.offer(
+            parts.best.offer(
                 step,
                 self.eval_summary,
                 self.state.params,
-                self.setup.model_config,
-                {"task": self.setup.task.name, **self.setup.task.head_config()},
+                parts.setup.model_config,
+                {"task": task.name, **task.head_config()},
             )
         self.throughput.reset()
 
@@ -565,7 +528,7 @@ def divergence(
     config: ml_collections.ConfigDict,
     step: int,
     summary: dict[str, float],
-    checkpointer: checkpointing.Checkpointer,
+    checkpointer: resume.Checkpointer,
 ) -> str:
     """The error message when the interval ending at `step` held `train.max_nonfinite_steps`
     consecutive non-finite steps (checked when the metrics are fetched, so up to
@@ -589,7 +552,7 @@ def divergence(
     )
 
 
-def exit_if_preempted(final: dict[str, Any]) -> None:
+def exit_if_preempted(final: FinalMetrics) -> None:
     """For a program's main: after a preempted run (saved and closed), exit at once (status 0)
     rather than after the interpreter's teardown of tf.data and XLA, which takes seconds a
     preemption's grace period may not have (0.5 s instead of 5.6 s measured)."""

@@ -86,6 +86,12 @@ def test_the_race_pairs_the_best_of_each_kind_and_keeps_a_miss_visible(bench):
     assert bench.race(result)["steps_second_over_first_order"] is None
 
 
+def reuse(bench, monkeypatch, final: dict | None) -> None:
+    """`bench.run`'s reuse check answers `final` (its task is not made: there are no data)."""
+    monkeypatch.setattr(bench, "PreTrainingTask", lambda config: None)
+    monkeypatch.setattr(bench.finished, "reusable_run", lambda workdir, config, task: final)
+
+
 def test_a_run_says_whether_it_was_reused(bench, monkeypatch):
     args = bench.parse_args(["--workdir=/bench"])
     curve = {"step": [1], "train_seconds": [1.0], "sequences_seen": [16.0], bench.METRIC: [0.3]}
@@ -94,11 +100,11 @@ def test_a_run_says_whether_it_was_reused(bench, monkeypatch):
         "baseline": 0.07,
         "reused": True,
         "preempted": False,
-    }  # as `train.reusable_run` returns it
-    monkeypatch.setattr(bench.loop, "reusable_run", lambda workdir, config: earlier)
+    }  # as `finished.reusable_run` returns it
+    reuse(bench, monkeypatch, earlier)
     reused = bench.run(args, "data", "packed+lamb", 1e-2, 0)
     assert reused["reused"] and reused["workdir"] == "/bench/packed+lamb/lr1.00e-02_seed0"
-    monkeypatch.setattr(bench.loop, "reusable_run", lambda workdir, config: None)
+    reuse(bench, monkeypatch, None)
     trained = {"baseline": 0.07, "preempted": False}
     monkeypatch.setattr(bench.loop, "train_and_evaluate", lambda config, workdir: trained)
     assert not bench.run(args, "data", "packed+lamb", 1e-2, 0)["reused"]
@@ -107,7 +113,7 @@ def test_a_run_says_whether_it_was_reused(bench, monkeypatch):
 def test_a_preempted_run_stops_the_benchmark(bench, monkeypatch):
     """SIGTERM ends the run it hits as preempted; the benchmark must stop, not go on to the next."""
     args = bench.parse_args(["--workdir=/bench"])
-    monkeypatch.setattr(bench.loop, "reusable_run", lambda workdir, config: None)
+    reuse(bench, monkeypatch, None)
     stopped = {"baseline": 0.07, "preempted": True, "step": 3}
     monkeypatch.setattr(bench.loop, "train_and_evaluate", lambda config, workdir: stopped)
 

@@ -280,7 +280,7 @@ def test_export_to_hugging_face_then_start_from_it(prepared, tmp_path):
     from bert_flax.data.contract import RowShape
     from bert_flax.data.synthetic import random_batch
     from bert_flax.model.bert import BertForPreTraining
-    from bert_flax.runs import checkpoints
+    from bert_flax.runs import checkpoint_files
 
     source = tmp_path / "source"
     final, _ = train(source, prepared[64], "--config.train.steps=3", "--config.eval.every_steps=3")
@@ -288,7 +288,7 @@ def test_export_to_hugging_face_then_start_from_it(prepared, tmp_path):
     done = run("bert_flax.convert", f"--from_workdir={source}", f"--to_hf={hf_dir}")
     assert done.returncode == 0, done.stderr[-3000:]
 
-    config, params = checkpoints.load_workdir(str(source))
+    config, params = checkpoint_files.load_workdir(str(source))
 
     batch = random_batch(2, RowShape(64, 1, 10), vocab_size=config.vocab_size, seed=3)
     ours = BertForPreTraining(config).apply({"params": params}, batch, deterministic=True)

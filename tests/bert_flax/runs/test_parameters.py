@@ -18,7 +18,7 @@ from bert_flax.convert.hugging_face import config_to_hf
 from bert_flax.convert.tables import expected_shapes
 from bert_flax.data.contract import SUMMARY_FILE
 from bert_flax.model.config import BertConfig
-from bert_flax.runs import checkpoints, parameters, pretrained
+from bert_flax.runs import checkpoint_files, parameters, pretrained
 
 CONFIG = BertConfig.preset(
     "tiny",
@@ -65,9 +65,9 @@ def save_run(workdir: str, steps: tuple[int, ...]) -> None:
     """Checkpoints of `steps` in `workdir`, each with its own parameters (`random_params` seeded
     by the step) and optimizer state."""
     manager = ocp.CheckpointManager(
-        checkpoints.checkpoint_dir(workdir),
-        item_names=checkpoints.ITEMS,
-        item_handlers=checkpoints.item_handlers(),
+        checkpoint_files.checkpoint_dir(workdir),
+        item_names=checkpoint_files.ITEMS,
+        item_handlers=checkpoint_files.item_handlers(),
     )
     for step in steps:
         state = {
@@ -88,15 +88,15 @@ def test_a_workdir_restores_its_parameters_alone(tmp_path):
     save_run(str(tmp_path), (2, 4))
     (tmp_path / parameters.CONFIG_FILE).write_text(json.dumps(CONFIG.to_dict()))
 
-    config, restored = checkpoints.load_workdir(str(tmp_path))
+    config, restored = checkpoint_files.load_workdir(str(tmp_path))
     assert config == CONFIG
     assert restored.keys() == random_params(CONFIG).keys()  # parameters only, no optimizer state
     jax.tree.map(np.testing.assert_array_equal, restored, random_params(CONFIG, seed=4))
-    step, restored = checkpoints.restore_params(str(tmp_path), 2)
+    step, restored = checkpoint_files.restore_params(str(tmp_path), 2)
     assert step == 2
     jax.tree.map(np.testing.assert_array_equal, restored, random_params(CONFIG, seed=2))
     with pytest.raises(ValueError, match="no checkpoint of step 3"):
-        checkpoints.restore_params(str(tmp_path), 3)
+        checkpoint_files.restore_params(str(tmp_path), 3)
 
 
 def test_a_workdir_read_that_fails_without_damage_is_an_error(tmp_path, monkeypatch):
@@ -108,7 +108,7 @@ def test_a_workdir_read_that_fails_without_damage_is_an_error(tmp_path, monkeypa
 
     monkeypatch.setattr(ocp.PyTreeCheckpointHandler, "restore", fail)
     with pytest.raises(errors.CheckpointError, match=r"step 4 .*Input/output.*Rerun"):
-        checkpoints.restore_params(str(tmp_path))
+        checkpoint_files.restore_params(str(tmp_path))
 
 
 def test_a_bert_flax_directory_round_trips_and_names_a_misfit(tmp_path):

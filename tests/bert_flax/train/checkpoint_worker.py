@@ -20,7 +20,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from test_checkpointing import kernel, small_state
 
 from bert_flax import errors
-from bert_flax.train import checkpointing
+from bert_flax.train import resume
 
 
 def restored(workdir: str, lagging: bool = False) -> dict:
@@ -33,7 +33,7 @@ def restored(workdir: str, lagging: bool = False) -> dict:
         lambda x: NamedSharding(mesh, PartitionSpec("data") if np.ndim(x) else PartitionSpec()),
         state,
     )
-    checkpointer = checkpointing.Checkpointer(workdir, every_steps=1, keep=10)
+    checkpointer = resume.Checkpointer(workdir, every_steps=1, keep=10)
     manager = checkpointer.manager
     if lagging:
         manager.all_steps = lambda: sorted(type(manager).all_steps(manager))[:-1]

@@ -17,9 +17,9 @@ import orbax.checkpoint as ocp
 import pytest
 
 from bert_flax import errors
-from bert_flax.runs import checkpoints
-from bert_flax.runs.checkpoints import short_reason
-from bert_flax.train import checkpointing
+from bert_flax.runs import checkpoint_files
+from bert_flax.runs.checkpoint_files import short_reason
+from bert_flax.train import resume
 from bert_flax.train.step import TrainState
 
 
@@ -59,7 +59,7 @@ def small_state(step: int, tx: optax.GradientTransformation = ADAM) -> TrainStat
 
 
 def save_steps(workdir: str, steps: tuple[int, ...]) -> None:
-    checkpointer = checkpointing.Checkpointer(workdir, every_steps=1, keep=10)
+    checkpointer = resume.Checkpointer(workdir, every_steps=1, keep=10)
     for step in steps:
         checkpointer.save(step, small_state(step), {"data_position": step})
     checkpointer.close()
@@ -68,7 +68,7 @@ def save_steps(workdir: str, steps: tuple[int, ...]) -> None:
 def restore(workdir: str, tx: optax.GradientTransformation = ADAM) -> tuple:
     state = small_state(0, tx)
     device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    checkpointer = checkpointing.Checkpointer(workdir, every_steps=1, keep=10)
+    checkpointer = resume.Checkpointer(workdir, every_steps=1, keep=10)
     try:
         return checkpointer.restore_latest(state, jax.tree.map(lambda _: device, state))
     finally:
@@ -76,7 +76,7 @@ def restore(workdir: str, tx: optax.GradientTransformation = ADAM) -> tuple:
 
 
 def saved(workdir: str) -> list[str]:
-    return sorted(os.listdir(checkpoints.checkpoint_dir(workdir)))
+    return sorted(os.listdir(checkpoint_files.checkpoint_dir(workdir)))
 
 
 def largest_array_file(step_dir: str, process: str = "ocdbt.process_0") -> str:
@@ -106,14 +106,14 @@ def test_damage_shows_in_the_files_and_moves_the_checkpoint_aside(tmp_path, dama
     (4, not 6 nor 2) restores, and step 6 is in corrupt/."""
     workdir = str(tmp_path)
     save_steps(workdir, (2, 4, 6))
-    directory = checkpoints.checkpoint_dir(workdir)
+    directory = checkpoint_files.checkpoint_dir(workdir)
     DAMAGES[damage](os.path.join(directory, "6"))
-    assert checkpoints.damage(directory, 6) and checkpoints.damage(directory, 4) is None
+    assert checkpoint_files.damage(directory, 6) and checkpoint_files.damage(directory, 4) is None
     state, progress = restore(workdir)
     assert int(state.step) == 4 and progress["data_position"] == 4
     np.testing.assert_array_equal(state.params["dense"]["kernel"], kernel(4))
-    assert saved(workdir) == ["2", "4", checkpoints.CORRUPT_DIR]
-    assert os.listdir(os.path.join(directory, checkpoints.CORRUPT_DIR)) == ["6"]
+    assert saved(workdir) == ["2", "4", checkpoint_files.CORRUPT_DIR]
+    assert os.listdir(os.path.join(directory, checkpoint_files.CORRUPT_DIR)) == ["6"]
 
 
 @pytest.mark.parametrize(
@@ -144,7 +144,7 @@ def test_a_whole_checkpoint_with_zeroed_arrays_is_not_shown_damaged(tmp_path):
     read fails, the checkpoint stays."""
     workdir = str(tmp_path)
     save_steps(workdir, (2, 4))
-    victim = largest_array_file(os.path.join(checkpoints.checkpoint_dir(workdir), "4"))
+    victim = largest_array_file(os.path.join(checkpoint_files.checkpoint_dir(workdir), "4"))
     with open(victim, "r+b") as f:
         f.write(b"\0" * os.path.getsize(victim))
     with pytest.raises(errors.CheckpointError, match=r"step 4 .*show no damage"):
@@ -172,7 +172,7 @@ def test_two_processes_restore_the_same_step(tmp_path, free_port):
     damaged, transient = str(tmp_path / "damaged"), str(tmp_path / "transient")
     save_steps(damaged, (2, 4, 6))
     save_steps(transient, (2, 4))
-    truncate(largest_array_file(os.path.join(checkpoints.checkpoint_dir(damaged), "6")), 100)
+    truncate(largest_array_file(os.path.join(checkpoint_files.checkpoint_dir(damaged), "6")), 100)
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
     env.pop("JAX_NUM_CPU_DEVICES", None)  # one CPU device per process
     workers = [
@@ -193,14 +193,14 @@ def test_two_processes_restore_the_same_step(tmp_path, free_port):
     for worker, (_, err) in zip(workers, finished):
         assert worker.returncode == 0, err[-4000:]
     results = [json.loads(out.strip().splitlines()[-1]) for out, _ in finished]
-    directory = checkpoints.checkpoint_dir(damaged)
+    directory = checkpoint_files.checkpoint_dir(damaged)
     assert [r["damaged"] for r in results] == [{"step": 4, "kernel_ok": True}] * 2
-    assert saved(damaged) == ["2", "4", "8", checkpoints.CORRUPT_DIR]
-    assert os.listdir(os.path.join(directory, checkpoints.CORRUPT_DIR)) == ["6"]
+    assert saved(damaged) == ["2", "4", "8", checkpoint_files.CORRUPT_DIR]
+    assert os.listdir(os.path.join(directory, checkpoint_files.CORRUPT_DIR)) == ["6"]
     # Step 8, saved by both processes: whole, and damage in process 1's files shows.
-    assert checkpoints.damage(directory, 8) is None
+    assert checkpoint_files.damage(directory, 8) is None
     truncate(largest_array_file(os.path.join(directory, "8"), "ocdbt.process_1"), 100)
-    assert "ocdbt.process_1" in checkpoints.damage(directory, 8)
+    assert "ocdbt.process_1" in checkpoint_files.damage(directory, 8)
     errors = [r["transient"]["error"] for r in results]
     assert all("step 4" in e and "Rerun" in e for e in errors), errors
     assert "another process" in errors[0] and "Input/output error" in errors[1], errors

@@ -22,7 +22,7 @@ import pytest
 
 from bert_flax import errors
 from bert_flax.model import losses
-from bert_flax.runs import checkpoints
+from bert_flax.runs import checkpoint_files
 from bert_flax.train import loop
 from bert_flax.train import step as train_step
 from bert_flax.train.setup import create_train_setup
@@ -153,7 +153,7 @@ def test_divergence_stops_without_saving_over_finite_checkpoints(tmp_path):
     assert f"last checkpoint (all are finite) is step {latest}" in last_line[0]
     assert "Traceback" not in diverging.stderr
     for step in saved_steps(workdir):
-        _, params = checkpoints.restore_params(str(workdir), step)
+        _, params = checkpoint_files.restore_params(str(workdir), step)
         assert all(np.isfinite(p).all() for p in jax.tree.leaves(params)), step
 
 
@@ -186,13 +186,13 @@ def test_a_damaged_latest_checkpoint_is_set_aside(tmp_path, damage):
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert "Checkpoint of step 20 does not restore" in rerun.stderr
     assert "Restored checkpoint of step 10" in rerun.stderr
-    assert os.path.isdir(workdir / "checkpoints" / checkpoints.CORRUPT_DIR / "20")
+    assert os.path.isdir(workdir / "checkpoints" / checkpoint_files.CORRUPT_DIR / "20")
     assert saved_steps(workdir) == [10, 20, 30]
     # Step 30 damaged in turn, where reading only the parameters meets it too (a truncated data
     # file may hold only optimizer state): its OCDBT manifest truncated.
     with open(workdir / "checkpoints" / "30" / "state" / "manifest.ocdbt", "r+b") as f:
         f.truncate(10)
-    step, _ = checkpoints.restore_params(str(workdir))
+    step, _ = checkpoint_files.restore_params(str(workdir))
     assert step == 20 and saved_steps(workdir) == [10, 20, 30]
 
 
@@ -222,7 +222,7 @@ def test_a_checkpoint_of_another_model_is_an_error_and_stays(make_config, tmp_pa
         str(info.value),
     ), str(info.value)
     assert saved_steps(workdir) == [2]
-    assert not os.path.exists(os.path.join(workdir, "checkpoints", checkpoints.CORRUPT_DIR))
+    assert not os.path.exists(os.path.join(workdir, "checkpoints", checkpoint_files.CORRUPT_DIR))
 
 
 @pytest.fixture
@@ -247,7 +247,7 @@ def test_a_full_disk_is_a_clear_error_and_keeps_the_saved_checkpoints(small_disk
     # background threads may still print after that line.
     lines = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
     assert len(lines) == 1 and "No space left on device" in lines[0], done.stderr[-3000:]
-    _, params = checkpoints.restore_params(str(workdir), 5)
+    _, params = checkpoint_files.restore_params(str(workdir), 5)
     assert all(np.isfinite(p).all() for p in jax.tree.leaves(params))
 
 
@@ -348,7 +348,7 @@ def test_sigterm_during_the_first_compilation_then_rerun(tmp_path):
     rerun = run_main(workdir, *flags)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     for step in saved_steps(workdir):
-        checkpoints.restore_params(str(workdir), step)
+        checkpoint_files.restore_params(str(workdir), step)
     assert 20 in saved_steps(workdir)
 
 

@@ -13,7 +13,7 @@ import optax
 import pytest
 
 import optim
-from bert_flax.train.checkpointing import Checkpointer
+from bert_flax.train.resume import Checkpointer
 from bert_flax.train.step import TrainState
 from optim import soap_core
 

@@ -3,7 +3,6 @@ metrics; and SIGTERM turns into a save request."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -17,7 +16,8 @@ import pytest
 
 from bert_flax.runs.metrics import read_metrics
 from bert_flax.tasks.pretraining import task as pretraining
-from bert_flax.train import checkpointing, loop
+from bert_flax.train import loop, resume
+from bert_flax.train.resume import Progress
 from bert_flax.train.setup import create_train_setup
 
 N = 3
@@ -36,7 +36,7 @@ def resume_config(make_config, data_dir, optimizer="lamb"):
 
 
 def final_params(setup, workdir):
-    checkpointer = checkpointing.Checkpointer(workdir, every_steps=1, keep=1)
+    checkpointer = resume.Checkpointer(workdir, every_steps=1, keep=1)
     state, progress = checkpointer.restore_latest(setup.state, setup.state_shardings)
     checkpointer.close()
     return jax.device_get(state.params), progress
@@ -52,7 +52,7 @@ def test_resume_reproduces_straight_run(
     loop.train_and_evaluate(config, straight)
 
     with monkeypatch.context() as patch:  # a preemption notice at step N
-        patch.setattr(checkpointing.Checkpointer, "reached_preemption", lambda self, s: s == N)
+        patch.setattr(resume.Checkpointer, "reached_preemption", lambda self, s: s == N)
         first = loop.train_and_evaluate(config, split)
     assert first["preempted"] and first["step"] == N
     assert os.path.isdir(os.path.join(split, "checkpoints", str(N)))
@@ -67,6 +67,7 @@ def test_resume_reproduces_straight_run(
         k: v for k, v in progress_b.items() if k not in timed
     }  # data position, sequences seen, seed
     assert progress_b["train_seconds"] > 0
+    assert set(progress_b) == Progress.__required_keys__  # what the type says a checkpoint holds
     assert progress_a["data_position"] == 2 * N
     for a, b in zip(jax.tree_util.tree_leaves(params_a), jax.tree_util.tree_leaves(params_b)):
         np.testing.assert_array_equal(a, b)
@@ -81,7 +82,7 @@ def test_resume_reproduces_straight_run(
 
 
 def test_sigterm_requests_a_save():
-    with checkpointing.PreemptionGuard() as guard:
+    with resume.PreemptionGuard() as guard:
         assert not guard.requested
         os.kill(os.getpid(), signal.SIGTERM)
         assert guard.requested
@@ -91,10 +92,10 @@ def test_sigterm_requests_a_save():
 _STUCK_MAIN_THREAD = textwrap.dedent(
     """
     import os, signal, subprocess, sys, threading
-    from bert_flax.train import checkpointing
+    from bert_flax.train import resume
 
     child = subprocess.Popen(["sleep", "20"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    with checkpointing.PreemptionGuard(grace_seconds=1.0) as guard:
+    with resume.PreemptionGuard(grace_seconds=1.0) as guard:
         threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
         os.waitpid(child.pid, 0)  # stands for a long compilation: no step boundary comes
     print("not reached")
@@ -114,7 +115,7 @@ def test_watchdog_ends_a_process_that_cannot_reach_a_step_boundary():
 
 
 def test_a_guard_that_finishes_in_time_is_not_ended():
-    with checkpointing.PreemptionGuard(grace_seconds=0.5) as guard:
+    with resume.PreemptionGuard(grace_seconds=0.5) as guard:
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(0.1)  # the handler runs; the "loop" saves and leaves the guard in time
         assert guard.requested
@@ -135,14 +136,3 @@ def test_evaluation_stops_when_preempted(make_config):
     )
     assert not complete and part["eval_batches"] == 2
     assert part["masked_tokens"] < full["masked_tokens"]
-
-
-def test_ended_run_is_only_a_run_that_ended_on_its_own(tmp_path):
-    """A run that spent its steps or its clock is reused as it is (rerunning `make demo` must not
-    give pre-training another budget); an interrupted one, or none, is trained (resumed)."""
-    assert loop.ended_run(str(tmp_path)) is None
-    final = {"step": 1291, "preempted": False, "eval": {"masked_lm_accuracy": 0.29}}
-    (tmp_path / loop.FINAL_METRICS).write_text(json.dumps(final))
-    assert loop.ended_run(str(tmp_path)) == final
-    (tmp_path / loop.FINAL_METRICS).write_text(json.dumps({**final, "preempted": True}))
-    assert loop.ended_run(str(tmp_path)) is None

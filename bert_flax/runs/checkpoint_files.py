@@ -1,7 +1,7 @@
 """A run's checkpoint directory (`workdir/checkpoints`, orbax): its layout, what shows a checkpoint
 damaged (`damage`, from its files without reading the arrays), and a run's parameters read back
 (`restore_params`, `load_workdir`). Saving and resuming the whole train state is
-`bert_flax.train.loop.checkpointing`.
+`bert_flax.train.resume`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A run's fingerprint: what made it, kept beside it (`FINGERPRINT_FILE`) so that a driver reuses
-a finished run only when it is the same run (`bert_flax.train.loop.reusable_run`).
+a finished run only when it is the same run (`bert_flax.runs.finished.reusable_run`).
 
 Its components, compared one by one so that a mismatch can say which differs:
 - `config`: a digest of the config as given to `train_and_evaluate` (sorted JSON; the flat

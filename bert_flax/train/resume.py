@@ -13,15 +13,13 @@ of memory) leaves it in place and stops the run, so a rerun retries it. With sev
 all restore the same step and act on what the worst-off of them met.
 """
 
-from __future__ import annotations
-
 import enum
 import os
 import shutil
 import signal
 import socket
 import threading
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import jax
 import numpy as np
@@ -32,8 +30,28 @@ from jax.experimental import multihost_utils
 
 import optim.soap_core
 from bert_flax import errors, sharding
-from bert_flax.runs import checkpoints
+from bert_flax.runs import checkpoint_files
 from bert_flax.train.step import TrainState
+
+
+class Phase(TypedDict):
+    """A phase of two-phase pre-training: the step it started at and the data it reads."""
+
+    step: int
+    data: str
+
+
+class Progress(TypedDict):
+    """Where the run stands, saved beside the state in each checkpoint (its JSON item). (No
+    `from __future__ import annotations` in this module: it would hide `NotRequired` here.)"""
+
+    data_position: int  # batches of this phase's data consumed
+    sequences_seen: float
+    train_seconds: float  # wall-clock seconds in training steps (evaluations excluded)
+    compile_seconds: float  # compiling the train step, once per process (not training)
+    seed: int
+    data: str  # the data's identity (`Task.identity`)
+    phases: NotRequired[list[Phase]]  # after the first phase: where each later one started
 
 
 class Outcome(enum.IntEnum):
@@ -69,7 +87,7 @@ class Checkpointer:
 
     def __init__(self, workdir: str, *, every_steps: int, keep: int, enabled: bool = True):
         self.enabled = enabled
-        self.directory = checkpoints.checkpoint_dir(workdir)
+        self.directory = checkpoint_files.checkpoint_dir(workdir)
         # create=False: the first save makes the directory, so a run that stops on bad input
         # before it leaves the workdir as it was.
         self.manager = (
@@ -78,7 +96,7 @@ class Checkpointer:
                 options=ocp.CheckpointManagerOptions(
                     max_to_keep=keep, save_interval_steps=every_steps, create=False
                 ),
-                item_names=checkpoints.ITEMS,
+                item_names=checkpoint_files.ITEMS,
             )
             if enabled
             else None
@@ -89,20 +107,21 @@ class Checkpointer:
 
     def restore_latest(
         self, state: TrainState, state_shardings: TrainState
-    ) -> tuple[TrainState, dict[str, Any]] | None:
+    ) -> tuple[TrainState, Progress] | None:
         """The newest (state, progress) that restores, with `state`'s shapes and shardings; or
-        None when there is no checkpoint. One whose files show damage (`checkpoints.damage`) is
-        reported and moved aside to `checkpoints/corrupt/`, and the next older one is tried; a
-        checkpoint of another model is a CheckpointMismatch and any other failure (an I/O error,
-        out of memory) a CheckpointError, both leaving it in place. Every process tries process
-        0's newest step and acts on the worst outcome any of them met."""
+        None when there is no checkpoint. One whose files show damage
+        (`checkpoint_files.damage`) is reported and moved aside to `checkpoints/corrupt/`, and the
+        next older one is tried; a checkpoint of another model is a CheckpointMismatch and any
+        other failure (an I/O error, out of memory) a CheckpointError, both leaving it in place.
+        Every process tries process 0's newest step and acts on the worst outcome any of them
+        met."""
         if not self.enabled:
             return None
         target = sharding.abstract_arrays(state, state_shardings)
         damaged, tried = [], set()
         while (step := self._next_step(tried)) is not None:
             tried.add(step)
-            misfit = checkpoints.saved_misfits(self.directory, step, target.params, "params")
+            misfit = checkpoint_files.saved_misfits(self.directory, step, target.params, "params")
             if misfit:  # said before reading: a read that fails leaves orbax's readers dangling
                 raise errors.CheckpointMismatch(
                     f"The checkpoint of step {step} in {self.directory} does not fit this run's "
@@ -133,22 +152,22 @@ class Checkpointer:
         """((state, progress) or None, the outcome, why it did not restore), read by the items'
         handlers: without the manager's barrier, so that a process whose read fails still meets
         the others where they agree."""
-        path, handlers = epath.Path(self.directory) / str(step), checkpoints.item_handlers()
+        path, handlers = epath.Path(self.directory) / str(step), checkpoint_files.item_handlers()
         try:
             state = self._read_state(handlers["state"], path / "state", step, target)
             progress = handlers["progress"].restore(path / "progress", args=ocp.args.JsonRestore())
             return (state, dict(progress)), Outcome.RESTORED, ""
         except Exception as error:  # orbax and tensorstore raise many kinds for bad files
-            shown = checkpoints.damage(self.directory, step)
+            shown = checkpoint_files.damage(self.directory, step)
             if shown:
                 return None, Outcome.DAMAGED, shown
-            misfit = checkpoints.saved_misfits(self.directory, step, target)
+            misfit = checkpoint_files.saved_misfits(self.directory, step, target)
             if misfit:
                 return None, Outcome.MISMATCH, "; ".join(misfit)
             return (
                 None,
                 Outcome.FAILED,
-                f"{type(error).__name__}: {checkpoints.short_reason(error)}",
+                f"{type(error).__name__}: {checkpoint_files.short_reason(error)}",
             )
         finally:
             for handler in handlers.values():
@@ -160,8 +179,8 @@ class Checkpointer:
         legacy = optim.soap_core.legacy_layout(target)
         if (
             legacy is not None
-            and checkpoints.saved_misfits(self.directory, step, target)
-            and not checkpoints.saved_misfits(self.directory, step, legacy)
+            and checkpoint_files.saved_misfits(self.directory, step, target)
+            and not checkpoint_files.saved_misfits(self.directory, step, legacy)
         ):
             restored = handler.restore(path, args=ocp.args.StandardRestore(legacy))
             return optim.soap_core.from_legacy_layout(restored, target)
@@ -181,16 +200,16 @@ class Checkpointer:
             step,
             reason,
         )
-        return checkpoints.read_failed(self.directory, step, reason)
+        return checkpoint_files.read_failed(self.directory, step, reason)
 
     def _set_aside(self, step: int, reason: str) -> str:
         """Moves step `step`'s directory to `corrupt/` (process 0); returns where it went."""
         source = os.path.join(self.directory, str(step))
-        target = os.path.join(self.directory, checkpoints.CORRUPT_DIR, str(step))
+        target = os.path.join(self.directory, checkpoint_files.CORRUPT_DIR, str(step))
         suffix = 1
         while os.path.exists(target):
             target, suffix = (
-                os.path.join(self.directory, checkpoints.CORRUPT_DIR, f"{step}.{suffix}"),
+                os.path.join(self.directory, checkpoint_files.CORRUPT_DIR, f"{step}.{suffix}"),
                 suffix + 1,
             )
         _sync(f"bert_flax: setting aside checkpoint {step}")  # every process named `target`
@@ -209,7 +228,7 @@ class Checkpointer:
         return target
 
     def save(
-        self, step: int, state: TrainState, progress: dict[str, Any], *, force: bool = False
+        self, step: int, state: TrainState, progress: Progress, *, force: bool = False
     ) -> bool:
         """Saves if `step` is on the interval (or `force`); returns whether it saved."""
         if not self.enabled:
@@ -254,8 +273,9 @@ class Checkpointer:
         except Exception:  # the directory itself may be what failed
             steps = "unknown"
         return errors.CheckpointError(
-            f"Saving a checkpoint in {self.directory} failed ({checkpoints.short_reason(error)}); "
-            f"a full disk or a quota? The complete checkpoints are intact: steps {steps}; free "
+            f"Saving a checkpoint in {self.directory} failed "
+            f"({checkpoint_files.short_reason(error)}); a full disk or a quota? The complete "
+            f"checkpoints are intact: steps {steps}; free "
             "space and rerun the same command to resume from the latest."
         )
 
@@ -309,7 +329,7 @@ class PreemptionGuard:
             logging.flush()
             os._exit(128 + data[0])
 
-    def __enter__(self) -> PreemptionGuard:
+    def __enter__(self) -> "PreemptionGuard":
         for sig in self.signals:
             try:
                 self._previous[sig] = signal.signal(sig, self._handle)
