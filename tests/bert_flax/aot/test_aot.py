@@ -382,10 +382,10 @@ def test_largest_batch_bisects_to_the_last_fitting_size(monkeypatch, caplog):
         rows = config.train.batch_size
         compiled_rows.append(rows)
         memory = roofline.Memory(0, 0, 0, rows * targets.GIB / 4, 0)
-        return type("R", (), {"fits": rows <= 44, "train_memory": memory, "eval_memory": None,
+        return type("R", (), {"fits": rows <= 44, "peak_memory": memory.total,
                               "compile_s": {"train": 1.0}})()  # fmt: skip
 
-    monkeypatch.setattr(program, "compile_for", fake_compile_for)
+    monkeypatch.setattr(roofline, "compile_for", fake_compile_for)
     config = tiny_config((4, 1, 1))
     with caplog.at_level(logging.INFO):
         rows, report = largest_batch.largest_batch(config, V5E_4)
