@@ -122,3 +122,36 @@ def init_perturbed(model, batch, seed: int = 0, scale: float = 0.05):
 def random_variables():
     """`random_variables(model, batch, seed=0)`: see `init_perturbed`."""
     return init_perturbed
+
+
+@pytest.fixture(scope="session")
+def qkv_segments() -> tuple[np.ndarray, ...]:
+    """q, k, v [2, 128, 2, 16] and segment ids of attention tests: a row of three sequences (one
+    a single token) and padding, and a full row of one."""
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((2, 128, 2, 16)).astype(np.float32) for _ in range(3))
+    segments = np.zeros((2, 128), np.int32)
+    segments[0, :50], segments[0, 50:51], segments[0, 51:100] = 1, 2, 3
+    segments[1, :128] = 1
+    return q, k, v, segments
+
+
+def _per_sequence_attention(q, k, v, segments, bias=None) -> np.ndarray:
+    out = np.zeros(q.shape, np.float64)
+    for b in range(q.shape[0]):
+        for s in set(segments[b].tolist()) - {0}:
+            idx = np.flatnonzero(segments[b] == s)
+            logits = np.einsum("qhd,khd->hqk", q[b, idx], k[b, idx]) / np.sqrt(q.shape[-1])
+            if bias is not None:
+                logits = logits + bias[b][:, idx][:, :, idx]
+            probs = np.exp(logits - logits.max(-1, keepdims=True))
+            probs /= probs.sum(-1, keepdims=True)
+            out[b, idx] = np.einsum("hqk,khd->qhd", probs, v[b, idx])
+    return out
+
+
+@pytest.fixture(scope="session")
+def per_sequence_attention():
+    """Softmax attention run separately on each sequence's own tokens (numpy, float64): the
+    reference of every attention back end; padding outputs zeros."""
+    return _per_sequence_attention
