@@ -4,9 +4,9 @@ Forward, input gradient and weight gradient all cost O(nnz * block_size^2 * rows
 never stored, never multiplied and get no gradient. Three implementations sit behind the function:
 "cpu" (a C++ kernel through XLA's FFI, built on first use: the default on CPU for float32 where it
 builds), "xla" (batched matmuls over gathered blocks, any backend and dtype; the fallback, logged
-with its reason) and "pallas" (Pallas kernels: `block_sparse_gpu.py` through Triton on GPU,
-`block_sparse_tpu.py` through Mosaic on TPU for blocks of 128; the default there; on CPU they run
-only in interpret mode, for tests). The kernels live in `bert_flax.kernels`.
+with its reason) and "pallas" (Pallas kernels: `kernels/block_sparse_gpu.py` through Triton on
+GPU, `kernels/block_sparse_tpu.py` through Mosaic on TPU for blocks of 128; the default there; on
+CPU they run only in interpret mode, for tests).
 Under a mesh of several devices the Pallas kernels run per batch shard in `jax.shard_map` (a
 kernel cannot be partitioned by XLA), the blocks replicated.
 """
