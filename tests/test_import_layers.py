@@ -102,6 +102,19 @@ def test_no_module_imports_from_a_layer_above_its_own():
     assert not upward, "\n".join(upward)
 
 
+def test_the_kernels_import_no_layer_that_calls_them():
+    """`kernels/` shares layer 3 with `block_sparse/` and sits below it: no kernel imports the
+    block-sparse layers (their layout is a type-only import)."""
+    upward = [
+        f"{module} imports {target}"
+        for module, targets in GRAPH.items()
+        if module.startswith("bert_flax.kernels")
+        for target in sorted(targets)
+        if target.startswith("bert_flax.block_sparse")
+    ]
+    assert not upward, "\n".join(upward)
+
+
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Every strongly connected component of more than one module (Tarjan)."""
     index, low, stack, on_stack, found = {}, {}, [], set(), []
