@@ -149,7 +149,12 @@ def test_the_map_names_only_what_the_tree_holds():
     named = {n for names in LAYERS for n in names} - {"__main__"}
     assert not named - set(MODULES), f"the map names what the tree lacks: {named - set(MODULES)}"
     modules = ("packing.api", "bert_flax.train.loop", "bert_flax.aot.__main__", "benchmarks.lib")
-    assert [layer(m) for m in modules] == [0, 8, 11, 12]
+    assert [layer(m) for m in modules] == [0, 9, 12, 13]
+
+
+def test_the_input_pipeline_sits_below_the_preparation():
+    """Preparation writes the format the input pipeline reads (`records`), never the reverse."""
+    assert layer("bert_flax.input_pipeline.records") < layer("bert_flax.data.stages")
 
 
 def test_every_module_of_the_project_is_seen():

@@ -52,8 +52,9 @@ from absl import flags, logging
 
 import packing
 from bert_flax import errors
-from bert_flax.data import corpus, record_index, records, stages, tfds_corpus, tokenization
+from bert_flax.data import corpus, stages, tfds_corpus, tokenization
 from bert_flax.data.examples import ExampleOptions, Recipe, RecipeStats
+from bert_flax.input_pipeline import record_index, records
 from packing import histogram as packing_histogram
 
 SPLITS = ("train", "validation")
