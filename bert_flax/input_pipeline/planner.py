@@ -1,8 +1,8 @@
 """Each epoch of a host's records as windows and packs, planned from the records' lengths alone.
 
-    planner = EpochPlanner(index.lengths, host, window, strategy_set, shuffle, epoch_seeds(...))
-    planner.plan(0)          # the first epoch's windows: records, packs, fallback packer
-    planner.position(rows)   # where row number `rows` of the stream stands, nothing read
+    epochs = EpochPlanner(index.lengths, host, window, strategy_set, shuffle, epoch_seeds(...))
+    epochs.plan(0)                   # the first epoch's windows: records, packs, fallback packer
+    epochs.position(rows, repeat)    # where row number `rows` of the stream stands, nothing read
 
 Nothing here reads an example: `datasets` reads the planned windows and builds their rows.
 """
