@@ -1,12 +1,12 @@
 """Pre-training: masked-LM + NSP on prepared data (`create_pretraining_data`) or random rows,
 and its batches for the loop: this process's rows of each global batch, as numpy.
 
-Real data comes from `bert_flax.input_pipeline.datasets.packed_dataset` (packed, or padded with
-`config.data.packed=False`); `config.data.synthetic` gives random packed batches instead. Every
-process reads its own shard (`process_index`/`process_count`) and yields
-`global_rows / process_count` rows; `sharding.global_batch` assembles the global array. Iterators
-start at a given position (batches already consumed), computed rather than replayed, which is how
-a resumed run continues with the data it has not seen yet.
+Real data comes from `bert_flax.input_pipeline.datasets.packed_dataset` (or `padded_dataset`, one
+sequence a row, with `config.data.packed=False`); `config.data.synthetic` gives random packed
+batches instead. Every process reads its own shard (`process_index`/`process_count`) and
+yields `global_rows / process_count` rows; `sharding.global_batch` assembles the global array.
+Iterators start at a given position (batches already consumed), computed rather than replayed,
+which is how a resumed run continues with the data it has not seen yet.
 """
 
 from __future__ import annotations
