@@ -33,7 +33,7 @@ from jax.experimental.compilation_cache import compilation_cache
 import packing
 from bert_flax import sharding
 from bert_flax.aot import targets
-from bert_flax.data import synthetic
+from bert_flax.input_pipeline import synthetic
 from bert_flax.kernels import block_ranges
 from bert_flax.profile import classify, hlo
 from bert_flax.train import setup as train_setup
