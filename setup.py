@@ -110,7 +110,7 @@ setup(
     ],
     packages=find_packages(include=["packing*", "bert_flax*", "optim*", "configs*"]),
     package_data={
-        "bert_flax": ["data/assets/*", "block_sparse/*.cc"],  # the CPU kernel, built on first use
+        "bert_flax": ["data/assets/*", "kernels/*.cc"],  # the CPU kernel, built on first use
         "packing": ["data/*.txt", "data/README.md"],
     },
     install_requires=INSTALL_REQUIRES,

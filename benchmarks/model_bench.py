@@ -23,8 +23,8 @@ import numpy as np
 
 from benchmarks.lib.records import Read, publish
 from benchmarks.lib.render import Columns, items_table, source, times, whole
-from bert_flax.data.contract import RowShape
-from bert_flax.data.synthetic import batch_from_lengths
+from bert_flax.input_pipeline.contract import RowShape
+from bert_flax.input_pipeline.synthetic import batch_from_lengths
 from bert_flax.model.bert import BertForPreTraining
 from bert_flax.model.config import BertConfig
 from bert_flax.model.losses import pretraining_loss

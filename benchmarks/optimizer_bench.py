@@ -31,8 +31,8 @@ from flax.core import meta
 
 import optim
 from benchmarks.lib.records import publish
-from bert_flax.data import synthetic
-from bert_flax.data.contract import RowShape
+from bert_flax.input_pipeline import synthetic
+from bert_flax.input_pipeline.contract import RowShape
 from bert_flax.model import losses
 from bert_flax.model.bert import BertForPreTraining
 from bert_flax.model.config import BertConfig

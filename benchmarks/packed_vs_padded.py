@@ -37,8 +37,8 @@ import packing
 from benchmarks.lib.records import Read, publish
 from benchmarks.lib.render import Columns, items_table, source, times
 from bert_flax import sharding
-from bert_flax.data import synthetic
-from bert_flax.data.contract import PreparedData
+from bert_flax.input_pipeline import synthetic
+from bert_flax.input_pipeline.contract import PreparedData
 from bert_flax.train.setup import create_train_setup
 from bert_flax.train.timing import paired_ratio, side_by_side
 from configs import default

@@ -41,8 +41,8 @@ from collections.abc import Callable
 import packing
 from benchmarks.lib.records import Read, publish
 from benchmarks.lib.render import Columns, items_table, mb, source, times, whole
-from bert_flax.data import pipeline
 from bert_flax.data.create_pretraining_data import PretrainingDataOptions, create_pretraining_data
+from bert_flax.input_pipeline import datasets
 
 
 def parse_args() -> argparse.Namespace:
@@ -99,11 +99,13 @@ def measure_creation(args: argparse.Namespace, seq_len: int, workers: int) -> tu
     }
 
 
-def measure_pipeline(args: argparse.Namespace, data_dir: str, **kwargs) -> dict:
+def measure_pipeline(args: argparse.Namespace, data_dir: str, mode: str) -> dict:
     start = time.perf_counter()
-    ds = pipeline.packed_dataset(
-        data_dir, batch_size=args.batch_size, seed=0, process_index=0, process_count=1, **kwargs
+    options = datasets.InputOptions(
+        seed=0, process_index=0, process_count=1, streaming=mode == "streaming"
     )
+    entry = datasets.padded_dataset if mode == "padded" else datasets.packed_dataset
+    ds = entry(data_dir, args.batch_size, options)
     it = ds.as_numpy_iterator()
     for _ in range(args.warmup):
         next(it)
@@ -127,21 +129,22 @@ def measure_pipeline(args: argparse.Namespace, data_dir: str, **kwargs) -> dict:
 
 
 SCALE_PROBE = r"""
-import json, resource, sys, time
+import dataclasses, json, resource, sys, time
 import jax  # as a training job has it
-from bert_flax.data import pipeline
+from bert_flax.input_pipeline import datasets
 data_dir, mode, value = sys.argv[1], sys.argv[2], int(sys.argv[3])
-kwargs = dict(batch_size=64, seed=0, process_index=0, process_count=1)
+options = datasets.InputOptions(seed=0, process_index=0, process_count=1)
 if mode == "baseline":  # the interpreter with TensorFlow, JAX and the pipeline imported
     print(json.dumps({"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 elif mode == "memory":
-    it = pipeline.packed_dataset(data_dir, **kwargs).as_numpy_iterator()
+    it = datasets.packed_dataset(data_dir, 64, options).as_numpy_iterator()
     for _ in range(value):
         next(it)
     del it  # before the interpreter exits: no row-building call in flight at shutdown
     print(json.dumps({"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 elif mode == "workers":
-    it = pipeline.packed_dataset(data_dir, workers=value, **kwargs).as_numpy_iterator()
+    with_workers = dataclasses.replace(options, workers=value)
+    it = datasets.packed_dataset(data_dir, 64, with_workers).as_numpy_iterator()
     for _ in range(20):
         next(it)
     rows, start, cpu = 0, time.perf_counter(), time.process_time()
@@ -151,11 +154,12 @@ elif mode == "workers":
     del it
     print(json.dumps({"rows_per_s": rows / seconds, "rows_per_cpu_s": rows / cpu}))
 else:
-    pipeline.packed_dataset(data_dir, **kwargs)  # TensorFlow and the index loaded once
+    datasets.packed_dataset(data_dir, 64, options)  # TensorFlow and the index loaded once
     times = {}
     for rows in (0, value, 0, value):
         start = time.perf_counter()
-        resumed = pipeline.packed_dataset(data_dir, start_batch=rows // 64, **kwargs)
+        at = dataclasses.replace(options, start_batch=rows // 64)
+        resumed = datasets.packed_dataset(data_dir, 64, at)
         next(resumed.as_numpy_iterator())
         times.setdefault(rows, []).append(time.perf_counter() - start)
     print(json.dumps({"resume_seconds": {r: min(t) for r, t in times.items()}}))
@@ -183,12 +187,12 @@ def scale_study(args: argparse.Namespace, sizes: list[int], seq_len: int) -> dic
             start = time.perf_counter()
             synthetic_records.write_data_dir(data_dir, size, seq_len)
             print(f"[scale {size:,}] wrote {data_dir} in {time.perf_counter() - start:.0f} s")
-        windowed = pipeline.pack_stats(data_dir)
-        whole = pipeline.pack_stats(data_dir, pack_window=size)
+        windowed = datasets.pack_stats(data_dir)
+        whole = datasets.pack_stats(data_dir, datasets.InputOptions(pack_window=size))
         r = {
             "efficiency_windowed": windowed["achieved_efficiency"],
             "efficiency_whole_split": whole["achieved_efficiency"],
-            "windows": -(-size // pipeline.DEFAULT_PACK_WINDOW),
+            "windows": -(-size // datasets.DEFAULT_PACK_WINDOW),
             "baseline_rss_mb": probe(data_dir, "baseline", 0)["peak_rss_mb"],
             **probe(data_dir, "memory", args.scale_batches),
             "workers": {w: probe(data_dir, "workers", w) for w in (1, 2)},
@@ -211,14 +215,10 @@ def scale_study(args: argparse.Namespace, sizes: list[int], seq_len: int) -> dic
 
 
 def epoch_efficiency(data_dir: str, seq_len: int) -> tuple[float, float]:
-    ds = pipeline.packed_dataset(
-        data_dir,
-        batch_size=256,
-        repeat=False,
-        drop_remainder=False,
-        process_index=0,
-        process_count=1,
+    options = datasets.InputOptions(
+        repeat=False, drop_remainder=False, process_index=0, process_count=1
     )
+    ds = datasets.packed_dataset(data_dir, 256, options)
     rows = tokens = 0
     for batch in ds.as_numpy_iterator():
         rows += len(batch["input_ids"])
@@ -264,14 +264,9 @@ def main() -> None:
                 f"(recipe alone {stats['recipe_examples_per_s']:.0f}/s)",
                 flush=True,
             )
-        modes = {
-            "padded": {"packed": False},
-            "packed": {},
-            "streaming": {"streaming": True},
-        }
         measured = {}
-        for name, kwargs in modes.items():
-            measured[name] = measure_pipeline(args, data_dir, **kwargs)
+        for name in ("padded", "packed", "streaming"):
+            measured[name] = measure_pipeline(args, data_dir, name)
             m = measured[name]
             print(
                 f"[L={seq_len}] {name:9s} {m['rows_per_s']:8.0f} rows/s "

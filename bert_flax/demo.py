@@ -42,7 +42,7 @@ from absl import flags, logging
 
 import optim
 from bert_flax import errors
-from bert_flax.data.contract import SUMMARY_FILE, PreparedData
+from bert_flax.input_pipeline.contract import SUMMARY_FILE, PreparedData
 from bert_flax.runs import finished
 from bert_flax.runs.metrics import learning_curve
 from bert_flax.runs.plots import plot_packed_vs_padded

@@ -143,10 +143,10 @@ TESTED_BY = {
         "tests/bert_flax/data/test_data_verify.py::test_command_line_exit_status",
         "verify_packing.main(",
     ),
-    "-m bert_flax.block_sparse.cpu": (
-        "tests/bert_flax/block_sparse/test_block_sparse_matmul.py::"
+    "-m bert_flax.kernels.block_sparse_cpu": (
+        "tests/bert_flax/kernels/test_block_sparse_cpu.py::"
         "test_the_command_prints_the_library_it_built",
-        '"bert_flax.block_sparse.cpu"',
+        '"bert_flax.kernels.block_sparse_cpu"',
     ),
     "-m bert_flax.tasks.squad.cloze": (
         "tests/bert_flax/tasks/squad/test_squad_cloze.py::test_the_command_writes_train_and_dev",

@@ -197,7 +197,7 @@ def to_target(trial: dict, target: float) -> tuple[float, float]:
 def state_bytes_per_param(args, optimizer: str) -> float:
     """Optimizer-state bytes per parameter of the raced BERT (shapes only, nothing allocated)."""
     import optim
-    from bert_flax.data.contract import PRETRAINING_INPUTS
+    from bert_flax.input_pipeline.contract import PRETRAINING_INPUTS
     from bert_flax.model.bert import BertForPreTraining
     from bert_flax.model.config import from_config_section
 

@@ -40,7 +40,7 @@ import packing
 from benchmarks.lib.records import Read, publish
 from benchmarks.lib.render import Columns, items_table, source, times
 from bert_flax import demo, sharding
-from bert_flax.data import rows as data_rows
+from bert_flax.input_pipeline import rows as data_rows
 from bert_flax.runs.pretrained import pretrained_vocab_file
 from bert_flax.tasks import SquadTask
 from bert_flax.tasks.squad.reading import Window

@@ -63,7 +63,7 @@ from benchmarks.lib import recipe_data
 from benchmarks.lib.records import Read, publish
 from benchmarks.lib.render import Columns, items_table, source, times
 from bert_flax import demo
-from bert_flax.data.contract import PreparedData
+from bert_flax.input_pipeline.contract import PreparedData
 from bert_flax.runs import finished
 from bert_flax.runs.metrics import learning_curve
 from bert_flax.tasks import PreTrainingTask

@@ -11,7 +11,7 @@ import ml_collections
 import numpy as np
 
 import packing
-from bert_flax.data import synthetic
+from bert_flax.input_pipeline import synthetic
 from bert_flax.kernels import block_ranges
 
 # The named packings `--packing_factor` takes: the length histogram (at the config's length) the

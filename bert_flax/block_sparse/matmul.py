@@ -4,9 +4,9 @@ Forward, input gradient and weight gradient all cost O(nnz * block_size^2 * rows
 never stored, never multiplied and get no gradient. Three implementations sit behind the function:
 "cpu" (a C++ kernel through XLA's FFI, built on first use: the default on CPU for float32 where it
 builds), "xla" (batched matmuls over gathered blocks, any backend and dtype; the fallback, logged
-with its reason) and "pallas" (Pallas kernels: `pallas.py` through Triton on GPU, `pallas_tpu.py`
-through Mosaic on TPU for blocks of 128; the default there; on CPU they run only in interpret
-mode, for tests).
+with its reason) and "pallas" (Pallas kernels: `kernels/block_sparse_gpu.py` through Triton on
+GPU, `kernels/block_sparse_tpu.py` through Mosaic on TPU for blocks of 128; the default there; on
+CPU they run only in interpret mode, for tests).
 Under a mesh of several devices the Pallas kernels run per batch shard in `jax.shard_map` (a
 kernel cannot be partitioned by XLA), the blocks replicated.
 """
@@ -22,8 +22,8 @@ from absl import logging
 from jax.sharding import PartitionSpec
 
 from bert_flax import sharding
-from bert_flax.block_sparse import cpu, pallas, pallas_tpu, xla
 from bert_flax.block_sparse.layout import BlockSparseLayout
+from bert_flax.kernels import block_sparse_cpu, block_sparse_gpu, block_sparse_tpu, block_sparse_xla
 
 IMPLS = ("auto", "cpu", "xla", "pallas", "pallas_interpret", "pallas_tpu_interpret")
 # Triton's dot needs tiles of at least 16; smaller blocks stay on the XLA path under "auto".
@@ -33,9 +33,9 @@ PALLAS_MIN_BLOCK = 16
 def resolve_impl(impl: str | None, block_size: int, dtype=jnp.float32) -> str:
     """'auto'/None -> 'pallas' on GPU (blocks >= PALLAS_MIN_BLOCK) and TPU (blocks of 128), on the
     platform the program is for (`sharding.target_platform`); on CPU 'cpu' for float32 and the
-    kernel's block sizes where the kernel builds (`cpu.build_error()`); else 'xla'. Logs the
-    implementation once per process (and outcome), with the reason where 'auto' falls back to
-    the XLA path."""
+    kernel's block sizes where the kernel builds (`block_sparse_cpu.build_error()`); else 'xla'.
+    Logs the implementation once per process (and outcome), with the reason where 'auto' falls
+    back to the XLA path."""
     impl = impl or "auto"
     if impl not in IMPLS:
         raise ValueError(f"Unknown block-sparse impl {impl!r}; choose one of {IMPLS}.")
@@ -48,19 +48,19 @@ def _auto(block_size: int, dtype) -> tuple[str, str | None]:
     """'auto''s implementation, and why it is the XLA path where it falls back to it."""
     platform = sharding.target_platform()
     if platform == "tpu":
-        if block_size == pallas_tpu.BLOCK:
+        if block_size == block_sparse_tpu.BLOCK:
             return "pallas", None
-        return "xla", f"the TPU kernels take blocks of {pallas_tpu.BLOCK}, not {block_size}"
+        return "xla", f"the TPU kernels take blocks of {block_sparse_tpu.BLOCK}, not {block_size}"
     if platform == "gpu":
         if block_size >= PALLAS_MIN_BLOCK:
             return "pallas", None
         return "xla", f"the GPU kernels take blocks of {PALLAS_MIN_BLOCK} or more, not {block_size}"
-    if not cpu.supports(block_size, dtype):
+    if not block_sparse_cpu.supports(block_size, dtype):
         return "xla", (
-            f"the CPU kernel takes float32 blocks of {cpu.BLOCK_SIZES}, "
+            f"the CPU kernel takes float32 blocks of {block_sparse_cpu.BLOCK_SIZES}, "
             f"not {jnp.dtype(dtype).name} blocks of {block_size}"
         )
-    error = cpu.build_error()
+    error = block_sparse_cpu.build_error()
     if error is not None:
         return "xla", f"about 5x slower than the CPU kernel, which is unavailable: {error}"
     return "cpu", None
@@ -121,9 +121,9 @@ def _per_batch_shard(fn, x: jax.Array, blocks: jax.Array) -> jax.Array:
 
 def _forward_impl(x2, blocks, layout, impl):
     if impl == "cpu":
-        return cpu.forward(x2, blocks, layout)
+        return block_sparse_cpu.forward(x2, blocks, layout)
     if impl == "xla":
-        return xla.forward(x2, blocks, layout, x2.dtype)
+        return block_sparse_xla.forward(x2, blocks, layout, x2.dtype)
     return _pallas_module(impl).forward(x2, blocks, layout, interpret=impl != "pallas")
 
 
@@ -132,7 +132,7 @@ def _pallas_module(impl: str):
     tpu = impl == "pallas_tpu_interpret" or (
         impl == "pallas" and sharding.target_platform() == "tpu"
     )
-    return pallas_tpu if tpu else pallas
+    return block_sparse_tpu if tpu else block_sparse_gpu
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
@@ -148,9 +148,9 @@ def _matmul_bwd(layout, impl, residuals, g):
     x2, blocks = residuals
     g = g.astype(x2.dtype)
     if impl == "cpu":
-        return cpu.backward(x2, blocks, g, layout)
+        return block_sparse_cpu.backward(x2, blocks, g, layout)
     if impl == "xla":
-        return xla.backward(x2, blocks, g, layout)
+        return block_sparse_xla.backward(x2, blocks, g, layout)
     return _pallas_module(impl).backward(x2, blocks, g, layout, interpret=impl != "pallas")
 
 

@@ -13,7 +13,7 @@ import flax.traverse_util
 import jax
 import numpy as np
 
-from bert_flax.data.contract import PRETRAINING_INPUTS
+from bert_flax.input_pipeline.contract import PRETRAINING_INPUTS
 from bert_flax.model.bert import BertForPreTraining
 from bert_flax.model.config import BertConfig
 

@@ -32,6 +32,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from bert_flax.input_pipeline.contract import Example
+
 
 @dataclasses.dataclass(frozen=True)
 class ExampleOptions:
@@ -78,17 +80,6 @@ class Recipe:
     mask_id: int
     is_continuation: np.ndarray  # bool [vocab]: the token continues a word ("##...")
     replacement_ids: np.ndarray  # int32: ordinary tokens a masked token may be replaced by
-
-
-@dataclasses.dataclass
-class Example:
-    """One pre-training example, unpadded (length = len(input_ids) <= max_seq_length)."""
-
-    input_ids: np.ndarray  # int32 [n], masks applied
-    token_type_ids: np.ndarray  # int32 [n]
-    masked_lm_positions: np.ndarray  # int32 [m], increasing
-    masked_lm_ids: np.ndarray  # int32 [m], original ids
-    next_sentence_label: int  # 0 = IsNext, 1 = random next
 
 
 @dataclasses.dataclass

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import numpy as np
 import tensorflow as tf
 
-from bert_flax.data import corpus, records, tokenization
+from bert_flax.data import corpus, tokenization
 from bert_flax.data.examples import (
     ExampleOptions,
     Recipe,
@@ -37,6 +37,7 @@ from bert_flax.data.examples import (
     examples_from_document,
     split_long_sentences,
 )
+from bert_flax.input_pipeline import records
 
 DEFAULT_DOCUMENTS_PER_BUCKET = 10_000
 READ_UNIT_DOCUMENTS = 1_000

@@ -18,9 +18,10 @@ import numpy as np
 import tensorflow as tf
 
 import packing
-from bert_flax.data import record_index, records
-from bert_flax.data.examples import Example, default_max_predictions
-from bert_flax.data.synthetic import CLS_ID, FIRST_WORD_ID, MASK_ID, SEP_ID
+from bert_flax.data.examples import default_max_predictions
+from bert_flax.input_pipeline import record_index, records
+from bert_flax.input_pipeline.contract import Example
+from bert_flax.input_pipeline.synthetic import CLS_ID, FIRST_WORD_ID, MASK_ID, SEP_ID
 
 VOCAB_SIZE = 30522
 

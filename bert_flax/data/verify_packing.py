@@ -24,9 +24,9 @@ import tensorflow as tf
 from absl import flags
 
 from bert_flax import errors
-from bert_flax.data import pipeline, records
-from bert_flax.data.contract import PreparedData, load_strategies
-from bert_flax.data.record_index import RecordIndex
+from bert_flax.input_pipeline import datasets, records
+from bert_flax.input_pipeline.contract import PreparedData, load_strategies
+from bert_flax.input_pipeline.record_index import RecordIndex
 
 ExampleKey = tuple[bytes, bytes, bytes, bytes, int]
 
@@ -184,10 +184,8 @@ def verify(
     cls_id, max_seq_length = data.cls_id, data.max_seq_length
     RecordIndex.load_or_build(data_dir, split)  # names a truncated or foreign shard
     reference = reference_examples(records.find_shards(data_dir, split))
-    dataset = pipeline.packed_dataset(
-        data_dir,
+    options = datasets.InputOptions(
         split=split,
-        batch_size=batch_size,
         strategies=strategies,
         max_sequences_per_pack=max_sequences_per_pack,
         streaming=streaming,
@@ -197,6 +195,7 @@ def verify(
         process_index=0,
         process_count=1,
     )
+    dataset = datasets.packed_dataset(data_dir, batch_size, options)
     unpacked: list[ExampleKey] = []
     problems: list[str] = []
     corrupted_rows = rows = real_tokens = 0

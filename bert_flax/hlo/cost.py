@@ -89,7 +89,7 @@ _PACKED_PRODUCTS = {"packed_attention_fwd": 2, "packed_attention_dq": 3, "packed
 # programs (one a query block) loop over again are served from cache (the VMEM copy of a row on TPU;
 # L2 on GPU: a row's K and V at 8,192 tokens are 2 MiB a head), as for pallas_gpu and splash.
 _FLOAT_DTYPES = frozenset({"f32", "bf16", "f16", "f8e4m3fn", "f8e5m2"})
-# The names `bert_flax.block_sparse.pallas` and `pallas_tpu` give their kernels.
+# The names `bert_flax.kernels.block_sparse_gpu` and `block_sparse_tpu` give their kernels.
 _BLOCK_SPARSE_KERNELS = ("block_sparse_product", "block_sparse_weight_grad")
 # cuBLAS's matrix products, as XLA's GPU gemm rewriter writes them where it does not emit a Triton
 # fusion (`xla_gpu_enable_triton_gemm=false`, or its autotuner's pick on a device): the dot's

@@ -1,7 +1,7 @@
 """Which blocks of a packed row's attention a kernel must visit, computed once a row.
 
 In a packed row each sequence is one contiguous run of its segment id (1..k, in any order, each
-id one run: `bert_flax.data.rows` builds them so) and padding is id 0, which attends to nothing
+id one run: `bert_flax.input_pipeline.rows` builds them so); padding, id 0, attends to nothing
 (its outputs are zero). The keys that the queries of a query block can see therefore form one
 range of tokens: from the start of the first sequence present in the block to the end of the
 last. Every key/value block outside it is fully masked and a kernel skips it; by symmetry, each

@@ -3,7 +3,7 @@
 One program per (query block, row, head) loops over the key/value blocks of its query block's
 range (`block_ranges.kv_ranges`) and no others: a row of sequences l1..lk costs about the
 sum of li^2, not L^2. Within the boundary blocks the segment mask applies as in
-`bert_flax.model.attention.xla_attention`; padding queries (segment 0) output zeros, and padding
+`segment_attention.xla_attention`; padding queries (segment 0) output zeros, and padding
 keys are seen by no real query. The backward pass is two kernels: dq over the same ranges, dk
 and dv one program per key block over the query blocks that see it (`q_ranges`). A sliding
 `window` (`block_ranges`) narrows the ranges to the blocks within `window // 2` tokens and masks

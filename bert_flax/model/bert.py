@@ -1,8 +1,8 @@
 """Packed BERT: the encoder, with pre-training heads (MLM with a tied decoder, per-sequence NSP)
 and the per-sequence classifier block they share with fine-tuning heads.
 
-The model consumes the packed-batch contract (`bert_flax.data.contract`; a padded batch is the
-same contract with one sequence per row):
+The model consumes the packed-batch contract (`bert_flax.input_pipeline.contract`; a padded batch
+is the same contract with one sequence per row):
 
     model = BertForPreTraining(BertConfig.preset("tiny"))
     variables = model.init(jax.random.key(0), batch, deterministic=True)
@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_flax.data.contract import PRETRAINING_INPUTS
+from bert_flax.input_pipeline.contract import PRETRAINING_INPUTS
 from bert_flax.model.config import BertConfig
 from bert_flax.model.layers import (
     BATCH_LENGTH_EMBED,
@@ -287,7 +287,7 @@ class BertForPreTraining(nn.Module):
 
     def __call__(self, batch: Mapping[str, Array], *, deterministic: bool) -> PreTrainingOutput:
         hidden = self.bert.encode(
-            batch, PRETRAINING_INPUTS, "bert_flax.data.contract", deterministic
+            batch, PRETRAINING_INPUTS, "bert_flax.input_pipeline.contract", deterministic
         )
         mlm_logits = self.mlm_head(
             gather_rows(hidden, batch["masked_lm_positions"]), self.bert.embeddings

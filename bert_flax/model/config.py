@@ -11,6 +11,7 @@ import ml_collections
 from ml_collections.config_dict import placeholder
 
 from bert_flax.block_sparse.bert import BlockSparseConfig
+from bert_flax.kernels import segment_attention
 from bert_flax.model import attention
 
 HIDDEN_ACTS = ("gelu", "gelu_tanh", "relu", "silu")
@@ -170,7 +171,8 @@ class BertConfig:
                 f"num_heads={self.num_heads}."
             )
         if self.attention_dropout_bits == 8 and self.attention_dropout_rate > 0:
-            attention.byte_keep_threshold(1.0 - self.attention_dropout_rate)  # raises if too fine
+            # raises where the rate is finer than 8 bits can draw
+            segment_attention.byte_keep_threshold(1.0 - self.attention_dropout_rate)
         self._check_relative_attention()
         if self.scan_layers and self.block_sparse is not None:
             raise ValueError(

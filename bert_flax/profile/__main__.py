@@ -18,7 +18,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from bert_flax import errors
-from bert_flax.data.contract import PreparedData
+from bert_flax.input_pipeline.contract import PreparedData
 from bert_flax.profile import ceilings as ceilings_lib
 from bert_flax.profile import configured, report
 

@@ -16,7 +16,7 @@ import json
 import os
 
 from bert_flax.convert import google_bert, hugging_face
-from bert_flax.data.contract import SUMMARY_FILE, PreparedData
+from bert_flax.input_pipeline.contract import SUMMARY_FILE, PreparedData
 from bert_flax.model.config import BertConfig
 from bert_flax.runs import checkpoint_files, parameters
 from bert_flax.runs.parameters import Params

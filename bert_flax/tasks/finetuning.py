@@ -15,8 +15,8 @@ import jax
 import ml_collections
 from absl import logging
 
-from bert_flax.data import rows as data_rows
 from bert_flax.data import tokenization
+from bert_flax.input_pipeline import rows as data_rows
 from bert_flax.runs import pretrained
 from bert_flax.tasks.base import Batch, Task
 

@@ -15,7 +15,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from bert_flax import sharding
-from bert_flax.data import rows as data_rows
+from bert_flax.input_pipeline import rows as data_rows
 
 
 def sharded_apply(

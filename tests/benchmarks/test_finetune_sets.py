@@ -9,7 +9,8 @@ import os
 import numpy as np
 import pytest
 
-from bert_flax.data import rows, tokenization
+from bert_flax.data import tokenization
+from bert_flax.input_pipeline import rows
 from bert_flax.tasks.classification import data as classification
 from bert_flax.tasks.classification import reading as classification_reading
 

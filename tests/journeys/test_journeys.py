@@ -277,8 +277,8 @@ def test_export_to_hugging_face_then_start_from_it(prepared, tmp_path):
     import torch
     import transformers
 
-    from bert_flax.data.contract import RowShape
-    from bert_flax.data.synthetic import random_batch
+    from bert_flax.input_pipeline.contract import RowShape
+    from bert_flax.input_pipeline.synthetic import random_batch
     from bert_flax.model.bert import BertForPreTraining
     from bert_flax.runs import checkpoint_files
 

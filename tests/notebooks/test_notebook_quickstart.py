@@ -17,7 +17,7 @@ CALLED = [
     "packing.synthetic.wikipedia_like_histogram",
     "packing.pack_histogram",
     "bert_flax.demo.prepare_data",
-    "bert_flax.data.pipeline.packed_dataset",
+    "bert_flax.input_pipeline.datasets.packed_dataset",
     "bert_flax.train.loop.train_and_evaluate",
     "configs.cpu_pretrain.get_config",
     "bert_flax.demo.finetuning_config",

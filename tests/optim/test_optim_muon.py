@@ -11,8 +11,8 @@ from flax import linen as nn
 from flax import traverse_util
 
 import optim
-from bert_flax.data import synthetic
-from bert_flax.data.contract import RowShape
+from bert_flax.input_pipeline import synthetic
+from bert_flax.input_pipeline.contract import RowShape
 from bert_flax.model.bert import BertForPreTraining
 from bert_flax.model.config import BertConfig
 from optim.muon import muon_matrices

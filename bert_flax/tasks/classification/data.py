@@ -23,9 +23,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bert_flax.data.contract import RowShape
-from bert_flax.data.rows import RowLayout
 from bert_flax.data.tokenization import Vocab, encode
+from bert_flax.input_pipeline.contract import RowShape
+from bert_flax.input_pipeline.rows import RowLayout
 
 SPLIT_NAMES = ("train", "validation", "test")
 DEFAULT_FRACTIONS = (0.8, 0.1, 0.1)

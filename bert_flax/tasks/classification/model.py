@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 from absl import logging
 
-from bert_flax.data.contract import CLASSIFICATION_INPUTS
+from bert_flax.input_pipeline.contract import CLASSIFICATION_INPUTS
 from bert_flax.model import losses
 from bert_flax.model.bert import BertModel, ClassificationHead, gather_rows, rescale_embeddings
 from bert_flax.model.config import BertConfig

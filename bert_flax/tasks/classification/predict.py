@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 from jax.sharding import Mesh
 
-from bert_flax.data import contract, tokenization
+from bert_flax.data import tokenization
+from bert_flax.input_pipeline import contract
 from bert_flax.model.config import BertConfig
 from bert_flax.runs import parameters
 from bert_flax.tasks.classification import data, metrics, reading

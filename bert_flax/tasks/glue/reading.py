@@ -215,7 +215,7 @@ def read_tfds(spec: Spec, data_dir: str | None = None) -> LabelledData:
     downloaded here); TensorFlow kept off the accelerators."""
     import tensorflow_datasets as tfds
 
-    from bert_flax.data import records
+    from bert_flax.input_pipeline import records
 
     records.keep_tensorflow_off_accelerators()
     builder = tfds.builder(f"glue/{spec.key}", data_dir=data_dir)

@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from bert_flax.data.contract import RowShape
-from bert_flax.data.rows import RowLayout
 from bert_flax.data.tokenization import Vocab
+from bert_flax.input_pipeline.contract import RowShape
+from bert_flax.input_pipeline.rows import RowLayout
 from bert_flax.tasks.classification import data as classification
 from bert_flax.tasks.classification.reading import read_records
 

@@ -1,12 +1,12 @@
 """Pre-training: masked-LM + NSP on prepared data (`create_pretraining_data`) or random rows,
 and its batches for the loop: this process's rows of each global batch, as numpy.
 
-Real data comes from `bert_flax.data.pipeline.packed_dataset` (packed, or padded with
-`config.data.packed=False`); `config.data.synthetic` gives random packed batches instead. Every
-process reads its own shard (`process_index`/`process_count`) and yields
-`global_rows / process_count` rows; `sharding.global_batch` assembles the global array. Iterators
-start at a given position (batches already consumed), computed rather than replayed, which is how
-a resumed run continues with the data it has not seen yet.
+Real data comes from `bert_flax.input_pipeline.datasets.packed_dataset` (or `padded_dataset`, one
+sequence a row, with `config.data.packed=False`); `config.data.synthetic` gives random packed
+batches instead. Every process reads its own shard (`process_index`/`process_count`) and
+yields `global_rows / process_count` rows; `sharding.global_batch` assembles the global array.
+Iterators start at a given position (batches already consumed), computed rather than replayed,
+which is how a resumed run continues with the data it has not seen yet.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import jax
 import ml_collections
 import numpy as np
 
-from bert_flax.data import synthetic
-from bert_flax.data.contract import PreparedData, RowShape, check_batch
+from bert_flax.input_pipeline import synthetic
+from bert_flax.input_pipeline.contract import PreparedData, RowShape, check_batch
 from bert_flax.model import losses
 from bert_flax.model.bert import BertForPreTraining
 from bert_flax.model.config import BertConfig
@@ -197,16 +197,12 @@ def dataset(
     config: ml_collections.ConfigDict, split: str, rows: int, *, train: bool, start: int = 0
 ):
     """The tf.data pipeline of `split` yielding this process's `rows / process_count` rows."""
-    from bert_flax.data import pipeline
+    from bert_flax.input_pipeline import datasets
 
     data = config.data
-    packed = data.packed if train else eval_packed(config)
-    return pipeline.packed_dataset(
-        data.data_dir,
+    options = datasets.InputOptions(
         split=split,
-        batch_size=local_rows(rows),
-        packed=packed,
-        max_sequences_per_pack=data.max_sequences_per_pack if packed else 1,
+        max_sequences_per_pack=data.max_sequences_per_pack,
         shuffle=train and data.shuffle,
         seed=config.seed,
         repeat=train,
@@ -215,6 +211,9 @@ def dataset(
         algorithm=data.algorithm,
         start_batch=start,
     )
+    packed = data.packed if train else eval_packed(config)
+    entry = datasets.packed_dataset if packed else datasets.padded_dataset
+    return entry(data.data_dir, local_rows(rows), options)
 
 
 def train_iterator(

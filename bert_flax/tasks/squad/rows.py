@@ -1,5 +1,5 @@
-"""Windows into rows of the packed-batch contract (`bert_flax.data.rows.build_rows`), packed by
-the project's strategies on the windows' length histogram, or one a row (padded).
+"""Windows into rows of the packed-batch contract (`bert_flax.input_pipeline.rows.build_rows`),
+packed by the project's strategies on the windows' length histogram, or one a row (padded).
 
     table = WindowTable(windows)
     packs = pack_examples(table.lengths, 384, 3)
@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bert_flax.data.contract import RowShape
-from bert_flax.data.rows import RowLayout
+from bert_flax.input_pipeline.contract import RowShape
+from bert_flax.input_pipeline.rows import RowLayout
 from bert_flax.tasks.squad.reading import Window
 
 QA_TASK_FEATURES = ("start_positions", "end_positions", "window_ids", "context_mask")

@@ -12,7 +12,8 @@ import flax.linen as nn
 import ml_collections
 import numpy as np
 
-from bert_flax.data import contract, corpus
+from bert_flax.data import corpus
+from bert_flax.input_pipeline import contract
 from bert_flax.model import losses
 from bert_flax.model.config import BertConfig
 from bert_flax.tasks.base import Batch, data_identity, model_config_from

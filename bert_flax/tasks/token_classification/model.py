@@ -18,7 +18,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from bert_flax.data.contract import ROW_FEATURES
+from bert_flax.input_pipeline.contract import ROW_FEATURES
 from bert_flax.model import losses
 from bert_flax.model.bert import BertModel
 from bert_flax.model.config import BertConfig

@@ -135,7 +135,7 @@ def read_tfds(
     conll2003: `tokens`, and the tag features `ner`, `pos`, `chunks`)."""
     import tensorflow_datasets as tfds
 
-    from bert_flax.data import records  # hides accelerators from TensorFlow
+    from bert_flax.input_pipeline import records  # hides accelerators from TensorFlow
 
     records.keep_tensorflow_off_accelerators()
     builder = tfds.builder(name, data_dir=data_dir or None)

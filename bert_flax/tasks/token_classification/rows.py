@@ -1,4 +1,5 @@
-"""Sentences of words into rows of the packed-batch contract (`bert_flax.data.rows.build_rows`):
+"""Sentences of words into rows of the packed-batch contract
+(`bert_flax.input_pipeline.rows.build_rows`):
 each sentence `[CLS] sub-words [SEP]`, several a row.
 
     table = SentenceTable.build(sentences, vocab, label_ids, max_seq_length=128)
@@ -21,8 +22,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from bert_flax.data import tokenization
-from bert_flax.data.contract import RowShape
-from bert_flax.data.rows import RowLayout
+from bert_flax.input_pipeline.contract import RowShape
+from bert_flax.input_pipeline.rows import RowLayout
 from bert_flax.tasks.token_classification.reading import Sentence
 
 TOKEN_TASK_FEATURES = ("token_labels", "label_mask", "word_starts", "sentence_ids")

@@ -16,7 +16,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from bert_flax.data import contract
+from bert_flax.input_pipeline import contract
 from bert_flax.model import losses
 from bert_flax.model.config import BertConfig
 from bert_flax.tasks.base import Batch, model_config_from

@@ -9,8 +9,8 @@ import orbax.checkpoint as ocp
 import pytest
 
 from bert_flax.block_sparse.bert import BlockSparseConfig
-from bert_flax.data.contract import RowShape
-from bert_flax.data.synthetic import random_batch
+from bert_flax.input_pipeline.contract import RowShape
+from bert_flax.input_pipeline.synthetic import random_batch
 from bert_flax.model.bert import BertForPreTraining
 from bert_flax.model.config import BertConfig
 from bert_flax.model.losses import pretraining_loss

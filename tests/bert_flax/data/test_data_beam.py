@@ -11,8 +11,9 @@ import sys
 
 import pytest
 
-from bert_flax.data import records, verify_packing
+from bert_flax.data import verify_packing
 from bert_flax.data.create_pretraining_data import PretrainingDataOptions, create_pretraining_data
+from bert_flax.input_pipeline import records
 
 pytest.importorskip("apache_beam")
 

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 import packing
-from bert_flax.data import records, stages, tokenization
+from bert_flax.data import stages, tokenization
 from bert_flax.data.create_pretraining_data import PretrainingDataOptions, create_pretraining_data
 from bert_flax.data.examples import ExampleOptions, RecipeStats, split_long_sentences
+from bert_flax.input_pipeline import records
 
 CLS, SEP, MASK = 101, 102, 103
 

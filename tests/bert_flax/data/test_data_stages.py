@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bert_flax.data import records, stages, tokenization
+from bert_flax.data import stages, tokenization
 from bert_flax.data.create_pretraining_data import (
     PretrainingDataOptions,
     create_pretraining_data,
     open_corpus,
 )
+from bert_flax.input_pipeline import records
 
 
 @pytest.mark.parametrize("per_bucket", [2, 3, 10])

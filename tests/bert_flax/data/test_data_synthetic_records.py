@@ -6,8 +6,9 @@ import collections
 
 import numpy as np
 
-from bert_flax.data import pipeline, record_index, records, synthetic_records
+from bert_flax.data import synthetic_records
 from bert_flax.data.verify_packing import reference_examples, unpack_row
+from bert_flax.input_pipeline import datasets, record_index, records
 
 
 def test_synthetic_directory_packs_every_example_once(tmp_path):
@@ -21,10 +22,10 @@ def test_synthetic_directory_packs_every_example_once(tmp_path):
     np.testing.assert_array_equal(scanned.offsets, written.offsets)
     np.testing.assert_array_equal(scanned.num_predictions, written.num_predictions)
     for mode in ({}, {"pack_window": 700}, {"streaming": True}):
-        ds = pipeline.packed_dataset(
-            out, batch_size=64, repeat=False, drop_remainder=False, process_index=0,
-            process_count=1, **mode,
-        )  # fmt: skip
+        options = datasets.InputOptions(
+            repeat=False, drop_remainder=False, process_index=0, process_count=1, **mode
+        )
+        ds = datasets.packed_dataset(out, 64, options)
         seen: collections.Counter = collections.Counter()
         for batch in ds.as_numpy_iterator():
             for r in range(len(batch["input_ids"])):

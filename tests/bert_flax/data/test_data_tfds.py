@@ -18,7 +18,7 @@ import sys
 import pytest
 import tensorflow_datasets as tfds
 
-from bert_flax.data import corpus, records, stages, tokenization
+from bert_flax.data import corpus, stages, tokenization
 from bert_flax.data.create_pretraining_data import (
     PretrainingDataOptions,
     create_pretraining_data,
@@ -26,6 +26,7 @@ from bert_flax.data.create_pretraining_data import (
     run_stages,
 )
 from bert_flax.data.examples import ExampleOptions
+from bert_flax.input_pipeline import records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 WIKIPEDIA = "wikipedia/20230601.en"

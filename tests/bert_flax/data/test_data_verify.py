@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from absl import flags
 
-from bert_flax.data import pipeline, verify_packing
+from bert_flax.data import verify_packing
+from bert_flax.input_pipeline import datasets
 
 CLS = 101
 
@@ -16,9 +17,8 @@ CLS = 101
 @pytest.fixture(scope="module")
 def row(data_dir) -> dict:
     """A real packed row holding at least two sequences and some padding."""
-    ds = pipeline.packed_dataset(
-        data_dir, batch_size=64, repeat=False, process_index=0, process_count=1
-    )
+    options = datasets.InputOptions(repeat=False, process_index=0, process_count=1)
+    ds = datasets.packed_dataset(data_dir, 64, options)
     for batch in ds.as_numpy_iterator():
         fits = (batch["sequence_mask"].sum(1) >= 2) & (batch["segment_ids"][:, -1] == 0)
         if fits.any():
@@ -83,7 +83,7 @@ def test_corrupted_rows_are_named(row):
 
 
 def test_missing_and_duplicated_examples_are_counted(data_dir, monkeypatch):
-    real = pipeline.packed_dataset
+    real = datasets.packed_dataset
 
     def drop_first_batch(*args, **kwargs):
         return real(*args, **kwargs).skip(1)
@@ -92,10 +92,10 @@ def test_missing_and_duplicated_examples_are_counted(data_dir, monkeypatch):
         ds = real(*args, **kwargs)
         return ds.take(1).concatenate(ds)
 
-    monkeypatch.setattr(pipeline, "packed_dataset", drop_first_batch)
+    monkeypatch.setattr(datasets, "packed_dataset", drop_first_batch)
     report = verify_packing.verify(data_dir, split="validation", batch_size=16)
     assert not report["ok"] and report["missing"] >= 16 and report["duplicated"] == 0
-    monkeypatch.setattr(pipeline, "packed_dataset", repeat_first_batch)
+    monkeypatch.setattr(datasets, "packed_dataset", repeat_first_batch)
     report = verify_packing.verify(data_dir, split="validation", batch_size=16)
     assert not report["ok"] and report["duplicated"] >= 16 and report["missing"] == 0
 
@@ -111,9 +111,9 @@ def test_command_line_exit_status(data_dir, monkeypatch, capsys):
     assert exit_info.value.code == 0
     assert json.loads(capsys.readouterr().out)["ok"] is True
     monkeypatch.setattr(
-        pipeline,
+        datasets,
         "packed_dataset",
-        lambda *a, real=pipeline.packed_dataset, **k: real(*a, **k).skip(1),
+        lambda *a, real=datasets.packed_dataset, **k: real(*a, **k).skip(1),
     )
     with pytest.raises(SystemExit) as exit_info:
         verify_packing.main([])

@@ -122,7 +122,7 @@ ENTRY %main (x: f32[4]) -> bf16[4] {
 
 
 def test_pallas_gpu_attention_kernels_are_charged_their_products():
-    """The Triton kernels of `attention.pallas_gpu_attention` (as a CUDA compile names them):
+    """The Triton kernels of `pallas_attention.pallas_gpu_attention` (as a CUDA compile names them):
     2 products of [length, length] x head_dim a head forward, 7 backward, none to preprocess."""
     rows, length, heads, dim = 2, 256, 4, 64
     qkv = f"bf16[{rows},{length},{heads},{dim}]{{3,2,1,0}}"

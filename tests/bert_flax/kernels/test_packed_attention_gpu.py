@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_flax.kernels import dropout_bits
+from bert_flax.kernels import dropout_bits, segment_attention
 from bert_flax.kernels.packed_attention_gpu import Blocks, packed_attention
 from bert_flax.model import attention
 from tests.bert_flax.kernels.test_packed_attention_tpu import dropped_reference, windowed_reference
@@ -65,7 +65,7 @@ def kernel(blocks: Blocks, window=None):
 def test_outputs_and_gradients_match_xla_attention(blocks):
     q, k, v, segments, d_out = inputs()
     got = value_and_grads(kernel(blocks), q, k, v, segments, d_out)
-    want = value_and_grads(jax.jit(attention.xla_attention), q, k, v, segments, d_out)
+    want = value_and_grads(jax.jit(segment_attention.xla_attention), q, k, v, segments, d_out)
     for name, g, w in zip(["out", "dq", "dk", "dv"], got, want, strict=True):
         for row, case in enumerate(ROWS):
             np.testing.assert_allclose(g[row], w[row], atol=2e-5, err_msg=f"{name}, {case}")
@@ -77,7 +77,7 @@ def test_bfloat16_inputs_stay_close_to_float32_attention():
     q, k, v, segments, d_out = inputs(jnp.bfloat16, seed=1)
     got = value_and_grads(kernel(Blocks(64, 64, 64, 64)), q, k, v, segments, d_out)
     as_float32 = [x.astype(jnp.float32) for x in (q, k, v, d_out)]
-    want = value_and_grads(jax.jit(attention.xla_attention), *as_float32[:3], segments,
+    want = value_and_grads(jax.jit(segment_attention.xla_attention), *as_float32[:3], segments,
                            as_float32[3])  # fmt: skip
     for g, w in zip(got, want, strict=True):
         assert g.dtype == jnp.bfloat16
@@ -88,7 +88,7 @@ def test_a_head_dim_not_a_power_of_two_is_padded():
     """Triton tiles are powers of two: head_dim 48 loads and stores as 64, masked."""
     q, k, v, segments, d_out = (x[:2, ..., :48] if x.ndim == 4 else x[:2] for x in inputs())
     got = value_and_grads(kernel(Blocks()), q, k, v, segments, d_out)
-    want = value_and_grads(jax.jit(attention.xla_attention), q, k, v, segments, d_out)
+    want = value_and_grads(jax.jit(segment_attention.xla_attention), q, k, v, segments, d_out)
     for g, w in zip(got, want, strict=True):
         assert g.shape == w.shape
         np.testing.assert_allclose(g, w, atol=2e-5)
@@ -99,7 +99,7 @@ def test_no_block_outside_the_range_is_read():
     blocks for the first sequence (masked, but 0 * NaN is NaN) would spread them there."""
     q, k, v, _, d_out = inputs()
     segments = jnp.asarray(np.stack([packed_row([128, 128])] * 2))
-    want = value_and_grads(jax.jit(attention.xla_attention), q[:2], k[:2], v[:2], segments,
+    want = value_and_grads(jax.jit(segment_attention.xla_attention), q[:2], k[:2], v[:2], segments,
                            d_out[:2])  # fmt: skip
     second = (segments == 2)[:, :, None, None]
     poisoned = [jnp.where(second, jnp.nan, x[:2]) for x in (q, k, v, d_out)]
@@ -142,7 +142,7 @@ def test_no_block_beyond_the_window_is_read():
 def test_the_backend_runs_interpreted_on_cpu_and_checks_the_length():
     q, k, v, segments, _ = inputs()
     out = attention.attention(q, k, v, segments, impl="packed_gpu")
-    np.testing.assert_allclose(out, attention.xla_attention(q, k, v, segments), atol=2e-5)
+    np.testing.assert_allclose(out, segment_attention.xla_attention(q, k, v, segments), atol=2e-5)
     with pytest.raises(ValueError, match="multiple of the kernel block 128"):
         packed_attention(q[:, :160], k[:, :160], v[:, :160], segments[:, :160], blocks=Blocks())
 
@@ -160,6 +160,8 @@ def test_dropout_matches_the_dense_reference_with_its_mask(blocks):
                                                      seeds=seeds, interpret=True))  # fmt: skip
     got = value_and_grads(fn, q, k, v, segments, d_out)
     want = value_and_grads(jax.jit(dropped_reference(rate, seeds)), q, k, v, segments, d_out)
-    assert np.abs(np.asarray(got[0] - attention.xla_attention(q, k, v, segments))).max() > 0.1
+    assert (
+        np.abs(np.asarray(got[0] - segment_attention.xla_attention(q, k, v, segments))).max() > 0.1
+    )
     for name, g, w in zip(["out", "dq", "dk", "dv"], got, want, strict=True):
         np.testing.assert_allclose(g, w, atol=2e-5, err_msg=name)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bert_flax.aot import program
-from bert_flax.kernels import dropout_bits, packed_attention_gpu
+from bert_flax.kernels import dropout_bits, packed_attention_gpu, segment_attention
 from bert_flax.kernels.packed_attention_tpu import packed_attention
 from bert_flax.model import attention
 from configs import bert_base
@@ -57,10 +57,12 @@ def windowed_reference(segment_ids, window):
     """`xla_attention` over rows of `segment_ids` with the pairs outside `visible_pairs` (a
     dense mask built in numpy) masked by a logit bias."""
     bias = np.where(visible_pairs(segment_ids, window)[:, None], 0.0, -1e10)
-    return lambda q, k, v, segment_ids: attention.xla_attention(q, k, v, segment_ids, bias=bias)
+    return lambda q, k, v, segment_ids: segment_attention.xla_attention(
+        q, k, v, segment_ids, bias=bias
+    )
 
 
-def assert_matches_xla(q, k, v, segment_ids, fn, atol, reference=attention.xla_attention):
+def assert_matches_xla(q, k, v, segment_ids, fn, atol, reference=segment_attention.xla_attention):
     out, grads = outputs_and_grads(fn, q, k, v, segment_ids)
     ref, ref_grads = outputs_and_grads(reference, q, k, v, segment_ids)
     assert out.dtype == ref.dtype
@@ -94,7 +96,7 @@ def test_blocks_outside_the_ranges_are_never_computed():
     poisoned = [jnp.where(unread, jnp.nan, x) for x in (q, k, v)]
     zeroed = [jnp.where(unread, 0.0, x) for x in (q, k, v)]
     out, grads = outputs_and_grads(kernel(), *poisoned, segment_ids)
-    ref, ref_grads = outputs_and_grads(attention.xla_attention, *zeroed, segment_ids)
+    ref, ref_grads = outputs_and_grads(segment_attention.xla_attention, *zeroed, segment_ids)
     np.testing.assert_allclose(out, ref, atol=2e-5)
     for name, grad, ref_grad in zip("qkv", grads, ref_grads):
         np.testing.assert_allclose(grad, ref_grad, atol=2e-5, err_msg=f"d{name}")
@@ -165,7 +167,9 @@ def test_rows_too_long_for_vmem_name_the_fix():
 def test_the_backend_runs_it_in_interpret_mode_on_cpu():
     q, k, v, segment_ids = inputs(256)
     out = attention.attention(q, k, v, segment_ids, impl="packed_tpu")
-    np.testing.assert_allclose(out, attention.xla_attention(q, k, v, segment_ids), atol=2e-5)
+    np.testing.assert_allclose(
+        out, segment_attention.xla_attention(q, k, v, segment_ids), atol=2e-5
+    )
 
 
 @pytest.mark.slow(seconds=30)
@@ -234,7 +238,7 @@ def dropped_reference(rate, seeds):
     def reference(q, k, v, segment_ids):
         length = q.shape[1]
         logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) * q.shape[-1] ** -0.5
-        mask = attention.segment_mask(segment_ids)
+        mask = segment_attention.segment_mask(segment_ids)
         probs = jax.nn.softmax(jnp.where(mask, logits, -1e10), axis=-1)
         index = jnp.arange(length, dtype=jnp.int32)
         keep = dropout_bits.keep_mask(seeds[:, :, None, None], index[:, None], index[None, :], rate)
@@ -256,7 +260,7 @@ def test_dropout_matches_the_dense_reference_with_its_mask(block_q, block_k):
                                      seeds=seeds, interpret=True)  # fmt: skip
     out, grads = outputs_and_grads(fn, q, k, v, segment_ids)
     ref, ref_grads = outputs_and_grads(dropped_reference(rate, seeds), q, k, v, segment_ids)
-    undropped = attention.xla_attention(q, k, v, segment_ids)
+    undropped = segment_attention.xla_attention(q, k, v, segment_ids)
     assert np.abs(np.asarray(out - undropped)).max() > 0.1  # dropout did something
     np.testing.assert_allclose(out, ref, atol=2e-5, err_msg="out")
     for name, grad, ref_grad in zip("qkv", grads, ref_grads):

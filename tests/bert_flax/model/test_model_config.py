@@ -5,7 +5,7 @@ import jax
 import numpy as np
 import pytest
 
-from bert_flax.data.contract import PRETRAINING_INPUTS
+from bert_flax.input_pipeline.contract import PRETRAINING_INPUTS
 from bert_flax.model.bert import BertForPreTraining
 from bert_flax.model.config import BertConfig
 

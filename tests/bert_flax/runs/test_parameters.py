@@ -16,7 +16,7 @@ import pytest
 from bert_flax import errors
 from bert_flax.convert.hugging_face import config_to_hf
 from bert_flax.convert.tables import expected_shapes
-from bert_flax.data.contract import SUMMARY_FILE
+from bert_flax.input_pipeline.contract import SUMMARY_FILE
 from bert_flax.model.config import BertConfig
 from bert_flax.runs import checkpoint_files, parameters, pretrained
 

@@ -15,8 +15,8 @@ import jax
 import numpy as np
 
 from bert_flax import sharding
-from bert_flax.data.contract import RowShape
-from bert_flax.data.synthetic import random_batch
+from bert_flax.input_pipeline.contract import RowShape
+from bert_flax.input_pipeline.synthetic import random_batch
 from bert_flax.train import loop
 from bert_flax.train.setup import create_train_setup
 

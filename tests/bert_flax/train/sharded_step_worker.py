@@ -17,8 +17,8 @@ import numpy as np
 from jax.sharding import AxisType
 
 from bert_flax import sharding
-from bert_flax.data.contract import RowShape
-from bert_flax.data.synthetic import random_batch
+from bert_flax.input_pipeline.contract import RowShape
+from bert_flax.input_pipeline.synthetic import random_batch
 from bert_flax.train.setup import create_train_setup
 
 

@@ -58,7 +58,7 @@ _FULL_VOCAB_OVER_FOUR = textwrap.dedent(
     sys.path.insert(0, sys.argv[1])
     import conftest
     from bert_flax import sharding
-    from bert_flax.data.synthetic import random_batch
+    from bert_flax.input_pipeline.synthetic import random_batch
     from bert_flax.train.setup import create_train_setup
 
     config = conftest.tiny_config(**{"train.batch_size": 8})
@@ -125,7 +125,7 @@ _SHAMPOO_STATE_SHARDING = textwrap.dedent(
     import conftest
     import optim
     from bert_flax import sharding
-    from bert_flax.data.synthetic import random_batch
+    from bert_flax.input_pipeline.synthetic import random_batch
     from bert_flax.train.setup import create_train_setup
 
     config = conftest.tiny_config(**{"train.batch_size": 8})

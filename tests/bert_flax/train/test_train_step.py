@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from bert_flax import sharding
-from bert_flax.data.synthetic import random_batch
+from bert_flax.input_pipeline.synthetic import random_batch
 from bert_flax.model import bert as bert_model
 from bert_flax.model import losses
 from bert_flax.tasks.pretraining import task as pretraining

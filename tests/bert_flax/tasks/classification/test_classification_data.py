@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bert_flax.data import rows as data_rows
 from bert_flax.data.tokenization import load_vocab
+from bert_flax.input_pipeline import rows as data_rows
 from bert_flax.tasks.classification import data as cl
 
 L, D = 128, 8

@@ -13,10 +13,10 @@ import ml_collections
 import numpy as np
 import pytest
 
-from bert_flax.data import rows as data_rows
 from bert_flax.data import tokenization
-from bert_flax.data.contract import RowShape
-from bert_flax.data.rows import build_rows
+from bert_flax.input_pipeline import rows as data_rows
+from bert_flax.input_pipeline.contract import RowShape
+from bert_flax.input_pipeline.rows import build_rows
 from bert_flax.model.bert import EMBEDDING_TABLES, BertForPreTraining, BertModel, rescale_embeddings
 from bert_flax.model.config import INIT_FROM_PRESET, BertConfig
 from bert_flax.runs import parameters
@@ -301,8 +301,8 @@ _SHARDED_PREDICT = """
 import jax, numpy as np
 from jax.sharding import AxisType
 from bert_flax import sharding
-from bert_flax.data.contract import CLASSIFICATION_INPUTS
-from bert_flax.data.rows import batches
+from bert_flax.input_pipeline.contract import CLASSIFICATION_INPUTS
+from bert_flax.input_pipeline.rows import batches
 from bert_flax.tasks.classification.model import BertForSequenceClassification
 from bert_flax.tasks.classification.predict import predict
 from bert_flax.tasks.inference import sharded_apply

@@ -14,9 +14,9 @@ from sklearn.metrics import f1_score
 from transformers import AutoConfig, pipeline
 
 from bert_flax.convert.finetuned import export_finetuned
-from bert_flax.data import rows as data_rows
 from bert_flax.data import tokenization
-from bert_flax.data.contract import RowShape
+from bert_flax.input_pipeline import rows as data_rows
+from bert_flax.input_pipeline.contract import RowShape
 from bert_flax.model.config import BertConfig
 from bert_flax.runs import parameters
 from bert_flax.tasks.classification.model import BertForSequenceClassification

@@ -6,9 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_flax.data.contract import RowShape
-from bert_flax.data.rows import build_rows
 from bert_flax.data.tokenization import load_vocab
+from bert_flax.input_pipeline.contract import RowShape
+from bert_flax.input_pipeline.rows import build_rows
 from bert_flax.model.config import BertConfig
 from bert_flax.tasks.squad import model, reading, rows
 

@@ -23,7 +23,7 @@ from typing import Protocol
 import numpy as np
 
 import packing
-from bert_flax.data.contract import RowShape
+from bert_flax.input_pipeline.contract import RowShape
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,8 +4,8 @@ A batch is a dict of fixed-shape arrays, batch dimension first: per row, core fi
 has (`CORE_FEATURES`: tokens [L], and per sequence slot [D] its [CLS] index and whether it is
 real) plus the task's feature set (`PRETRAINING_FEATURES`: masked positions [P] and NSP labels;
 `CLASSIFICATION_FEATURES`: labels and example ids). The table of every feature is in
-docs/design.md ("The packed batch"). `bert_flax.data.rows.build_rows` makes rows of any task; a
-padded (unpacked) batch is the same with D = 1.
+docs/design.md ("The packed batch"). `bert_flax.input_pipeline.rows.build_rows` makes rows of
+any task; a padded (unpacked) batch is the same with D = 1.
 
     data = PreparedData.load("workdir/sotu_128")   # what create_pretraining_data wrote
     shape = data.row_shape(max_sequences_per_pack=3)
@@ -62,6 +62,18 @@ def max_predictions_per_pack(
     `min(M, max(1, round(l_i * p)))` <= l_i * p + 1 tokens, and sum(l_i) <= L."""
     bound = math.floor(masked_lm_prob * max_seq_length + 1e-9) + max_sequences
     return int(min(max_sequences * max_predictions_per_seq, bound))
+
+
+@dataclasses.dataclass
+class Example:
+    """One pre-training example, unpadded (length = len(input_ids) <= max_seq_length): what a
+    record holds (`records.serialize`), made by `bert_flax.data.examples`."""
+
+    input_ids: np.ndarray  # int32 [n], masks applied
+    token_type_ids: np.ndarray  # int32 [n]
+    masked_lm_positions: np.ndarray  # int32 [m], increasing
+    masked_lm_ids: np.ndarray  # int32 [m], original ids
+    next_sentence_label: int  # 0 = IsNext, 1 = random next
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Random batches of the packed-batch contract (`bert_flax.data.contract`), without TensorFlow.
+"""Random batches of the packed-batch contract (`bert_flax.input_pipeline.contract`), without
+TensorFlow.
 
 For benchmarks, the profiler and tests: any per-row list of sequence lengths becomes a valid
 packed batch (random WordPiece ids, [CLS]/[SEP] markers, 15% masked positions, NSP labels). A
@@ -14,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bert_flax.data.contract import PRETRAINING_FEATURES, RowShape, feature_dtype
+from bert_flax.input_pipeline.contract import PRETRAINING_FEATURES, RowShape, feature_dtype
 
 CLS_ID, SEP_ID, MASK_ID = 101, 102, 103
 FIRST_WORD_ID = 999  # bert-base-uncased: ids below are [PAD], [unused*], [UNK], [CLS], [SEP], ...

@@ -8,8 +8,8 @@ import shutil
 import numpy as np
 import pytest
 
-from bert_flax.data import record_index, records
-from bert_flax.data.record_index import RecordIndex
+from bert_flax.input_pipeline import record_index, records
+from bert_flax.input_pipeline.record_index import RecordIndex
 
 
 def test_written_index_equals_a_scan_of_the_shards(data_dir):

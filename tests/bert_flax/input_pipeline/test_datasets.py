@@ -10,16 +10,26 @@ import numpy as np
 import pytest
 
 import packing
-from bert_flax.data import pipeline, record_index, records
-from bert_flax.data.contract import load_strategies, max_predictions_per_pack
 from bert_flax.data.verify_packing import example_key, reference_examples, unpack_row
+from bert_flax.input_pipeline import datasets, planner, record_index, records
+from bert_flax.input_pipeline.contract import load_strategies, max_predictions_per_pack
 
 CLS = 101
 
 
-def epoch(data_dir, **kwargs) -> list[dict]:
-    kwargs = {"batch_size": 32, "process_index": 0, "process_count": 1, **kwargs}
-    ds = pipeline.packed_dataset(data_dir, repeat=False, drop_remainder=False, **kwargs)
+def dataset(data_dir, batch_size, packed=True, **options):
+    """`packed_dataset` (`padded_dataset` with packed=False) with these InputOptions."""
+    entry = datasets.packed_dataset if packed else datasets.padded_dataset
+    return entry(data_dir, batch_size, datasets.InputOptions(**options))
+
+
+def first_epoch_stats(data_dir, **options) -> dict:
+    return datasets.pack_stats(data_dir, datasets.InputOptions(**options))
+
+
+def epoch(data_dir, batch_size=32, **kwargs) -> list[dict]:
+    kwargs = {"process_index": 0, "process_count": 1, **kwargs}
+    ds = dataset(data_dir, batch_size, repeat=False, drop_remainder=False, **kwargs)
     return list(ds.as_numpy_iterator())
 
 
@@ -95,10 +105,10 @@ def test_achieved_efficiency_matches_the_strategies(packed_epoch, data_dir):
     predicted = packing.StrategySet.load(f"{data_dir}/strategies.json").metrics()
     assert 100 * tokens / (rows * 128) == pytest.approx(predicted.efficiency, abs=0.01)
     assert rows == predicted.packs
-    stats = pipeline.pack_stats(data_dir)
+    stats = first_epoch_stats(data_dir)
     assert stats["rows"] == rows and stats["windows"] == 1
     assert stats["achieved_efficiency"] == pytest.approx(100 * tokens / (rows * 128))
-    half = pipeline.pack_stats(data_dir, process_index=1, process_count=2)
+    half = first_epoch_stats(data_dir, process_index=1, process_count=2)
     assert half["rows"] < rows and half["sequences"] < stats["sequences"]
 
 
@@ -152,14 +162,14 @@ def test_leftovers_of_an_unlimited_depth_strategy_file_are_packed_within_d(data_
 def test_windows_carry_their_leftovers_and_keep_the_whole_split_efficiency(data_dir, reference):
     """Small windows (a few hundred examples each) pack nearly as well as the whole split: what
     a window's strategies cannot place waits for the next window instead of the fallback."""
-    whole = pipeline.pack_stats(data_dir)
-    windowed = pipeline.pack_stats(data_dir, pack_window=200, seed=1)
+    whole = first_epoch_stats(data_dir)
+    windowed = first_epoch_stats(data_dir, pack_window=200, seed=1)
     assert windowed["windows"] >= 5
     assert windowed["achieved_efficiency"] > whole["achieved_efficiency"] - 0.5
     index = record_index.RecordIndex.load_or_build(data_dir, "train")
     strategies = packing.StrategySet.load(f"{data_dir}/strategies.json")
-    windows = pipeline.epoch_windows(np.arange(len(index)), 200, True, seed=1)
-    plan = pipeline.epoch_plan(windows, index.lengths, strategies)
+    windows = planner.epoch_windows(np.arange(len(index)), 200, True, seed=1)
+    plan = planner.epoch_plan(windows, index.lengths, strategies)
     packed_records = np.concatenate([w.records for w in plan])
     assert sorted(packed_records.tolist()) == list(range(len(index)))  # each record once
     assert any(len(w.records) != len(own) for w, own in zip(plan, windows))  # carries happen
@@ -176,24 +186,24 @@ def test_epoch_planner_positions_agree_with_its_stream(data_dir, packed):
     index = record_index.RecordIndex.load_or_build(data_dir, "train")
     strategies = packing.StrategySet.load(f"{data_dir}/strategies.json") if packed else None
     host = np.arange(len(index))
-    planner = pipeline.EpochPlanner(index.lengths, host, 200, strategies, True, lambda e: 7 + e)
+    epochs = planner.EpochPlanner(index.lengths, host, 200, strategies, True, lambda e: 7 + e)
 
     def stream(start_rows: int, rows: int) -> list[list[int]]:
         packs = []
-        for plan, w, window_packs in planner.windows(start_rows, repeat=True):
+        for plan, w, window_packs in epochs.windows(start_rows, repeat=True):
             records = plan[w].records
             packs += [sorted(records[p].tolist()) for p in window_packs]
             if len(packs) >= rows:
                 return packs[:rows]
 
-    per_epoch = sum(w.packs for w in planner.plan(0))
+    per_epoch = sum(w.packs for w in epochs.plan(0))
     full = stream(0, 2 * per_epoch + 5)
     first_epoch = [r for p in full[:per_epoch] for r in p]
     assert sorted(first_epoch) == host.tolist()
     assert full[per_epoch:] != full[: len(full) - per_epoch]  # a new order each epoch
     for start in (1, 150, per_epoch - 1, per_epoch, per_epoch + 17):
         assert stream(start, 5) == full[start : start + 5], start
-    assert planner.position(per_epoch + 3, repeat=False) == (1, 0, 0)  # past the end
+    assert epochs.position(per_epoch + 3, repeat=False) == (1, 0, 0)  # past the end
 
 
 def test_uncovered_examples_go_to_the_fallback(data_dir, reference):
@@ -216,7 +226,7 @@ def test_host_shards_are_disjoint_and_complete(data_dir, reference, count, strea
 
 def test_seed_determines_the_batches(data_dir):
     def first(seed, **kwargs):
-        ds = pipeline.packed_dataset(data_dir, batch_size=8, seed=seed, **kwargs)
+        ds = dataset(data_dir, batch_size=8, seed=seed, **kwargs)
         return next(ds.as_numpy_iterator())["input_ids"]
 
     one_host = {"process_index": 0, "process_count": 1}
@@ -226,16 +236,14 @@ def test_seed_determines_the_batches(data_dir):
 
 def test_without_shuffle_every_epoch_is_the_same(data_dir):
     rows = sum(len(b["input_ids"]) for b in epoch(data_dir, batch_size=64, shuffle=False))
-    ds = pipeline.packed_dataset(
-        data_dir, batch_size=rows, shuffle=False, process_index=0, process_count=1
-    )
+    ds = dataset(data_dir, batch_size=rows, shuffle=False, process_index=0, process_count=1)
     it = ds.as_numpy_iterator()
     assert np.array_equal(next(it)["input_ids"], next(it)["input_ids"])
 
 
 def test_repeat_flows_across_epochs_with_new_order(data_dir):
     rows = sum(len(b["input_ids"]) for b in epoch(data_dir, batch_size=64))
-    ds = pipeline.packed_dataset(data_dir, batch_size=64, process_index=0, process_count=1)
+    ds = dataset(data_dir, batch_size=64, process_index=0, process_count=1)
     it = ds.as_numpy_iterator()
     batches = [next(it) for _ in range(2 * (rows // 64) + 2)]
     assert all(b["input_ids"].shape == (64, 128) for b in batches)
@@ -248,21 +256,17 @@ def test_repeat_flows_across_epochs_with_new_order(data_dir):
 
 def test_bad_arguments_raise_clear_errors(data_dir, tmp_path):
     with pytest.raises(FileNotFoundError, match=r"summary\.json"):
-        pipeline.packed_dataset(str(tmp_path), batch_size=4)
+        dataset(str(tmp_path), batch_size=4)
     with pytest.raises(FileNotFoundError, match="No test-"):
-        pipeline.packed_dataset(
-            data_dir, split="test", batch_size=4, process_count=1, process_index=0
-        )
+        dataset(data_dir, split="test", batch_size=4, process_count=1, process_index=0)
     with pytest.raises(ValueError, match="process_index=2"):
-        pipeline.packed_dataset(data_dir, batch_size=4, process_index=2, process_count=2)
+        dataset(data_dir, batch_size=4, process_index=2, process_count=2)
     wrong_length = packing.pack_histogram(packing.from_lengths([10, 20, 30], 64), 64)
     with pytest.raises(ValueError, match="max_seq_length=128"):
-        pipeline.packed_dataset(
-            data_dir, batch_size=4, strategies=wrong_length, process_index=0, process_count=1
-        )
+        dataset(data_dir, batch_size=4, strategies=wrong_length, process_index=0, process_count=1)
     deep = packing.pack_histogram(packing.from_lengths([10] * 30, 128), 128, max_depth=3)
     with pytest.raises(ValueError, match="max_sequences_per_pack=2"):
-        pipeline.packed_dataset(
+        dataset(
             data_dir,
             batch_size=4,
             strategies=deep,
@@ -271,7 +275,7 @@ def test_bad_arguments_raise_clear_errors(data_dir, tmp_path):
             process_count=1,
         )
     with pytest.raises(FileNotFoundError, match=r"nope\.json"):
-        pipeline.packed_dataset(
+        dataset(
             data_dir,
             batch_size=4,
             strategies=str(tmp_path / "nope.json"),
@@ -279,11 +283,20 @@ def test_bad_arguments_raise_clear_errors(data_dir, tmp_path):
             process_count=1,
         )
     with pytest.raises(ValueError, match="max_predictions_per_pack=10"):
-        pipeline.packed_dataset(
+        dataset(
             data_dir, batch_size=4, max_predictions_per_pack=10, process_index=0, process_count=1
         )
     with pytest.raises(ValueError, match="batch_size"):
-        pipeline.packed_dataset(data_dir, batch_size=0)
+        dataset(data_dir, batch_size=0)
+
+
+@pytest.mark.parametrize(
+    "field", ["max_sequences_per_pack", "start_batch", "workers", "pack_window"]
+)
+def test_options_out_of_range_raise_naming_the_field(field):
+    bad = -1 if field == "start_batch" else 0
+    with pytest.raises(ValueError, match=f"{field} must be >= "):
+        datasets.InputOptions(**{field: bad})
 
 
 def test_missing_strategies_are_solved_and_saved(data_dir, tmp_path):
@@ -317,13 +330,13 @@ def test_example_key_is_the_identity_of_all_features():
 def test_a_resumed_stream_equals_the_uninterrupted_one(data_dir, mode):
     """Batch for batch, from positions inside the first epoch and past epoch boundaries."""
     kwargs = {"batch_size": 256, "process_index": 0, "process_count": 1, "seed": 4, **mode}
-    straight = pipeline.packed_dataset(data_dir, **kwargs).as_numpy_iterator()
+    straight = dataset(data_dir, **kwargs).as_numpy_iterator()
     reference = [next(straight) for _ in range(24)]
-    rows_per_epoch = pipeline.pack_stats(data_dir, seed=4)["rows"] if not mode else None
+    rows_per_epoch = first_epoch_stats(data_dir, seed=4)["rows"] if not mode else None
     if rows_per_epoch is not None:
         assert 24 * 256 > 2 * rows_per_epoch  # the 24 batches span more than two epochs
     for start in (3, 11, 20):
-        resumed = pipeline.packed_dataset(data_dir, start_batch=start, **kwargs)
+        resumed = dataset(data_dir, start_batch=start, **kwargs)
         for offset, batch in enumerate(resumed.take(4).as_numpy_iterator()):
             for name, value in batch.items():
                 np.testing.assert_array_equal(

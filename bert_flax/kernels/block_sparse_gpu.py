@@ -1,4 +1,4 @@
-"""The Pallas kernels for GPU (Triton); CPU only with interpret=True. TPU: `pallas_tpu`.
+"""The Pallas kernels for GPU (Triton); CPU only with interpret=True. TPU: `block_sparse_tpu`.
 
 Three kernels, each looping over the nonzero blocks only:
 
@@ -13,12 +13,13 @@ in float32.
 
 Status: verified against the XLA path in interpret mode on CPU (tests). On GPU, Triton needs
 block sizes of at least 16 for its dot; `block_sparse_matmul` keeps the XLA path for smaller
-blocks. Mosaic cannot tile these kernels' whole-row blocks, hence `pallas_tpu`.
+blocks. Mosaic cannot tile these kernels' whole-row blocks, hence `block_sparse_tpu`.
 """
 
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
@@ -26,8 +27,10 @@ import numpy as np
 from jax import lax
 from jax.experimental import pallas as pl
 
-from bert_flax.block_sparse.layout import BlockSparseLayout
-from bert_flax.block_sparse.plan import GroupedPlan, grouped_plan
+from bert_flax.kernels.block_sparse_plan import GroupedPlan, grouped_plan
+
+if TYPE_CHECKING:  # the layout is the layer's; the kernels read its index arrays
+    from bert_flax.block_sparse.layout import BlockSparseLayout
 
 ROW_TILE = 128
 

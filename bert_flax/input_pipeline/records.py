@@ -25,9 +25,8 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import tensorflow as tf
 
-from bert_flax.data.contract import RowShape
-from bert_flax.data.examples import Example
-from bert_flax.data.rows import RowLayout
+from bert_flax.input_pipeline.contract import Example, RowShape
+from bert_flax.input_pipeline.rows import RowLayout
 
 
 def keep_tensorflow_off_accelerators() -> None:

@@ -11,10 +11,12 @@ Padding slots read source block 0 and a zero weight block (index `nnz`, filled w
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bert_flax.block_sparse.layout import BlockSparseLayout
+if TYPE_CHECKING:  # the layout is the layer's; the kernels read its index arrays
+    from bert_flax.block_sparse.layout import BlockSparseLayout
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

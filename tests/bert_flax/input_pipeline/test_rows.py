@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import packing
-from bert_flax.data import records
-from bert_flax.data.contract import CLASSIFICATION_FEATURES, RowShape
-from bert_flax.data.rows import build_rows, epoch_seed
+from bert_flax.input_pipeline import records
+from bert_flax.input_pipeline.contract import CLASSIFICATION_FEATURES, RowShape
+from bert_flax.input_pipeline.rows import build_rows, epoch_seed
 from bert_flax.tasks.classification.data import EncodedSplit
 
 

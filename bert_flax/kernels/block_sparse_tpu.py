@@ -15,15 +15,19 @@ Accumulation is in float32 VMEM scratch.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from bert_flax.block_sparse.layout import BlockSparseLayout
-from bert_flax.block_sparse.pallas import column_lists, pad_rows
-from bert_flax.block_sparse.plan import GroupedPlan, grouped_plan
+from bert_flax.kernels.block_sparse_gpu import column_lists, pad_rows
+from bert_flax.kernels.block_sparse_plan import GroupedPlan, grouped_plan
+
+if TYPE_CHECKING:  # the layout is the layer's; the kernels read its index arrays
+    from bert_flax.block_sparse.layout import BlockSparseLayout
 
 BLOCK = 128  # the only block size Mosaic tiles here (blocks' last two dims by (8, 128))
 ROW_TILE = 256

@@ -1,5 +1,5 @@
-// Block-sparse products on CPU, called from JAX through XLA's FFI (bert_flax/block_sparse/cpu.py
-// builds this file and registers its two handlers).
+// Block-sparse products on CPU, called from JAX through XLA's FFI
+// (bert_flax/kernels/block_sparse_cpu.py builds this file and registers its two handlers).
 //
 //   grouped product  out[:, g] = sum_{t in group g} a[:, src[t]] @ w[blk[t]]     (all blocks B x B)
 //                    forward (groups = output block columns) and input gradient (groups = input

@@ -1,9 +1,9 @@
 """The XLA implementation: each product is a few matmuls over gathered blocks.
 
 Activations stay in their natural [rows, features] layout, viewed as [rows, blocks, block_size].
-Per chunk of grouped columns (see `plan.py`) the needed block columns are gathered into one
-contiguous [chunk, rows, K * block_size] operand (each slice copies `block_size` contiguous
-values of every row) and multiplied in one `dot_general` with a batch dimension:
+Per chunk of grouped columns (see `block_sparse_plan.py`) the needed block columns are gathered
+into one contiguous [chunk, rows, K * block_size] operand (each slice copies `block_size`
+contiguous values of every row) and multiplied in one `dot_general` with a batch dimension:
 
   forward     y[:, j]  = sum_k x[:, src_jk] @ W[src_jk, j]        (grouped by output column)
   input grad  dx[:, i] = sum_k g[:, src_ik] @ W[i, src_ik]^T      (grouped by input row)
@@ -17,12 +17,16 @@ the measurements behind the choices.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax
 import jax.numpy as jnp
 from jax import lax
 
-from bert_flax.block_sparse.layout import BlockSparseLayout
-from bert_flax.block_sparse.plan import GroupedPlan, default_chunk, grouped_plan
+from bert_flax.kernels.block_sparse_plan import GroupedPlan, default_chunk, grouped_plan
+
+if TYPE_CHECKING:  # the layout is the layer's; the kernels read its index arrays
+    from bert_flax.block_sparse.layout import BlockSparseLayout
 
 # One chunk's gathered operand is about this big (small: it stays in cache on CPU), and a pass
 # has at most MAX_CHUNKS chunks (bounds program size and compile time for small blocks).

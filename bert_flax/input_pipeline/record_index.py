@@ -25,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 from google.protobuf import message
 
-from bert_flax.data import records
+from bert_flax.input_pipeline import records
 
 INDEX_DIR = "index"
 FRAME_HEADER_BYTES = 12  # uint64 length + uint32 CRC

@@ -8,8 +8,13 @@ import json
 import numpy as np
 import pytest
 
-from bert_flax.data import contract, synthetic
-from bert_flax.data.contract import PreparedData, RowShape, check_batch, max_predictions_per_pack
+from bert_flax.input_pipeline import contract, synthetic
+from bert_flax.input_pipeline.contract import (
+    PreparedData,
+    RowShape,
+    check_batch,
+    max_predictions_per_pack,
+)
 
 
 def predictions_of(length: int, masked_lm_prob: float, per_seq: int) -> int:
