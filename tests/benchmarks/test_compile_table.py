@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -14,7 +13,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.paths import ROOT
 
 
 def compiled(bench, rows=16, memory=10.0, state=4.0):

@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 from bert_flax.data import corpus
+from tests.paths import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # A 1-layer, 32-wide BERT on rows of 64 tokens, by flags as a user would shrink configs/tiny.py.
 TINY = [
     "--config=configs/tiny.py",

@@ -26,8 +26,8 @@ from bert_flax.runs import checkpoint_files
 from bert_flax.train import loop
 from bert_flax.train import step as train_step
 from bert_flax.train.setup import create_train_setup
+from tests.paths import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 # A 1-layer, 32-wide BERT on synthetic rows, by flags as a user would shrink configs/tiny.py.
 SYNTHETIC = [
     "--config=configs/tiny.py",

@@ -11,8 +11,9 @@ import textwrap
 import numpy as np
 import pytest
 
+from tests.paths import ROOT
+
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sharded_step_worker.py")
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(WORKER))))
 
 # Tolerance: float32 reductions run in a different order once split over devices; LAMB's
 # per-layer trust ratio and the 1e-2 learning rate keep a step's change around 1e-2.
@@ -23,7 +24,7 @@ LOSS_RTOL = 1e-5
 def run_on_devices(devices: int, *command: str) -> dict:
     """`python *command` with `devices` simulated CPU devices; its last stdout line as JSON."""
     env = dict(os.environ, JAX_NUM_CPU_DEVICES=str(devices))
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     result = subprocess.run(
         [sys.executable, *command], env=env, capture_output=True, text=True, timeout=300
     )
