@@ -102,11 +102,11 @@ TESTED_BY = {
         '"benchmarks.profile_report"',
     ),
     "-m bert_flax.aot": (
-        "tests/bert_flax/aot/test_compile.py::test_compile_command_reports_fit_flops_collectives_and_a_roofline",
+        "tests/bert_flax/aot/test_aot_command.py::test_compile_command_reports_fit_flops_collectives_and_a_roofline",
         "compile_command(",
     ),
     "-m benchmarks.compile_table": (
-        "tests/benchmarks/test_compile_table.py::test_the_markdown_command_prints_the_docs_block",
+        "tests/benchmarks/test_benchmarks_compile_table.py::test_the_markdown_command_prints_the_docs_block",
         '"benchmarks.compile_table"',
     ),
     "-m benchmarks.block_sparse_bench": (
@@ -134,7 +134,7 @@ TESTED_BY = {
         '"benchmarks.studies.optimizer_race"',
     ),
     "-m benchmarks": (
-        "tests/benchmarks/test_results.py::"
+        "tests/benchmarks/test_benchmarks_results.py::"
         "test_every_block_in_the_docs_is_its_results_files_rendering",
         '"benchmarks", "--check"',
     ),

@@ -249,7 +249,8 @@ def test_squad_packed_vs_padded(tmp_path, recipe_data, load_benchmark):
 @pytest.mark.slow(seconds=60)
 def test_block_sparse_learning(tmp_path, recipe_data):
     shutil.copytree(recipe_data, tmp_path / "sotu_cpu")  # the benchmark reuses prepared data
-    # One run a side; the runs a rate grid and more seeds add: test_block_sparse_learning.py.
+    # One run a side; the runs a rate grid and more seeds add:
+    # test_benchmarks_block_sparse_learning.py.
     result = run_benchmark(
         "benchmarks.studies.block_sparse_learning", f"--workdir={tmp_path}", "--dupe_factor=1",
         "--settings=dense,sparse25_small", "--minutes=0.2", "--eval_every=2", "--seeds=1",

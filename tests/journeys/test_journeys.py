@@ -447,7 +447,7 @@ def test_the_readme_learning_benchmarks(tmp_path, recipe_data):
     )  # fmt: skip
     assert curves["steps"] == 2 and len(curves["curves"]["packed"]["step"]) == 2
     assert curves["reused"] == []
-    race = benchmark(  # one row: the bookkeeping over several is test_time_to_accuracy's
+    race = benchmark(  # one row: the bookkeeping over several is test_benchmarks_time_to_accuracy's
         "benchmarks.studies.time_to_accuracy", *data, "--rows=packed+lamb",
         "--seeds=1", "--grid=1", "--max_steps=2", "--eval_every=1", "--target=0.99",
         "--speed_rounds=1",

@@ -1,5 +1,5 @@
 """The TPU table: its readings of one compile (largest batch, rate at a batch) and its rerun
-(tests/benchmarks/test_results.py keeps docs/compile.md equal to its JSON)."""
+(tests/benchmarks/test_benchmarks_results.py keeps docs/compile.md equal to its JSON)."""
 
 from __future__ import annotations
 
