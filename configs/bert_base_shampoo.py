@@ -5,7 +5,7 @@ r"""BERT-base by the LAMB recipe (configs/bert_base_lamb.py) with asynchronous S
   python -m bert_flax.train --config=configs/bert_base_shampoo.py:phase2 --workdir=$WORKDIR \
       --config.data.data_dir=$DATA_512
 
-Only the optimizer differs (tests/configs/test_configs.py checks): the same phases, batch,
+Only the optimizer differs (tests/configs/test_configs_build.py checks): the same phases, batch,
 warm-up, decay, packing and scanned layers (Shampoo blocks each layer of the stacked parameters
 on its own: docs/optim.md). Anil et al. (arXiv 2002.09018): blocks of 128 (a 768 x 3072 FFN
 kernel is 6 x 24 blocks), Adam grafting for the step size, roots every 100 steps computed on the

@@ -5,7 +5,7 @@ r"""BERT-base by the LAMB recipe (configs/bert_base_lamb.py) with asynchronous S
   python -m bert_flax.train --config=configs/bert_base_soap.py:phase2 --workdir=$WORKDIR \
       --config.data.data_dir=$DATA_512
 
-Only the optimizer differs (tests/configs/test_configs.py checks): the same phases, batch,
+Only the optimizer differs (tests/configs/test_configs_build.py checks): the same phases, batch,
 warm-up, decay, packing and scanned layers. SOAP (Vyas et al., arXiv 2409.11321) at the paper's
 defaults (b1 = b2 = 0.95, statistics' b2 0.95, eigenbases every 10 steps, blocks of 128), the
 eigenbases computed on the host while the accelerator keeps stepping with the previous ones.

@@ -11,14 +11,17 @@ program, the XLA flags and the jax version, so a stale entry is never used.
 
 import fcntl
 import os
+import re
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 import pytest
+
+from tests.paths import ROOT
 
 os.environ.setdefault(
     "JAX_COMPILATION_CACHE_DIR", os.path.join(tempfile.gettempdir(), "bert_flax_tests_xla_cache")
@@ -43,21 +46,18 @@ def benchmark_results_dir(tmp_path_factory) -> Iterator[str]:
 
 @pytest.fixture
 def run_on_devices():
-    """`run(code, devices, pythonpath=(), timeout=600)`: `python -c code` on `devices` simulated
-    CPU devices (JAX_NUM_CPU_DEVICES), asserting it exits 0 and prints OK within
-    `timeout` seconds."""
+    """`run(worker, devices, *args, timeout=600)`: `python -m worker *args` from the repository
+    root on `devices` simulated CPU devices (JAX_NUM_CPU_DEVICES), asserting it exits 0 and prints
+    OK within `timeout` seconds. `worker` is a module (`tests.optim.shampoo_sharded_worker`), or
+    code, run with `python -c` (block_sparse's, until they move to worker modules)."""
 
-    def run(code: str, devices: int, pythonpath: Sequence[str] = (), timeout: float = 600) -> None:
-        env = {
-            **os.environ,
-            "JAX_PLATFORMS": "cpu",
-            "JAX_NUM_CPU_DEVICES": str(devices),
-        }
-        if pythonpath:
-            env["PYTHONPATH"] = os.pathsep.join(pythonpath)
+    def run(worker: str, devices: int, *args: str, timeout: float = 600) -> None:
+        env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": str(devices)}
+        program = ["-m", worker] if re.fullmatch(r"[\w.]+", worker) else ["-c", worker]
         done = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout
-        )
+            [sys.executable, *program, *args],
+            capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT,
+        )  # fmt: skip
         assert done.returncode == 0 and "OK" in done.stdout, done.stderr[-4000:]
 
     return run

@@ -25,7 +25,8 @@ import warnings
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.paths import ROOT
+
 FT = "--config=configs/finetune_sentiment.py"
 TINY = ["--config=configs/tiny.py", "--config.schedule.warmup_steps=0"]
 # Fine-tuning on {t}/train.csv, a few steps.
@@ -354,7 +355,7 @@ def run_row(base: str, paths: dict[str, str], i: int, module: str, argv: list[st
 @pytest.mark.slow(seconds=60)
 def test_every_bad_input_ends_as_one_line_with_status_2():
     done = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), json.dumps(ROWS)],
+        [sys.executable, "-m", "tests.test_bad_input", json.dumps(ROWS)],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
         env={**os.environ, "JAX_PLATFORMS": "cpu"},
     )  # fmt: skip
@@ -381,5 +382,4 @@ def test_every_bad_input_ends_as_one_line_with_status_2():
 
 
 if __name__ == "__main__":
-    sys.path[0] = ROOT  # the root, as for `python -m ...` there (not tests/)
     print(json.dumps(run_rows(json.loads(sys.argv[1]))))

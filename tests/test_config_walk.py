@@ -10,7 +10,8 @@ import ast
 import dataclasses
 import pathlib
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from tests.paths import ROOT
+
 ENTRY = ("bert_flax.train.__main__", "main")
 MAX_BACK_UPS = 8  # issue 57's bound
 

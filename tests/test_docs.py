@@ -22,7 +22,7 @@ import shlex
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.paths import ROOT
 
 JOURNEYS = "tests/journeys/test_journeys.py"
 SMOKE = "tests/benchmarks/test_benchmarks_smoke.py"
@@ -102,11 +102,11 @@ TESTED_BY = {
         '"benchmarks.profile_report"',
     ),
     "-m bert_flax.aot": (
-        "tests/bert_flax/aot/test_compile.py::test_compile_command_reports_fit_flops_collectives_and_a_roofline",
+        "tests/bert_flax/aot/test_aot_command.py::test_compile_command_reports_fit_flops_collectives_and_a_roofline",
         "compile_command(",
     ),
     "-m benchmarks.compile_table": (
-        "tests/benchmarks/test_compile_table.py::test_the_markdown_command_prints_the_docs_block",
+        "tests/benchmarks/test_benchmarks_compile_table.py::test_the_markdown_command_prints_the_docs_block",
         '"benchmarks.compile_table"',
     ),
     "-m benchmarks.block_sparse_bench": (
@@ -134,7 +134,7 @@ TESTED_BY = {
         '"benchmarks.studies.optimizer_race"',
     ),
     "-m benchmarks": (
-        "tests/benchmarks/test_results.py::"
+        "tests/benchmarks/test_benchmarks_results.py::"
         "test_every_block_in_the_docs_is_its_results_files_rendering",
         '"benchmarks", "--check"',
     ),
@@ -158,9 +158,9 @@ TESTED_BY = {
         '"bert_flax.tasks.token_classification.rule_set"',
     ),
     "make test-fast": ("tests/test_docs.py::test_ci_runs_make_test", '"test-fast: venv"'),
-    "tests/test_config_walk.py": (
+    "-m tests.test_config_walk": (
         "tests/test_config_walk.py::test_the_config_climbs_back_up_at_most_eight_times",
-        "walk()",  # what `python tests/test_config_walk.py` prints
+        "walk()",  # what `python -m tests.test_config_walk` prints
     ),
 }
 
@@ -340,7 +340,7 @@ def test_every_doc_command_line_parses():
     assert not unknown, f"make targets the Makefile lacks: {unknown}"
     python = {shlex.join(c.argv[1:]): c for c in commands if c.argv[0] == "python"}
     done = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), json.dumps([shlex.split(c) for c in python])],
+        [sys.executable, "-m", "tests.test_docs", json.dumps([shlex.split(c) for c in python])],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -433,7 +433,6 @@ def parse_only(command: list[str]) -> str | None:
 
 
 if __name__ == "__main__":
-    sys.path[0] = ROOT  # the root, as for `python -m ...` there (not tests/)
     failures = {}
     for command in json.loads(sys.argv[1]):
         error = parse_only(command)

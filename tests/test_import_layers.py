@@ -12,7 +12,8 @@ import re
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from tests.paths import ROOT
+
 PACKAGES = ("packing", "optim", "bert_flax", "configs", "benchmarks")
 
 

@@ -12,7 +12,8 @@ import os
 import re
 import tokenize
 
-from tests.test_docs import DOCS, ROOT, doc_text, line_of
+from tests.paths import ROOT
+from tests.test_docs import DOCS, doc_text, line_of
 
 # Names of this repository's modules, functions and files, as docs and docstrings write them.
 SOURCES = ("bert_flax", "optim", "packing", "benchmarks", "configs")

@@ -2,7 +2,9 @@
 line (or table), what they report is well formed, and the README's row reads what they publish
 (benchmarks/lib/blocks.py; published here into the tests' BENCHMARK_RESULTS_DIR). Their
 figures come from full runs (benchmarks/results/); this only keeps the docs' commands from
-breaking unnoticed (tests/test_docs.py). No speed is asserted: timing belongs to full runs."""
+breaking unnoticed (tests/test_docs.py). No speed is asserted (timing belongs to full runs):
+each figure is checked against what it is made of (the times and counts the result records, the
+files its runs wrote, the plot's size in pixels)."""
 
 from __future__ import annotations
 
@@ -12,9 +14,34 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
+import PIL.Image
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bert_flax import tasks
+from bert_flax.runs import finished
+from bert_flax.tasks.classification import reading as classification_reading
+from tests.paths import ROOT
+
+STARTS = ("pretrained", "random")  # label_efficiency's runs: {start}_n{examples}_lr{rate}_seed{s}
+
+
+def png_size(path) -> tuple[int, int]:
+    """(width, height) in pixels of the PNG at `path` (PIL raises if it is not one)."""
+    with PIL.Image.open(path) as image:
+        assert image.format == "PNG", image.format
+        return image.size
+
+
+def final_metrics(workdir) -> dict:
+    """What the run in `workdir` wrote when it ended (`finished.FINAL_METRICS`)."""
+    with open(os.path.join(workdir, finished.FINAL_METRICS)) as f:
+        return json.load(f)
+
+
+def whole(count: float) -> bool:
+    """Whether `count` (a rate times its denominator) is a whole number of hits."""
+    return abs(count - round(count)) < 1e-3
 
 
 def run_command(*command: str) -> str:
@@ -55,8 +82,12 @@ def test_packed_vs_padded_with_its_learning_case(tmp_path, recipe_data, readme_r
         f"--learn_data_dir={tmp_path / 'learn'}",
     )
     assert [case["case"] for case in result["cases"]] == ["wikipedia-like 512", "SQuAD 1.1 384"]
-    for case in result["cases"]:  # no speed is asserted here: timing belongs to full runs
-        assert case["speedup"] > 0 and case["batch_packing_factor"] > 1.5
+    for case in result["cases"]:  # one round: the speed-up is the recorded rates' ratio
+        rates = case["packed_sequences_per_s"] / case["padded_sequences_per_s"]
+        assert case["speedup"] == pytest.approx(rates)
+        steps = case["padded_step_seconds"] / case["packed_step_seconds"]
+        assert case["speedup_over_packing_factor"] == pytest.approx(steps)
+        assert case["batch_packing_factor"] > 1.5
     learning = result["learning"]
     assert learning["padded"]["steps"] == 4 and learning["packed"]["steps"] < 4
     assert learning["packing_factor"] > 1.5
@@ -77,10 +108,11 @@ def test_step_cost(tmp_path, recipe_data):
     assert set(result["step_ms"]) == {"packed", "padded"}
     assert list(result["step_ms"]["packed"]) == ["1", "2"]  # JSON keys: the row counts
     assert result["packing_factor"] > 1.5
-    assert all(ms > 0 for by_rows in result["step_ms"].values() for ms in by_rows.values())
+    line = lambda layout, rows: result["fixed_ms"][layout] + result["per_row_ms"][layout] * rows
+    for layout, by_rows in result["step_ms"].items():  # two row counts: the line meets both
+        assert [line(layout, int(r)) for r in by_rows] == pytest.approx(list(by_rows.values()))
     # The speed-up is the fitted lines' ratio at the recipe's rows (its sign is the timings'
     # business: one round on a loaded machine can fit a negative line).
-    line = lambda layout, rows: result["fixed_ms"][layout] + result["per_row_ms"][layout] * rows
     rows = result["recipe_rows"]
     speedup = line("padded", rows["padded"]) / line("packed", rows["packed"])
     assert result["recipe_speedup"] == pytest.approx(speedup)
@@ -97,7 +129,9 @@ def test_block_sparse_bench(benchmark_results_dir, readme_row):
     cases = result["cases"]
     expected = [(32, d, i) for d in (0.1, 0.05) for i in ("cpu", "xla")]  # auto: the kernel
     assert [(c["block_size"], c["density"], c["impl"]) for c in cases] == expected
-    assert all(c["fwd_speedup"] > 0 and c["fwd_bwd_speedup"] > 0 for c in cases)
+    for c, name in ((c, n) for c in cases for n in ("fwd", "fwd_bwd")):  # dense over sparse
+        ratio = c[f"{name}_dense_ms"] / c[f"{name}_sparse_ms"]
+        assert c[f"{name}_speedup"] == pytest.approx(ratio, rel=0.02, abs=0.01), (c, name)
     assert readme_row("block_sparse_bench", result)[0].startswith("block-sparse 256x256")
     with open(os.path.join(benchmark_results_dir, "block_sparse_bench.json")) as f:
         assert json.load(f)["result"] == result
@@ -109,7 +143,10 @@ def test_model_bench(benchmark_results_dir, load_benchmark):
     args = ["--models=tiny", "--lengths=128", "--batch=tiny:1", "--repeats=1", "--matmul_size=64"]
     result = run_benchmark("benchmarks.model_bench", *args)
     assert [r["layout"] for r in result["results"]] == ["padded", "packed"]
-    assert result["matmul_flops_per_s"] > 0 and all(r["train_ms"] > 0 for r in result["results"])
+    for r in result["results"]:  # the rates are the counts over the recorded times
+        assert r["train_seq_per_s"] == pytest.approx(1e3 * r["sequences"] / r["train_ms"])
+        flops_per_s = 1e9 * r["train_gflops_per_s"]
+        assert r["train_utilisation"] == pytest.approx(flops_per_s / result["matmul_flops_per_s"])
     with open(os.path.join(benchmark_results_dir, "model_bench.json")) as f:
         record = json.load(f)
     assert record["result"] == result
@@ -140,7 +177,7 @@ def test_profile_command(tmp_path):
     )  # fmt: skip
     lines = [json.loads(line) for line in stdout.strip().splitlines() if line.startswith("{")]
     assert any(line.get("class") == "optimizer" for line in lines), lines[:3]
-    assert plot.stat().st_size > 10_000
+    assert png_size(plot) == (720, 600)  # report.plot_stacked: 6 x 5 inches at 120 dpi
 
 
 @pytest.mark.slow(seconds=65)
@@ -153,7 +190,7 @@ def test_profile_report(tmp_path, readme_row):
         json.loads(line) for line in (tmp_path / "profile_report.jsonl").read_text().splitlines()
     ]
     assert len({line["label"] for line in lines}) == 1  # the first setting
-    assert (tmp_path / "profile_breakdown.png").stat().st_size > 10_000
+    assert png_size(tmp_path / "profile_breakdown.png") == (720, 600)  # one bar: 6 x 5 in
     result = json.loads(stdout.strip().splitlines()[-1])
     assert [s["label"] for s in result["settings"]] == ["tiny 128 f32 packed lamb"]
     assert "float32" in result["ceilings"]
@@ -161,7 +198,7 @@ def test_profile_report(tmp_path, readme_row):
 
 
 @pytest.mark.slow(seconds=90)
-def test_finetune_packed_vs_padded(readme_row):
+def test_finetune_packed_vs_padded(tmp_path, readme_row, load_benchmark):
     result = run_benchmark(
         "benchmarks.studies.finetune_packed_vs_padded",
         "--sets=pairs",
@@ -171,8 +208,22 @@ def test_finetune_packed_vs_padded(readme_row):
         "--speed_steps=1",
     )
     pairs = result["sets"]["pairs"]
-    assert pairs["packing_factor"] > 1.5 and pairs["speedup"] > 0
-    assert 0 <= pairs["accuracy_packed"] <= 1 and 0 <= pairs["accuracy_padded"] <= 1
+    assert pairs["packing_factor"] > 1.5
+    rates = pairs["examples_per_second"]
+    assert pairs["speedup"] == pytest.approx(rates["packed"] / rates["padded"])
+    # The validation accuracies and the majority class's are hits over the one validation split.
+    task = load_benchmark("studies.finetune_packed_vs_padded")
+    validation = tasks.ClassificationTask(
+        task.layout_config("padded", task.write_set("pairs", str(tmp_path)))
+    ).labelled.splits["validation"]
+    majority = np.bincount(validation.labels).max() / len(validation)
+    assert pairs["majority_baseline"] <= majority  # the train split's majority may be the other
+    for layout in ("packed", "padded"):
+        (accuracy,) = pairs["accuracy_runs"][layout]
+        assert accuracy == pairs[f"accuracy_{layout}"] and whole(accuracy * len(validation))
+    assert whole(pairs["majority_baseline"] * len(validation))
+    gap = pairs["accuracy_padded"] - pairs["accuracy_packed"]
+    assert result["max_accuracy_gap"] == pytest.approx(gap)
     assert readme_row("studies.finetune_packed_vs_padded", result)[0].endswith(
         "(median of 1 seeds)"
     )
@@ -194,11 +245,24 @@ def test_label_efficiency(tmp_path, recipe_data, load_benchmark):
         "--epochs=0.01",
     )
     assert [row["train_examples"] for row in result["sizes"]] == [60, 120]
+    reviews = classification_reading.rotten_tomatoes()  # what the fine-tuning reads
+    test = reviews.splits["test"]
+    truth = {int(i): reviews.label_names[label] for i, label in zip(test.ids, test.labels)}
     for row in result["sizes"]:
-        assert row["steps"] == 2 and 0 <= row["pretrained"] <= 1 and 0 <= row["random"] <= 1
-        assert row["gain"] == pytest.approx(row["pretrained"] - row["random"])
+        assert row["steps"] == 2
+        # Each start's figures are its run's, read back from what the run wrote.
+        runs = {s: tmp_path / f"{s}_n{row['train_examples']}_lr0.001_seed0" for s in STARTS}
+        best = {s: final_metrics(workdir)["best"]["value"] for s, workdir in runs.items()}
+        assert (row["pretrained"], row["random"]) == (best["pretrained"], best["random"])
+        assert row["gain"] == pytest.approx(best["pretrained"] - best["random"])
+        for start, workdir in runs.items():  # test accuracy: hits over its predictions file
+            with open(workdir / "predictions_test.jsonl") as f:
+                predicted = {r["id"]: r["label"] for r in map(json.loads, f)}
+            assert predicted.keys() == truth.keys()
+            hits = sum(predicted[i] == label for i, label in truth.items())
+            assert row[f"{start}_test"] == pytest.approx(hits / len(truth))
     assert len(result["reused"]) == 2  # the tuning runs at 60 examples, seed 0
-    assert (tmp_path / "label_efficiency.png").stat().st_size > 0
+    assert png_size(tmp_path / "label_efficiency.png") == (704, 462)  # 6.4 x 4.2 in at 110 dpi
     tables = load_benchmark("lib.blocks")
     assert "| 120 |" in tables.BLOCKS["label_efficiency"](
         lambda name: {
@@ -249,7 +313,8 @@ def test_squad_packed_vs_padded(tmp_path, recipe_data, load_benchmark):
 @pytest.mark.slow(seconds=60)
 def test_block_sparse_learning(tmp_path, recipe_data):
     shutil.copytree(recipe_data, tmp_path / "sotu_cpu")  # the benchmark reuses prepared data
-    # One run a side; the runs a rate grid and more seeds add: test_block_sparse_learning.py.
+    # One run a side; the runs a rate grid and more seeds add:
+    # test_benchmarks_block_sparse_learning.py.
     result = run_benchmark(
         "benchmarks.studies.block_sparse_learning", f"--workdir={tmp_path}", "--dupe_factor=1",
         "--settings=dense,sparse25_small", "--minutes=0.2", "--eval_every=2", "--seeds=1",
@@ -263,12 +328,15 @@ def test_block_sparse_learning(tmp_path, recipe_data):
     }
     # As many nonzero weights: only the wider layer's biases (and block rounding) add parameters.
     assert 0 < sparse["parameters"] - dense["parameters"] < 0.01 * dense["parameters"]
-    assert sparse["equal_steps"] >= 2 and dense["step_seconds"] > 0 < sparse["step_seconds"]
+    assert sparse["equal_steps"] >= 2
+    # One timed round each, on the same batches: as many sequences in a step of either.
+    per_step = [s["sequences_per_second"] * s["step_seconds"] for s in (dense, sparse)]
+    assert per_step[0] == pytest.approx(per_step[1]) and per_step[0] > 1
     assert sparse["dense_accuracy_equal_steps"] == dense["accuracy_equal_steps"] or (
         sparse["equal_steps"] != dense["equal_steps"]
     )
-    assert 0 < dense["ffn_seconds"] < dense["step_seconds"] and sparse["ffn_seconds"] > 0
-    assert (tmp_path / "block_sparse_learning.png").stat().st_size > 0
+    assert 0 < dense["ffn_seconds"] < dense["step_seconds"]
+    assert png_size(tmp_path / "block_sparse_learning.png") == (1650, 462)  # 15 x 4.2 in, 110 dpi
 
 
 @pytest.mark.slow(seconds=90)
@@ -282,7 +350,11 @@ def test_attention_dropout(tmp_path, recipe_data, load_benchmark):
         "--dupe_factor=1",
     )
     assert list(result["accuracy"]) == ["0.1", "0"] and result["steps"] == 2
-    assert all(0 <= a[0] <= 1 for a in result["accuracy"].values()) and result["baseline"] > 0
+    for rate, (accuracy,) in result["accuracy"].items():  # each run's, hits over masked tokens
+        evaluated = final_metrics(tmp_path / f"rate{rate}_seed0")
+        assert accuracy == evaluated["eval"]["masked_lm_accuracy"]
+        assert whole(accuracy * evaluated["eval"]["masked_tokens"]), evaluated["eval"]
+        assert result["baseline"] == evaluated["baseline"]
     record = {"result": result, "command": "c", "date": None, "machine": {}, "commit": "unknown"}
     block = load_benchmark("lib.blocks").BLOCKS["attention_dropout"](lambda name: record)
     assert "| 0.1 |" in block and "| 0 |" in block
@@ -328,7 +400,10 @@ def test_finetune_suite(tmp_path, recipe_data, load_benchmark):
 
 def test_loss_bench():
     result = run_benchmark("benchmarks.loss_bench", "--rounds=1", "--repeats=1")
-    assert len(result) == 4 and all(case["speedup"] > 0 for case in result.values())
+    assert len(result) == 4
+    for case in result.values():  # one round: the speed-up is the recorded times' ratio
+        assert case["speedup"] == pytest.approx(case["reference_ms"] / case["ours_ms"])
+        assert case["speedup_error"] == 0
 
 
 def test_optimizer_bench():

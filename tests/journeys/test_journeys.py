@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 from bert_flax.data import corpus
+from tests.paths import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # A 1-layer, 32-wide BERT on rows of 64 tokens, by flags as a user would shrink configs/tiny.py.
 TINY = [
     "--config=configs/tiny.py",
@@ -447,7 +447,7 @@ def test_the_readme_learning_benchmarks(tmp_path, recipe_data):
     )  # fmt: skip
     assert curves["steps"] == 2 and len(curves["curves"]["packed"]["step"]) == 2
     assert curves["reused"] == []
-    race = benchmark(  # one row: the bookkeeping over several is test_time_to_accuracy's
+    race = benchmark(  # one row: the bookkeeping over several is test_benchmarks_time_to_accuracy's
         "benchmarks.studies.time_to_accuracy", *data, "--rows=packed+lamb",
         "--seeds=1", "--grid=1", "--max_steps=2", "--eval_every=1", "--target=0.99",
         "--speed_rounds=1",

@@ -5,7 +5,6 @@ is the corpus's examples at its length (none longer, some cut at the row)."""
 from __future__ import annotations
 
 import filecmp
-import os
 import subprocess
 import sys
 
@@ -14,8 +13,7 @@ import pytest
 
 import packing
 from packing import histogram
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.paths import ROOT
 
 
 def test_the_command_rewrites_the_bundled_speeches_histogram_at_1024(tmp_path):

@@ -8,7 +8,6 @@ agree with the shapes.
 
 import functools
 import logging
-import os
 import re
 import subprocess
 import sys
@@ -21,11 +20,11 @@ from bert_flax.aot import largest_batch, packings, program, roofline, targets
 from bert_flax.hlo import classify
 from bert_flax.train.setup import create_train_program
 from configs import bert_base, tiny
+from tests.paths import ROOT
 
 V5E_4 = targets.target("v5e-4")
 H100 = targets.target("h100")
 GIB = 2**30
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 @functools.cache

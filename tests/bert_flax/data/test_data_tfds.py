@@ -27,8 +27,8 @@ from bert_flax.data.create_pretraining_data import (
 )
 from bert_flax.data.examples import ExampleOptions
 from bert_flax.input_pipeline import records
+from tests.paths import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 WIKIPEDIA = "wikipedia/20230601.en"
 # The splits the prepared datasets have (TFDS's catalog; the package ships no split metadata).
 SPLITS = {WIKIPEDIA: ("train",), "c4/en:3.1.0": ("train", "validation")}
@@ -166,7 +166,7 @@ def test_the_data_dir_defaults_to_tfds_own(tmp_path, monkeypatch):
 def test_done_when_a_train_only_tfds_corpus_prepares_and_trains_through_an_evaluation(tmp_path):
     """The README's two commands: mock Wikipedia (train only) prepared by name, then configs/tiny.py
     (shrunk) trained to its first evaluation on the carved validation split."""
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)  # this checkout's code
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))  # this checkout's code
     data, workdir = str(tmp_path / "wiki_128"), str(tmp_path / "tiny")
     prepare = [sys.executable, os.path.abspath(__file__), str(tmp_path / "meta"), WIKIPEDIA, "400",
                "bert_flax.data.create_pretraining_data", f"--input={WIKIPEDIA}",

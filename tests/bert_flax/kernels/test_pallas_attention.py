@@ -1,8 +1,6 @@
 """The Pallas attention kernels as the model calls them, interpreted on CPU, against the
 per-sequence reference and `xla_attention`; under a mesh, one kernel per shard."""
 
-import textwrap
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -63,60 +61,13 @@ def _equations(jaxpr):
                 yield from _equations(inner)
 
 
-_SHARDED_KERNEL = textwrap.dedent(
-    """
-    import jax, numpy as np, flax.linen as nn
-    from bert_flax import sharding
-    from bert_flax.kernels import pallas_attention, segment_attention
-
-    rng = np.random.default_rng(0)
-    q, k, v = (rng.standard_normal((4, 128, 4, 16)).astype(np.float32) for _ in range(3))
-    seg = np.zeros((4, 128), np.int32)
-    seg[:, :60], seg[:, 60:100] = 1, 2
-    seg[1, 10:] = 0
-    kernel = lambda q: pallas_attention.KERNEL(q, k, v, seg, interpret=True)
-    with jax.set_mesh(sharding.create_mesh((2, 1, 2))):
-        with nn.logical_axis_rules(sharding.LOGICAL_AXIS_RULES):
-            out = jax.jit(kernel)(q)
-            grad = jax.jit(jax.grad(lambda q: (kernel(q) ** 2).sum()))(q)
-    assert out.sharding.spec == jax.sharding.PartitionSpec("data", None, "model"), out.sharding
-    xla = lambda q: segment_attention.xla_attention(q, k, v, seg)
-    np.testing.assert_allclose(out, xla(q), atol=1e-5)
-    np.testing.assert_allclose(grad, jax.grad(lambda q: (xla(q) ** 2).sum())(q), atol=1e-5)
-    print("OK")
-    """
-)
-
-
-_SHARDED_DROPOUT = textwrap.dedent(
-    """
-    import jax, numpy as np, flax.linen as nn
-    from bert_flax import sharding
-    from bert_flax.kernels import pallas_attention, segment_attention
-
-    rng = np.random.default_rng(0)
-    q, k, v = (rng.standard_normal((4, 128, 4, 16)).astype(np.float32) for _ in range(3))
-    seg = np.ones((4, 128), np.int32)
-    kernel = lambda q: pallas_attention.KERNEL(
-        q, k, v, seg, dropout_rate=0.5, dropout_rng=jax.random.key(0), deterministic=False,
-        interpret=True,
-    )
-    with jax.set_mesh(sharding.create_mesh((2, 1, 2))):
-        with nn.logical_axis_rules(sharding.LOGICAL_AXIS_RULES):
-            sharded = jax.jit(kernel)(q)
-    np.testing.assert_allclose(sharded, jax.jit(kernel)(q), atol=1e-5)
-    print("OK")
-    """
-)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("kernel", ["packed_tpu_attention", "packed_gpu_attention"])
 def test_skipping_kernels_dropout_under_a_mesh_draws_the_unsharded_masks(run_on_devices, kernel):
     """Each shard's rows and heads get their own seeds: sharded over rows and heads, the dropped
     output is the one-device output (a kernel hashing local row and head indices would repeat
     shard 0's masks on every shard)."""
-    run_on_devices(_SHARDED_DROPOUT.replace("KERNEL", kernel), 4)
+    run_on_devices("tests.bert_flax.kernels.sharded_kernel_worker", 4, "dropout", kernel)
 
 
 @pytest.mark.slow
@@ -124,4 +75,4 @@ def test_skipping_kernels_dropout_under_a_mesh_draws_the_unsharded_masks(run_on_
     "kernel", ["splash_attention", "packed_tpu_attention", "packed_gpu_attention"]
 )
 def test_a_kernel_under_a_mesh_runs_per_shard(run_on_devices, kernel):
-    run_on_devices(_SHARDED_KERNEL.replace("KERNEL", kernel), 4)
+    run_on_devices("tests.bert_flax.kernels.sharded_kernel_worker", 4, "forward", kernel)

@@ -1,6 +1,7 @@
-"""Run by test_checkpointing.py: process `process_id` of 2 (jax.distributed on localhost, one CPU
-device each) restores the latest checkpoint of two workdirs, the arrays split over both processes'
-devices, saves what it restored from the first as step 8, and prints what each gave as JSON.
+"""Run by test_train_checkpointing.py: process `process_id` of 2 (jax.distributed on localhost,
+one CPU device each) restores the latest checkpoint of two workdirs, the arrays split over both
+processes' devices, saves what it restored from the first as step 8, and prints what each gave as
+JSON.
 In process 1 only, the listing of the first lags (its newest step unseen) and reads of the second
 fail with an I/O error (EIO)."""
 
@@ -17,7 +18,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 from jax.sharding import NamedSharding, PartitionSpec
-from test_checkpointing import kernel, small_state
+from test_train_checkpointing import kernel, small_state
 
 from bert_flax import errors
 from bert_flax.train import resume

@@ -26,8 +26,8 @@ from bert_flax.runs import checkpoint_files
 from bert_flax.train import loop
 from bert_flax.train import step as train_step
 from bert_flax.train.setup import create_train_setup
+from tests.paths import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 # A 1-layer, 32-wide BERT on synthetic rows, by flags as a user would shrink configs/tiny.py.
 SYNTHETIC = [
     "--config=configs/tiny.py",
@@ -251,25 +251,6 @@ def test_a_full_disk_is_a_clear_error_and_keeps_the_saved_checkpoints(small_disk
     assert all(np.isfinite(p).all() for p in jax.tree.leaves(params))
 
 
-# bert_flax.train with orbax's commit of step 20 (the rename of its complete temporary directory)
-# held: it creates `commit_held` in the workdir and sleeps.
-HOLD_COMMIT_OF_20 = """
-import runpy, time
-from orbax.checkpoint._src.path import atomicity
-
-finalize = atomicity.AtomicRenameTemporaryPath.finalize
-
-async def held(self, *args, **kwargs):
-    if self.get_final().name == "20":
-        (self.get_final().parent.parent / "commit_held").touch()
-        time.sleep(600)
-    return await finalize(self, *args, **kwargs)
-
-atomicity.AtomicRenameTemporaryPath.finalize = held
-runpy.run_module("bert_flax.train", run_name="__main__")
-"""
-
-
 @pytest.mark.slow(seconds=45)
 def test_kill_9_while_saving_resumes_from_the_last_complete_checkpoint(tmp_path):
     """SIGKILL while step 20's checkpoint is written but not yet committed (orbax renames its
@@ -278,7 +259,8 @@ def test_kill_9_while_saving_resumes_from_the_last_complete_checkpoint(tmp_path)
     flags = ["--config.train.steps=400", "--config.checkpoint.every_steps=10"]
     log = tmp_path / "job.log"
     with open(log, "w") as stderr:
-        job = start_main(workdir, *flags, python=("-c", HOLD_COMMIT_OF_20), stderr=stderr)
+        held = ("-m", "tests.bert_flax.train.hold_commit_worker")
+        job = start_main(workdir, *flags, python=held, stderr=stderr)
         deadline = time.monotonic() + 300
         try:
             while not (workdir / "commit_held").exists() and job.poll() is None:

@@ -9,12 +9,13 @@ import sys
 
 import pytest
 
+from tests.paths import ROOT
+
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "multihost_worker.py")
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(WORKER))))
 
 
 def start(process_id: int, num_processes: int, port: int) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop("JAX_NUM_CPU_DEVICES", None)  # one CPU device per process
     return subprocess.Popen(
         [sys.executable, WORKER, str(process_id), str(num_processes), str(port)],

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 
 import jax
@@ -19,6 +18,7 @@ from bert_flax.tasks.pretraining import task as pretraining
 from bert_flax.train import loop, resume
 from bert_flax.train.resume import Progress
 from bert_flax.train.setup import create_train_setup
+from tests.paths import ROOT
 
 N = 3
 
@@ -89,25 +89,12 @@ def test_sigterm_requests_a_save():
     assert signal.getsignal(signal.SIGTERM) is not guard._handle
 
 
-_STUCK_MAIN_THREAD = textwrap.dedent(
-    """
-    import os, signal, subprocess, sys, threading
-    from bert_flax.train import resume
-
-    child = subprocess.Popen(["sleep", "20"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    with resume.PreemptionGuard(grace_seconds=1.0) as guard:
-        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
-        os.waitpid(child.pid, 0)  # stands for a long compilation: no step boundary comes
-    print("not reached")
-    """
-)
-
-
 def test_watchdog_ends_a_process_that_cannot_reach_a_step_boundary():
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-c", _STUCK_MAIN_THREAD], capture_output=True, text=True, timeout=60
-    )
+        [sys.executable, "-m", "tests.bert_flax.train.stuck_main_thread_worker"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
     assert done.returncode == 128 + signal.SIGTERM, done.stderr[-2000:]
     assert "did not save and stop within 1 s" in done.stderr
     assert "not reached" not in done.stdout

@@ -4,7 +4,6 @@ inference equal to padded inference example by example, and pre-trained encoders
 from __future__ import annotations
 
 import json
-import os
 import types
 
 import flax.linen as nn
@@ -297,48 +296,12 @@ def test_write_predictions_in_input_order(tmp_path):
     assert records[0]["probabilities"][1] == pytest.approx(1 / (1 + np.exp(-2.0)), rel=1e-5)
 
 
-_SHARDED_PREDICT = """
-import jax, numpy as np
-from jax.sharding import AxisType
-from bert_flax import sharding
-from bert_flax.input_pipeline.contract import CLASSIFICATION_INPUTS
-from bert_flax.input_pipeline.rows import batches
-from bert_flax.tasks.classification.model import BertForSequenceClassification
-from bert_flax.tasks.classification.predict import predict
-from bert_flax.tasks.inference import sharded_apply
-import test_classification_finetune as t
-
-n = 3 * len(t.TEXTS)
-split = t.classification.LabelledSplit(
-    texts=t.TEXTS * 3, texts_b=None, labels=np.zeros(n, np.int32), ids=np.arange(n, dtype=np.int32)
-)
-encoded = t.classification.encode_split(t.tokenization.load_vocab(), split, t.MAX_LEN)
-model = BertForSequenceClassification(t.CONFIG, num_labels=3)
-batch = next(batches(encoded, batch_size=2, max_seq_length=t.MAX_LEN))
-inputs = {k: batch[k] for k in CLASSIFICATION_INPUTS}
-params = model.init(jax.random.key(0), inputs, deterministic=True)["params"]
-one = jax.make_mesh((1, 1, 1), sharding.MESH_AXES, axis_types=(AxisType.Auto,) * 3,
-                    devices=jax.devices()[:1])
-reference = predict(t.CONFIG, params, 3, encoded, rows=4, mesh=one)
-for shape in ((8, 1, 1), (2, 2, 2)):
-    mesh = sharding.create_mesh(shape)
-    _, shardings = sharded_apply(model, mesh, inputs, lambda out: out.logits)
-    if shape == (2, 2, 2):  # really split: kernels over model, embed dims over fsdp
-        specs = [str(s.spec) for s in jax.tree.leaves(shardings)]
-        assert any("model" in s for s in specs) and any("fsdp" in s for s in specs), specs
-    got = predict(t.CONFIG, params, 3, encoded, rows=4, mesh=mesh)
-    np.testing.assert_allclose(got, reference, atol=2e-5)
-print("OK")
-"""
-
-
 @pytest.mark.slow(seconds=25)
 def test_packed_inference_on_8_devices_equals_1_device(run_on_devices):
     """`predict` on a data-parallel and on a data x fsdp x model mesh of 8 simulated devices
     gives the 1-device logits, example by example (parameters split over model when it has
     devices)."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    run_on_devices(_SHARDED_PREDICT, 8, [here, os.path.abspath(os.path.join(here, "../../../.."))])
+    run_on_devices("tests.bert_flax.tasks.classification.sharded_predict_worker", 8)
 
 
 def test_a_sample_of_labels_trains_at_least_min_steps_with_the_evaluations_asked():

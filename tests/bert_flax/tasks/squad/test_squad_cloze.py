@@ -2,7 +2,6 @@
 the same document, and the file reads back through the SQuAD reader."""
 
 import json
-import os
 import subprocess
 import sys
 
@@ -10,8 +9,8 @@ import pytest
 
 from bert_flax.data.corpus import Document
 from bert_flax.tasks.squad import cloze, reading
+from tests.paths import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))))
 SPEECH = Document(
     "1801-Jefferson.txt",
     (

@@ -21,6 +21,7 @@ from bert_flax.runs import checkpoint_files
 from bert_flax.runs.checkpoint_files import short_reason
 from bert_flax.train import resume
 from bert_flax.train.step import TrainState
+from tests.paths import ROOT
 
 
 def test_the_cause_survives_tensorstore_s_spec_and_the_elision():
@@ -44,7 +45,6 @@ def test_a_long_message_keeps_its_head_and_tail():
 
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checkpoint_worker.py")
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(WORKER))))
 ADAM = optax.adam(1e-3)
 
 
@@ -173,7 +173,7 @@ def test_two_processes_restore_the_same_step(tmp_path, free_port):
     save_steps(damaged, (2, 4, 6))
     save_steps(transient, (2, 4))
     truncate(largest_array_file(os.path.join(checkpoint_files.checkpoint_dir(damaged), "6")), 100)
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
     env.pop("JAX_NUM_CPU_DEVICES", None)  # one CPU device per process
     workers = [
         subprocess.Popen(

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ast
 import importlib
-import pathlib
 import pkgutil
 from collections.abc import Iterator
 
@@ -25,8 +24,8 @@ import pytest
 import configs
 from bert_flax.tasks.glue.table import GLUE
 from configs import bert_base_long, default
+from tests.paths import ROOT
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 CODE = ("bert_flax", "benchmarks", "optim")
 HOLDERS = {"setup", "task", "program"}  # `<name>.config` is the run's config
 METHODS = set(dir(ml_collections.ConfigDict))

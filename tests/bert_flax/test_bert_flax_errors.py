@@ -11,8 +11,7 @@ import sys
 import pytest
 
 from bert_flax import errors
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.paths import ROOT
 
 
 def run(module: str, *flags: str) -> subprocess.CompletedProcess:

@@ -4,7 +4,6 @@ keep every label, and are built as it says; no training here."""
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 import pytest
@@ -13,8 +12,6 @@ from bert_flax.data import tokenization
 from bert_flax.input_pipeline import rows
 from bert_flax.tasks.classification import data as classification
 from bert_flax.tasks.classification import reading as classification_reading
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-NOTEBOOK = Path(__file__).parents[2] / "notebooks" / "packed_bert_quickstart.ipynb"
+from tests.paths import ROOT
+
+NOTEBOOK = ROOT / "notebooks" / "packed_bert_quickstart.ipynb"
 
 # Every project attribute the notebook calls; a rename must update the notebook too.
 CALLED = [
