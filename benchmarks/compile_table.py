@@ -159,6 +159,7 @@ class Compiled:
     model: dict  # layers, parameters, attention, ... (`roofline.Report.model`)
     compile_s: float
     attention_visited_fraction: float = 1.0  # `roofline.Report`'s: the skipping kernels' charge
+    attention_needed_fraction: float = 1.0  # `roofline.Report`'s: the attention model_flops counts
 
     @property
     def step_s(self) -> float:
@@ -175,22 +176,20 @@ class Compiled:
 
 
 def compile_cell(
-    config, target: targets.Target, devices, factor: float, visited: float = 1.0
+    config, target: targets.Target, devices, factor: float, **fractions: float
 ) -> Compiled:
-    """One compile of `config`, the block-skipping attention charged the `visited` share of its
-    block pairs; where XLA refuses it for the chip's HBM, again at half the rows (down to one a
-    device), since the figures are read linearly in the rows anyway."""
+    """One compile of `config` with the attention `fractions` (`program.compile_steps`'s); where
+    XLA refuses it for the chip's HBM, again at half the rows (down to one a device), since the
+    figures are read linearly in the rows anyway."""
     shards = len(devices)
     try:
-        steps = program.compile_steps(
-            config, devices, factor, evaluate=False, attention_visited_fraction=visited
-        )
+        steps = program.compile_steps(config, devices, factor, evaluate=False, **fractions)
     except jax.errors.JaxRuntimeError as e:
         rows = config.train.batch_size
         if "RESOURCE_EXHAUSTED" not in str(e) or rows <= shards:
             raise
         config.train.batch_size = config.eval.batch_size = shards * (rows // shards // 2)
-        return compile_cell(config, target, devices, factor, visited)
+        return compile_cell(config, target, devices, factor, **fractions)
     report = roofline.report(steps, target)
     memory = report.train_memory
     return Compiled(
@@ -205,6 +204,7 @@ def compile_cell(
         model=report.model,
         compile_s=steps.seconds["train"],
         attention_visited_fraction=report.attention_visited_fraction,
+        attention_needed_fraction=report.attention_needed_fraction,
     )
 
 
@@ -267,19 +267,22 @@ def measure_cell(
     )
     spec = packing_spec(length)
     factor = packings.packing_factor(build(shards), spec)
-    visited = packings.attention_visited_fraction(build(shards), spec)
+    fractions = {
+        "attention_visited_fraction": packings.attention_visited_fraction(build(shards), spec),
+        "attention_needed_fraction": packings.attention_needed_fraction(build(shards), spec),
+    }
     recipe = shards * math.ceil(RECIPE_SEQUENCES / factor / shards)
-    compiled = compile_cell(build(recipe), target, devices, factor, visited)
+    compiled = compile_cell(build(recipe), target, devices, factor, **fractions)
     largest = compiled.largest_rows(target.chip.hbm_bytes, shards)
     if 0 < largest < recipe and largest != compiled.rows:  # the figures at the largest batch
-        compiled = compile_cell(build(largest), target, devices, factor, visited)
+        compiled = compile_cell(build(largest), target, devices, factor, **fractions)
     remat = build(recipe).model.remat_policy
     policies = {}
     if (model, length, target_name, packed) in REMAT_CELLS:
         for policy in config_lib.REMAT_POLICIES:
             config = build(recipe, policy)
             reuse = policy == remat and compiled.rows == recipe
-            at = compiled if reuse else compile_cell(config, target, devices, factor, visited)
+            at = compiled if reuse else compile_cell(config, target, devices, factor, **fractions)
             rows = at.largest_rows(target.chip.hbm_bytes, shards)
             policies[policy] = {
                 "largest_rows": rows,
@@ -297,9 +300,8 @@ def measure_long_cell(model: str, length: int, target_name: str, packed: bool,
                       attention: str) -> dict:  # fmt: skip
     """A `LONG_CELLS` row: the cell with `attention`, and the share of dense attention's scores
     its rows' sequences need."""
-    config = cell_config(model, length, packed, 1, targets.target(target_name), None, attention)
-    needed = packings.attention_needed_fraction(config, LONG_PACKING)
     cell = measure_cell(model, length, target_name, packed, attention).as_dict()
+    needed = cell["compiled"]["attention_needed_fraction"]
     return cell | {"attention_impl": attention, "attention_needed_fraction": needed}
 
 

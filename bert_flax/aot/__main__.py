@@ -56,16 +56,18 @@ def main(argv: list[str]) -> None:
     target = targets.target(_TARGET.value)
     devices = targets.compile_only_devices(target)  # before jax runs anything (the fraction)
     factor = packings.packing_factor(config, _PACKING_FACTOR.value)
-    visited = packings.attention_visited_fraction(config, _PACKING_FACTOR.value)
+    spec = _PACKING_FACTOR.value
+    fractions = {
+        "attention_visited_fraction": packings.attention_visited_fraction(config, spec),
+        "attention_needed_fraction": packings.attention_needed_fraction(config, spec),
+    }
     largest = None
     if _LARGEST_BATCH.value:
-        largest, report = largest_batch.largest_batch(
-            config, target, factor, attention_visited_fraction=visited
-        )
+        largest, report = largest_batch.largest_batch(config, target, factor, **fractions)
         if report is None:
             raise ValueError(f"Not one row per data shard fits on {target.name}.")
     else:
-        report = roofline.compile_for(config, target, factor, devices, visited)
+        report = roofline.compile_for(config, target, factor, devices, **fractions)
     print(roofline.format_report(report, largest))
     if _JSON.value:
         out = report.as_dict() | {"largest_batch": largest}

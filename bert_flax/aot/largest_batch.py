@@ -15,12 +15,12 @@ def largest_batch(
     packing_factor: float | None = None,
     *,
     limit: int = 1 << 16,
-    attention_visited_fraction: float = 1.0,
+    **fractions: float,
 ) -> tuple[int, roofline.Report | None]:
     """The most rows per step (a multiple of the data shards, no accumulation) whose train and
     eval steps fit the chip's HBM, by bisection over compiles, and the report at it (0, None:
     not even one row a shard fits). The config's packing adjustment is turned off so that the
-    rows are the ones compiled."""
+    rows are the ones compiled; `fractions`: the attention fractions `compile_steps` takes."""
     devices = targets.compile_only_devices(target)
     config = ml_collections.ConfigDict(config.to_dict())
     config.train.packing_hparams, config.train.accumulation = "none", 1
@@ -30,7 +30,7 @@ def largest_batch(
     def fits(units: int) -> bool:
         config.train.batch_size = config.eval.batch_size = units * shards
         report = reports[units] = roofline.compile_for(
-            config, target, packing_factor, devices, attention_visited_fraction
+            config, target, packing_factor, devices, **fractions
         )
         logging.info(
             "largest batch: %d rows %s (HBM %.2f of %.2f GiB a device; compiled in %.0f s)",

@@ -55,40 +55,43 @@ def packing_factor(config: ml_collections.ConfigDict, spec: str) -> float | None
         ) from None
 
 
-def attention_needed_fraction(config: ml_collections.ConfigDict, spec: str) -> float:
-    """The share of dense attention's scores the sequences of a `PACKINGS[spec]` row need: the
-    sum of li^2 over L^2, averaged over the config's rows of that packing (the rest are masked)."""
-    rows = _named_packing(config, spec).strategies
-    need = sum(count * sum(n * n for n in lengths) for lengths, count in rows)
-    return need / (sum(count for _, count in rows) * config.data.max_seq_length**2)
-
-
 # The blocks the expected fraction is counted in: packed_tpu's (128 x 128). packed_gpu's smaller
 # ones (128 x 64 forward, 64 x 64 backward) skip a little more: it is charged a little too much.
 FRACTION_BLOCK = 128
 SKIPPING_ATTENTION = ("packed_tpu", "packed_gpu")  # the attention_impls charged by the fraction
 
 
+def _rows(config: ml_collections.ConfigDict, spec: str) -> list[tuple[list[int], int]]:
+    """(sequence lengths, count) of the rows the `--packing_factor` flag's `spec` stands for: a
+    `PACKINGS` name, the config's packing of that histogram (padded: a sequence a row); else the
+    task's synthetic packed rows (`synthetic.random_row_lengths`), and for padded rows of unknown
+    lengths a row one sequence fills. Sequences lie in a row in the packing's order."""
+    length = config.data.max_seq_length
+    if spec in PACKINGS:
+        return _named_packing(config, spec).strategies
+    if config.data.packed:
+        depth = config.data.max_sequences_per_pack
+        return [(r, 1) for r in synthetic.random_row_lengths(256, length, depth, config.seed)]
+    return [([length], 1)]
+
+
+def attention_needed_fraction(config: ml_collections.ConfigDict, spec: str) -> float:
+    """The share of dense attention's scores the sequences of those rows (`_rows`) need: the sum
+    of li^2 over L^2, averaged over the rows (every other score is masked)."""
+    rows = _rows(config, spec)
+    need = sum(count * sum(n * n for n in lengths) for lengths, count in rows)
+    return need / (sum(count for _, count in rows) * config.data.max_seq_length**2)
+
+
 def attention_visited_fraction(
     config: ml_collections.ConfigDict, spec: str, window: int | None = None
 ) -> float:
-    """The share of dense attention's block pairs a block-skipping kernel visits in the rows the
-    `--packing_factor` flag's `spec` stands for (`block_ranges.expected_visited_fraction`), with
-    a sliding `window` (None: global): a `PACKINGS` name, the config's packing of that histogram
-    (padded: a sequence a row); else the task's synthetic packed rows
-    (`synthetic.random_row_lengths`), and for padded rows of unknown lengths a row one sequence
-    fills (1 without a window); 1 for rows no skipping kernel takes (not a multiple of its
-    block). Sequences lie in a row in the packing's order, shortest first."""
+    """The share of dense attention's block pairs a block-skipping kernel visits in those rows
+    (`_rows`; `block_ranges.expected_visited_fraction`), with a sliding `window` (None: global);
+    1 for rows no skipping kernel takes (not a multiple of its block)."""
     length = config.data.max_seq_length
     if length % FRACTION_BLOCK:
         return 1.0
-    if spec in PACKINGS:
-        rows = _named_packing(config, spec).strategies
-    elif config.data.packed:
-        depth = config.data.max_sequences_per_pack
-        rows = [(r, 1) for r in synthetic.random_row_lengths(256, length, depth, config.seed)]
-    else:
-        rows = [([length], 1)]
     return block_ranges.expected_visited_fraction(
-        rows, length, FRACTION_BLOCK, FRACTION_BLOCK, window
+        _rows(config, spec), length, FRACTION_BLOCK, FRACTION_BLOCK, window
     )

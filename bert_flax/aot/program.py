@@ -58,6 +58,7 @@ class Compiled:
     eval: Any  # None when not asked for
     seconds: dict[str, float]
     attention_visited_fraction: float = 1.0  # `Report.attention_visited_fraction`
+    attention_needed_fraction: float = 1.0  # `Report.attention_needed_fraction`
 
 
 def compile_steps(
@@ -67,10 +68,12 @@ def compile_steps(
     *,
     evaluate: bool = True,
     attention_visited_fraction: float = 1.0,
+    attention_needed_fraction: float = 1.0,
 ) -> Compiled:
     """Compiles the train step of `config` (and its eval step, if `evaluate`) for `devices`
     (compile-only ones are enough); the roofline will charge the block-skipping attention
-    `attention_visited_fraction` of dense attention (see the function of that name)."""
+    `attention_visited_fraction` of dense attention, and count the model's attention FLOPs at
+    `attention_needed_fraction` of dense attention's (`packings`: the functions of those names)."""
     mesh = sharding.mesh_of(config.mesh, devices)
     started = time.perf_counter()
     program = train_setup.create_train_program(config, mesh, packing_factor_override=packing_factor)
@@ -88,4 +91,5 @@ def compile_steps(
         "train": compiled - traced,
         "eval": time.perf_counter() - compiled,
     }
-    return Compiled(program, train, eval_step, seconds, attention_visited_fraction)
+    fractions = (attention_visited_fraction, attention_needed_fraction)
+    return Compiled(program, train, eval_step, seconds, *fractions)

@@ -114,6 +114,9 @@ class Report:
     # The share of dense attention the block-skipping kernels (packed_tpu, packed_gpu) are
     # charged: what they visit of the packing's rows (`attention_visited_fraction`).
     attention_visited_fraction: float = 1.0
+    # The share of dense attention's scores the rows' sequences need (the sum of li^2 over L^2):
+    # the attention FLOPs `model_flops_per_step` counts.
+    attention_needed_fraction: float = 1.0
 
     @property
     def peak_memory(self) -> int:
@@ -246,12 +249,15 @@ def _top_op(
     )
 
 
-def model_flops_per_step(params: Any, model_config: Any, rows: int, row_shape: Any) -> float:
+def model_flops_per_step(
+    params: Any, model_config: Any, rows: int, row_shape: Any, attention_needed: float = 1.0
+) -> float:
     """Training FLOPs of a step by the usual count (Kaplan et al., 2020): 6 x parameters x
     tokens for the weights a token multiplies (all but the embedding tables), the masked-LM
     decoder (the word table, transposed) on the row's prediction slots only, and attention's
-    scores and weighted sum at 12 x layers x hidden x length a token (every position of a row,
-    packed or padded, as the kernels compute them)."""
+    scores and weighted sum at 12 x layers x hidden x length a token times `attention_needed`,
+    the share of a row's scores its sequences need (the sum of li^2 over L^2: the useful work,
+    whatever a kernel computes of the masked rest)."""
     tables = {"word_embeddings", "position_embeddings", "token_type_embeddings"}
     weights = sum(
         int(np.prod(leaf.shape))
@@ -259,7 +265,7 @@ def model_flops_per_step(params: Any, model_config: Any, rows: int, row_shape: A
         if not tables & {getattr(k, "key", None) for k in path}
     )
     length, cfg = row_shape.max_seq_length, model_config
-    per_token = 6 * weights + 12 * cfg.num_layers * cfg.hidden_size * length
+    per_token = 6 * weights + 12 * cfg.num_layers * cfg.hidden_size * length * attention_needed
     decoder = 6 * cfg.vocab_size * cfg.hidden_size * row_shape.max_predictions_per_pack
     return float(rows * (per_token * length + decoder))
 
@@ -299,13 +305,16 @@ def report(compiled: program_lib.Compiled, target: targets.Target) -> Report:
         optimizer_bytes=_bytes_per_device(state.opt_state),
         xla_flops=hlo.xla_cost_analysis(compiled.train).get("flops"),
         hlo_flops=sum(c.flops for c in classes.values()),
-        model_flops_per_step=model_flops_per_step(state.params, cfg, rows, program.task.row_shape),
+        model_flops_per_step=model_flops_per_step(
+            state.params, cfg, rows, program.task.row_shape, compiled.attention_needed_fraction
+        ),
         collectives=collectives(module),
         classes=classes,
         link_bytes_per_s=chip.link_bytes_per_s,
         peak_flops=chip.peak_flops,
         uncounted_kernels=hlo.uncounted_kernels(module),
         attention_visited_fraction=visited,
+        attention_needed_fraction=compiled.attention_needed_fraction,
     )
 
 
@@ -314,13 +323,12 @@ def compile_for(
     target: targets.Target,
     packing_factor: float | None = None,
     devices: list[jax.Device] | None = None,
-    attention_visited_fraction: float = 1.0,
+    **fractions: float,
 ) -> Report:
-    """`report(compile_steps(...))` on compile-only devices of `target`."""
+    """`report(compile_steps(...))` on compile-only devices of `target`; `fractions`: the
+    attention fractions `compile_steps` takes."""
     devices = targets.compile_only_devices(target) if devices is None else devices
-    steps = program_lib.compile_steps(
-        config, devices, packing_factor, attention_visited_fraction=attention_visited_fraction
-    )
+    steps = program_lib.compile_steps(config, devices, packing_factor, **fractions)
     return report(steps, target)
 
 

@@ -83,7 +83,7 @@ def test_a_program_too_big_for_the_hbm_is_compiled_at_half_its_rows(load_benchma
     bench = load_benchmark("compile_table")
     tried = []
 
-    def compile_steps(config, devices, factor, evaluate, attention_visited_fraction):
+    def compile_steps(config, devices, factor, evaluate, **fractions):
         tried.append(config.train.batch_size)
         if config.train.batch_size > 32:
             raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Ran out of memory on HBM")
@@ -94,7 +94,7 @@ def test_a_program_too_big_for_the_hbm_is_compiled_at_half_its_rows(load_benchma
         return SimpleNamespace(
             train_memory=memory, rows_per_step=steps.rows, xla_flops=1.0, hlo_flops=0.0,
             collective_bytes=0.0, classes={}, link_bytes_per_s=1.0, model_flops_per_step=1.0,
-            model={}, attention_visited_fraction=1.0,
+            model={}, attention_visited_fraction=1.0, attention_needed_fraction=1.0,
         )  # fmt: skip
 
     monkeypatch.setattr(bench.program, "compile_steps", compile_steps)

@@ -377,7 +377,7 @@ def test_a_kernel_of_the_other_accelerator_fails_when_the_program_is_built(impl,
 def test_largest_batch_bisects_to_the_last_fitting_size(monkeypatch, caplog):
     compiled_rows = []
 
-    def fake_compile_for(config, target, packing_factor, devices, attention_visited_fraction):
+    def fake_compile_for(config, target, packing_factor, devices, **fractions):
         rows = config.train.batch_size
         compiled_rows.append(rows)
         memory = roofline.Memory(0, 0, 0, rows * targets.GIB / 4, 0)
@@ -403,3 +403,21 @@ def test_model_flops_match_a_hand_count():
     row = type("S", (), {"max_seq_length": 8, "max_predictions_per_pack": 3})()
     # per token 6 * 16 + 12 * 2 * 4 * 8 = 864; 8 tokens; decoder 6 * 10 * 4 * 3 = 720; 2 rows
     assert roofline.model_flops_per_step(params, cfg, 2, row) == 2 * (864 * 8 + 720)
+    # Sequences needing a quarter of the row's scores: attention 12 * 2 * 4 * 8 / 4 = 192 a token.
+    assert roofline.model_flops_per_step(params, cfg, 2, row, 0.25) == 2 * ((96 + 192) * 8 + 720)
+
+
+def test_the_needed_share_of_attention_is_the_rows_sum_of_squared_lengths():
+    """`packings.attention_needed_fraction`: the task's synthetic packed rows, recounted here;
+    padded rows of unknown lengths are one sequence filling the row."""
+    from bert_flax.input_pipeline import synthetic
+
+    config = bert_base.get_config("phase2")
+    length, depth = config.data.max_seq_length, config.data.max_sequences_per_pack
+    rows = synthetic.random_row_lengths(256, length, depth, config.seed)
+    expected = np.mean([sum(n * n for n in row) / length**2 for row in rows])
+    needed = packings.attention_needed_fraction(config, "")
+    assert needed == pytest.approx(expected) and needed < 0.9
+    assert needed <= packings.attention_visited_fraction(config, "")  # visited blocks hold it
+    config.data.packed = False
+    assert packings.attention_needed_fraction(config, "") == 1.0
