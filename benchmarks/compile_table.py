@@ -506,7 +506,7 @@ def markdown(cells: list[dict], previous: list[dict]) -> str:
         chips = targets.target(c["target"]).chips
         old = before.get(_key(c))
         was = "-" if old is None else (
-            f"{old['step_s'] * 1e3:.0f}, {old['sequences_per_s']:,.0f}, {_old_mfu(old):.0%}"
+            f"{old['step_s'] * 1e3:.0f}, {old['sequences_per_s']:,.0f}, {old['mfu']:.0%}"
         )  # fmt: skip
         compiled = c["compiled"]
         lines.append(
@@ -518,12 +518,6 @@ def markdown(cells: list[dict], previous: list[dict]) -> str:
             f"{c['best_sequences_per_s']:,.0f} | {was} |"
         )
     return "\n".join(lines)
-
-
-def _old_mfu(cell: dict) -> float:
-    slice_ = targets.target(cell["target"])
-    peak = slice_.chip.peak_flops * slice_.chips
-    return cell["model_flops_per_step"] / (cell["step_s"] * peak)
 
 
 def packing_gain(cells: list[dict]) -> str:
