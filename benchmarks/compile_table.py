@@ -576,7 +576,8 @@ def breakdown(cells: list[dict], key: tuple[str, int, str, bool]) -> str:
 
 def load(path: str) -> dict:
     """The results so far: cells compiled by this method are kept (a rerun resumes); the cells
-    of an older method become `previous`, shown beside the new ones."""
+    of an older method become `previous`, shown beside the new ones; the optimizer rows stay
+    (each names its method) until `--optimizers` compiles them by this one."""
     if not os.path.exists(path):
         return {"method": METHOD, "cells": [], "previous": {"method": None, "cells": []}}
     with open(path, encoding="utf-8") as f:
@@ -584,7 +585,8 @@ def load(path: str) -> dict:
     if results["method"] == METHOD:
         return results
     previous = {"method": results["method"], "cells": results["cells"]}
-    return {"method": METHOD, "cells": [], "previous": previous}
+    kept = {"optimizer_cells": results.get("optimizer_cells", [])}
+    return {"method": METHOD, "cells": [], "previous": previous} | kept
 
 
 def save(results: dict, path: str) -> None:
@@ -634,12 +636,15 @@ def main() -> None:
         return
     if args.optimizers:
         model, length, target, optimizers = OPTIMIZER_CELLS
-        done = {c["optimizer"] for c in results.setdefault("optimizer_cells", [])}
+        # Rows of an older method are kept until this method's replace them (each says its own).
+        cells = [c for c in results.get("optimizer_cells", []) if c.get("method") == METHOD]
+        done = {c["optimizer"] for c in cells}
         for optimizer in optimizers:
             if optimizer not in done:
                 cell = measure_optimizer_cell(model, length, target, optimizer)
-                cells = [*results["optimizer_cells"], cell | {"commit": commit(), "date": now()}]
-                results["optimizer_cells"] = with_predictions(cells)
+                stamp = {"commit": commit(), "date": now(), "method": METHOD}
+                cells = with_predictions([*cells, cell | stamp])
+                results["optimizer_cells"] = cells
                 save(results, args.out)
         print(optimizer_table(results["optimizer_cells"]))
         return

@@ -53,11 +53,14 @@ def test_a_rerun_resumes_its_method_and_keeps_an_older_one_as_before(load_benchm
     path = str(tmp_path / "compile_table.json")
     bench.save({"method": bench.METHOD, "cells": [{"cell": 1}], "previous": {}}, path)
     assert bench.load(path)["cells"] == [{"cell": 1}]
-    bench.save({"method": "an older method", "cells": [{"cell": 1}]}, path)
+    optimizer_rows = [{"optimizer": "sgd", "method": "an older method"}]
+    older = {"method": "an older method", "cells": [{"cell": 1}], "long_cells": [{"cell": 2}]}
+    bench.save(older | {"optimizer_cells": optimizer_rows}, path)
     assert bench.load(path) == {
         "method": bench.METHOD,
         "cells": [],
         "previous": {"method": "an older method", "cells": [{"cell": 1}]},
+        "optimizer_cells": optimizer_rows,  # each row names its method: kept until recompiled
     }
 
 
