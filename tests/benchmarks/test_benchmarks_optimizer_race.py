@@ -19,7 +19,7 @@ def test_the_race_trains_the_config_it_is_given(bench, capsys):
     assert args.centres == bench.CENTRE_LEARNING_RATES | {"adamw": 1e-3}
     config = bench.race_config(args, "shampoo", 2e-3, 40, seed=2, block_size=64)
     assert (config.model.preset, config.model.scan_layers, config.data.data_dir) == (
-        "base", True, "/data",
+        "base", False, "/data",
     )  # fmt: skip
     shampoo = config.optimizer.shampoo
     assert (config.optimizer.name, shampoo.asynchronous, shampoo.block_size) == (

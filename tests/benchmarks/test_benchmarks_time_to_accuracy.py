@@ -144,7 +144,7 @@ def test_config_flag_sets_the_recipe_every_row_trains(bench, capsys):
     )
     config = bench.row_config(args, args.data_dir, "packed+soap", 1e-3, seed=1)
     assert (config.model.preset, config.data.max_seq_length, config.model.scan_layers) == (
-        "base", 512, True,
+        "base", 512, False,
     )  # fmt: skip
     assert (config.optimizer.name, config.optimizer.soap.asynchronous) == ("soap", True)
     assert (config.data.data_dir, config.seed, config.schedule.learning_rate) == ("/data", 1, 1e-3)

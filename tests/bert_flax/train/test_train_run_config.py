@@ -9,7 +9,8 @@ import logging
 
 import pytest
 
-from bert_flax.block_sparse import cpu, matmul
+from bert_flax.block_sparse import matmul
+from bert_flax.kernels import block_sparse_cpu as cpu
 from bert_flax.model import attention
 from bert_flax.runs import metrics
 from bert_flax.train import loop
